@@ -1,0 +1,67 @@
+"""The library's exceptions: one base, one branch for each side of the wire.
+
+    EnvelopeError(ValueError)       every error this library raises
+    ├── RequestRejected             a client request (or envelope) breaks a rule
+    └── ResponseError               an engine response cannot be turned into an answer
+        ├── LimitExceeded           a size bound was passed before the excess was parsed
+        └── EngineError             SGLang itself answered with an error
+
+`EnvelopeError` is raised directly only for a caller's own mistake, such as
+building a prefill request without a `Bootstrap`. Every error carries its facts
+as attributes, so callers never parse messages.
+"""
+
+from __future__ import annotations
+
+__all__ = ["EngineError", "EnvelopeError", "LimitExceeded", "RequestRejected", "ResponseError"]
+
+
+class EnvelopeError(ValueError):
+    """Base of every error raised by sglang-envelope."""
+
+
+class RequestRejected(EnvelopeError):
+    """A request breaks one of the rules in `docs/contract.md`.
+
+    `code` is the rule's stable snake_case name, `field` the dotted path of the
+    offending field (None when the request as a whole is at fault) and `message`
+    the human text, which is also `str(error)`.
+    """
+
+    def __init__(self, code: str, field: str | None, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.field = field
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"RequestRejected(code={self.code!r}, field={self.field!r}, message={self.message!r})"
+
+
+class ResponseError(EnvelopeError):
+    """An engine response is malformed, truncated or inconsistent."""
+
+
+class LimitExceeded(ResponseError):
+    """Input passed a size bound; raised before the excess is parsed.
+
+    `bound` names the bound (such as ``"max_bytes"``) and `limit` is its value.
+    """
+
+    def __init__(self, bound: str, limit: int, message: str | None = None) -> None:
+        super().__init__(message or f"{bound} exceeded: the limit is {limit}")
+        self.bound = bound
+        self.limit = limit
+
+
+class EngineError(ResponseError):
+    """SGLang answered with an error (an error frame, an error body or an abort).
+
+    `message` is SGLang's text and `code` the HTTP status code it gave (None
+    when it gave none).
+    """
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
