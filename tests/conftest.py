@@ -1,0 +1,17 @@
+"""Hypothesis profiles: `default` for CI, `fuzz` for long runs.
+
+Select one with the environment variable SGLANG_ENVELOPE_HYPOTHESIS_PROFILE.
+"""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("default", max_examples=100, deadline=None)
+settings.register_profile(
+    "fuzz",
+    max_examples=20_000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("SGLANG_ENVELOPE_HYPOTHESIS_PROFILE", "default"))
