@@ -12,6 +12,25 @@ from sglang_envelope._errors import (
 )
 
 # --- request side (issue 2) ---
+from sglang_envelope._engine import (
+    Bootstrap,
+    EngineBody,
+    EngineRequest,
+    Role,
+    build_engine_request,
+)
+from sglang_envelope._envelope import (
+    WorkerEnvelope,
+    decode_envelope,
+    encode_envelope,
+    to_worker_envelope,
+)
+from sglang_envelope._request import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_INPUT_IDS,
+    ClientRequest,
+    decode_client_request,
+)
 
 # --- response side (issue 3) ---
 
@@ -27,6 +46,19 @@ __all__ = [
     "ResponseError",
     "__version__",
     # request side
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_INPUT_IDS",
+    "Bootstrap",
+    "ClientRequest",
+    "EngineBody",
+    "EngineRequest",
+    "Role",
+    "WorkerEnvelope",
+    "build_engine_request",
+    "decode_client_request",
+    "decode_envelope",
+    "encode_envelope",
+    "to_worker_envelope",
     # response side
     # cancellation
 ]

@@ -35,7 +35,8 @@ class RequestRejected(EnvelopeError):
         self.message = message
 
     def __repr__(self) -> str:
-        return f"RequestRejected(code={self.code!r}, field={self.field!r}, message={self.message!r})"
+        facts = f"code={self.code!r}, field={self.field!r}, message={self.message!r}"
+        return f"RequestRejected({facts})"
 
 
 class ResponseError(EnvelopeError):

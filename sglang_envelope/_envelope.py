@@ -1,0 +1,76 @@
+"""The worker envelope: what a frontend hands a worker, and its JSON wire form.
+
+The envelope is the client's request, unchanged (its stream mode included),
+plus the request id the frontend resolved. A worker never trusts its input:
+`decode_envelope` runs the client request through every rule again.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from sglang_envelope._errors import EnvelopeError
+from sglang_envelope._request import ClientRequest, decode_client_request
+from sglang_envelope._rules import reject, translate_validation_error
+
+__all__ = ["WorkerEnvelope", "decode_envelope", "encode_envelope", "to_worker_envelope"]
+
+RequestId = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class WorkerEnvelope(msgspec.Struct, frozen=True, kw_only=True):
+    """A client request on its way to a worker.
+
+    `rid` is the id the frontend resolved (never empty); `request` is the
+    client's request exactly as decoded, so `stream` is the client's own mode.
+    """
+
+    rid: RequestId
+    request: ClientRequest
+
+    @property
+    def stream(self) -> bool:
+        """The stream mode the client asked for."""
+        return bool(self.request.stream)
+
+
+class _WireEnvelope(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    rid: RequestId
+    request: msgspec.Raw
+
+
+_encoder = msgspec.json.Encoder()
+_wire_decoder = msgspec.json.Decoder(_WireEnvelope)
+
+
+def to_worker_envelope(request: ClientRequest, *, rid: str) -> WorkerEnvelope:
+    """Wrap `request` for a worker under the frontend's request id `rid`.
+
+    The client's stream mode is kept as sent. Raises `EnvelopeError` when `rid`
+    is empty: SGLang aborts requests by rid prefix, so an empty id would match
+    every request on the server.
+    """
+    if not isinstance(rid, str) or not rid:
+        raise EnvelopeError(f"rid must be a non-empty string, got {rid!r}")
+    return WorkerEnvelope(rid=rid, request=request)
+
+
+def encode_envelope(envelope: WorkerEnvelope) -> bytes:
+    """The envelope's wire form: `{"rid": ..., "request": {...}}` as JSON bytes."""
+    return _encoder.encode(envelope)
+
+
+def decode_envelope(data: bytes | str) -> WorkerEnvelope:
+    """Decode an envelope from its wire form, checking the request against every rule.
+
+    Raises `RequestRejected`: code `invalid_envelope` when the envelope itself
+    is malformed, else the code of the rule the enclosed request breaks.
+    """
+    try:
+        wire = _wire_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+        inner = translate_validation_error(error)
+        raise reject("invalid_envelope", detail=inner.message) from None
+    return WorkerEnvelope(rid=wire.rid, request=decode_client_request(wire.request))

@@ -1,0 +1,180 @@
+"""The client's request: SGLang's native token-input `/generate` body, decoded and checked.
+
+`ClientRequest` mirrors the single-request form of SGLang 0.5.23's
+`GenerateReqInput`, limited to the fields a client may set (see `_rules.py` for
+which fields are whose). Types follow SGLang's HTTP contract gate
+(`sglang/api/v1/api_types.py`) where it has the field, and the dataclass where
+it does not. Decoding is one typed msgspec pass; a failure is translated into
+`RequestRejected` by `_rules.translate_validation_error`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from sglang_envelope._errors import RequestRejected
+from sglang_envelope._rules import check_request, translate_validation_error
+
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_INPUT_IDS",
+    "ClientRequest",
+    "SamplingParams",
+    "decode_client_request",
+]
+
+#: Largest request body `decode_client_request` parses (16 MiB).
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+#: Longest `input_ids` `decode_client_request` accepts (one million tokens).
+DEFAULT_MAX_INPUT_IDS = 1_000_000
+
+TokenId = Annotated[int, msgspec.Meta(ge=0, lt=2**32)]
+StrOrList = str | list[str]
+
+
+class ClientRequest(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """One native `/generate` request with token input, as the client sent it.
+
+    Fields left out by the client keep SGLang's defaults and are left out again
+    when the request is encoded. `sampling_params` is the client's object,
+    unchanged.
+    """
+
+    input_ids: list[TokenId]
+    rid: str | None = None
+    session_id: str | None = None
+    sampling_params: dict[str, Any] | None = None
+    stream: bool | None = False
+    return_logprob: bool | None = None
+    logprob_start_len: int | None = None
+    top_logprobs_num: int | None = None
+    token_ids_logprob: list[int] | None = None
+    return_text_in_logprobs: bool | None = None
+    return_flat_raw_top_logprobs: bool = False
+    return_flat_raw_output_top_logprobs: bool = False
+    return_flat_raw_top_logprobs_b64: bool = False
+    return_sampling_mask: bool | None = None
+    sampling_logprobs_mode: Literal["selected", "support"] | None = None
+    return_hidden_states: bool | None = None
+    return_routed_experts: bool = False
+    routed_experts_start_len: int = 0
+    return_indexer_topk: bool = False
+    return_entropy: bool = False
+    return_prompt_token_ids: bool = False
+    session_params: dict[str, Any] | None = None
+    lora_path: str | None = None
+    custom_logit_processor: str | None = None
+    conversation_id: str | None = None
+    require_reasoning: bool | None = None
+    max_thinking_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    priority: int | None = None
+    extra_key: str | None = None
+    cache_salt: str | None = None
+    custom_labels: dict[str, str] | None = None
+    no_logs: bool = False
+    watermark: dict[str, Any] | None = None
+    multi_item_delimiter_indices: list[int] | None = None
+    token_indices_to_pool: list[int] | None = None
+
+
+class Watermark(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`sampling_params.watermark` as SGLang's contract gate accepts it."""
+
+    enabled: bool | None = None
+    key: str | None = None
+    context_window: int | None = None
+
+
+class SamplingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The types SGLang 0.5.23 accepts in `sampling_params` (its contract gate).
+
+    Used only to check the client's object: the request keeps the object itself,
+    so a client's `null` or key order survives. The field order is SGLang's,
+    which its unknown-field message lists.
+    """
+
+    max_new_tokens: int | None = None
+    stop: StrOrList | None = None
+    stop_token_ids: list[int] | None = None
+    stop_regex: StrOrList | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None
+    min_new_tokens: int | None = None
+    n: int | None = None
+    json_schema: str | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+    structural_tag: str | None = None
+    ignore_eos: bool | None = None
+    skip_special_tokens: bool | None = None
+    spaces_between_special_tokens: bool | None = None
+    no_stop_trim: bool | None = None
+    stream_interval: int | None = None
+    logit_bias: dict[str, float] | None = None
+    sampling_seed: int | None = None
+    custom_params: Any = None
+    beam_width: int | None = None
+    watermark: Watermark | None = None
+    choice: list[str] | None = None
+
+
+_decoder = msgspec.json.Decoder(ClientRequest)
+
+
+def _check_sampling_params(request: ClientRequest) -> None:
+    if request.sampling_params is None:
+        return
+    try:
+        msgspec.convert(request.sampling_params, SamplingParams)
+    except msgspec.ValidationError as error:
+        raise translate_validation_error(error, prefix="sampling_params") from None
+
+
+def decode_client_request(
+    body: bytes | str | Mapping[str, Any],
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_input_ids: int = DEFAULT_MAX_INPUT_IDS,
+) -> ClientRequest:
+    """Decode and check a client's `/generate` body (JSON bytes or text, or a parsed mapping).
+
+    Raises `RequestRejected` naming the broken rule (`docs/contract.md`).
+    """
+    try:
+        if isinstance(body, (bytes, bytearray, memoryview, str, msgspec.Raw)):
+            if len(body) > max_body_bytes:
+                raise RequestRejected(
+                    "body_too_large",
+                    None,
+                    f"request body is {len(body)} bytes; the limit is {max_body_bytes}",
+                )
+            request = _decoder.decode(body)
+        elif isinstance(body, Mapping):
+            request = msgspec.convert(dict(body), ClientRequest)
+        else:
+            raise RequestRejected(
+                "not_object",
+                None,
+                f"request body must be a JSON object, got {type(body).__name__}",
+            )
+    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+        raise translate_validation_error(error) from None
+    if len(request.input_ids) > max_input_ids:
+        raise RequestRejected(
+            "too_many_input_ids",
+            "input_ids",
+            f"input_ids has {len(request.input_ids)} tokens; the limit is {max_input_ids}",
+        )
+    _check_sampling_params(request)
+    check_request(request)
+    return request

@@ -1,0 +1,285 @@
+"""The request contract as data: who may set each field, and every rule with its code.
+
+Two tables hold the whole contract, and `docs/contract.md` shows the same
+tables (a test checks that the two agree):
+
+- `FIELD_OWNERS` names every field of SGLang 0.5.23's `GenerateReqInput` that a
+  client may not send, and why: it is input other than one list of token ids,
+  or only the serving system sets it.
+- `RULES` lists every rule: its stable code, the field it is about, the message
+  a client sees, and the check. Rules whose check is None are enforced by the
+  typed decode of `ClientRequest`; their messages are filled in from msgspec's
+  verdict by `translate_validation_error`.
+
+Messages that quote SGLang use its own words, so a client sees the same text
+whether the frontend or the engine refused it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import msgspec
+
+from sglang_envelope._errors import RequestRejected
+
+if TYPE_CHECKING:
+    from sglang_envelope._request import ClientRequest
+
+__all__ = [
+    "FIELD_OWNERS",
+    "GENERATE_REQ_INPUT_FIELDS",
+    "RULES",
+    "SAMPLING_PARAMS_FIELDS",
+    "Rule",
+    "check_request",
+    "reject",
+    "translate_validation_error",
+]
+
+#: Every keyword argument of SGLang 0.5.23's `GenerateReqInput`, in its order.
+GENERATE_REQ_INPUT_FIELDS: tuple[str, ...] = (
+    "rid", "session_id", "text", "input_ids", "input_embeds", "image_data", "video_data",
+    "audio_data", "mm_hashes", "mm_content_hashes", "use_audio_in_video", "video_config",
+    "sampling_params", "watermark", "return_logprob", "logprob_start_len", "top_logprobs_num",
+    "token_ids_logprob", "return_sampling_mask", "sampling_logprobs_mode",
+    "return_text_in_logprobs", "return_flat_raw_top_logprobs",
+    "return_flat_raw_output_top_logprobs", "return_flat_raw_top_logprobs_b64", "stream",
+    "log_metrics", "return_hidden_states", "return_routed_experts", "routed_experts_start_len",
+    "return_indexer_topk", "modalities", "session_params", "lora_path", "lora_id",
+    "custom_logit_processor", "positional_embed_overrides", "bootstrap_host", "bootstrap_port",
+    "bootstrap_room", "bootstrap_pair_key", "decode_tp_size", "routed_dp_rank",
+    "data_parallel_rank", "disagg_prefill_dp_rank", "routing_key", "conversation_id",
+    "http_worker_ipc", "background", "require_reasoning", "max_thinking_tokens", "priority",
+    "extra_key", "no_logs", "custom_labels", "return_bytes", "return_entropy",
+    "return_prompt_token_ids", "external_trace_header", "received_time",
+    "need_wait_for_mm_inputs", "num_items_assigned", "encoder_urls", "max_dynamic_patch",
+    "min_dynamic_patch", "image_max_dynamic_patch", "video_max_dynamic_patch", "images_config",
+    "mm_processor_kwargs", "multi_item_delimiter_indices", "token_indices_to_pool", "cache_salt",
+    "kv_hints",
+)  # fmt: skip
+
+#: The keys SGLang 0.5.23's contract gate accepts in `sampling_params`, in its order.
+SAMPLING_PARAMS_FIELDS: tuple[str, ...] = (
+    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
+    "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n",
+    "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
+    "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias",
+    "sampling_seed", "custom_params", "beam_width", "watermark", "choice",
+)  # fmt: skip
+
+NOT_TOKEN_INPUT = "not_token_input"
+ORCHESTRATOR_FIELD = "orchestrator_field"
+
+#: `GenerateReqInput` fields a client may not send, by the rule that refuses them.
+#: Every other field of `GENERATE_REQ_INPUT_FIELDS` is the client's.
+FIELD_OWNERS: Mapping[str, str] = {
+    # Input other than one flat list of token ids.
+    "text": NOT_TOKEN_INPUT,
+    "input_embeds": NOT_TOKEN_INPUT,
+    "positional_embed_overrides": NOT_TOKEN_INPUT,
+    "image_data": NOT_TOKEN_INPUT,
+    "video_data": NOT_TOKEN_INPUT,
+    "audio_data": NOT_TOKEN_INPUT,
+    "mm_hashes": NOT_TOKEN_INPUT,
+    "mm_content_hashes": NOT_TOKEN_INPUT,
+    "use_audio_in_video": NOT_TOKEN_INPUT,
+    "video_config": NOT_TOKEN_INPUT,
+    "modalities": NOT_TOKEN_INPUT,
+    "max_dynamic_patch": NOT_TOKEN_INPUT,
+    "min_dynamic_patch": NOT_TOKEN_INPUT,
+    "image_max_dynamic_patch": NOT_TOKEN_INPUT,
+    "video_max_dynamic_patch": NOT_TOKEN_INPUT,
+    "images_config": NOT_TOKEN_INPUT,
+    "mm_processor_kwargs": NOT_TOKEN_INPUT,
+    # Disaggregation: where the KV cache goes and who pairs with whom.
+    "bootstrap_host": ORCHESTRATOR_FIELD,
+    "bootstrap_port": ORCHESTRATOR_FIELD,
+    "bootstrap_room": ORCHESTRATOR_FIELD,
+    "bootstrap_pair_key": ORCHESTRATOR_FIELD,
+    "decode_tp_size": ORCHESTRATOR_FIELD,
+    "disagg_prefill_dp_rank": ORCHESTRATOR_FIELD,
+    "kv_hints": ORCHESTRATOR_FIELD,
+    # Routing to a worker or a data-parallel rank.
+    "routed_dp_rank": ORCHESTRATOR_FIELD,
+    "data_parallel_rank": ORCHESTRATOR_FIELD,
+    "routing_key": ORCHESTRATOR_FIELD,
+    # Encoder disaggregation (EPD), filled in by the tokenizer side.
+    "need_wait_for_mm_inputs": ORCHESTRATOR_FIELD,
+    "num_items_assigned": ORCHESTRATOR_FIELD,
+    "encoder_urls": ORCHESTRATOR_FIELD,
+    # The server's own bookkeeping.
+    "lora_id": ORCHESTRATOR_FIELD,
+    "http_worker_ipc": ORCHESTRATOR_FIELD,
+    "external_trace_header": ORCHESTRATOR_FIELD,
+    "received_time": ORCHESTRATOR_FIELD,
+    "log_metrics": ORCHESTRATOR_FIELD,
+    "return_bytes": ORCHESTRATOR_FIELD,
+    "background": ORCHESTRATOR_FIELD,
+}
+
+
+def _sampling(request: ClientRequest, key: str, default: Any = None) -> Any:
+    params = request.sampling_params
+    return default if params is None else params.get(key, default)
+
+
+def _n_not_one(r: ClientRequest) -> dict[str, object] | None:
+    n = _sampling(r, "n")
+    return None if n is None or n == 1 else {"n": n}
+
+
+def _min_over_max(r: ClientRequest) -> dict[str, object] | None:
+    low = _sampling(r, "min_new_tokens")
+    high = _sampling(r, "max_new_tokens", 128)
+    if low is None or high is None or low <= high:
+        return None
+    return {"min_new_tokens": low, "max_new_tokens": high}
+
+
+def _when(condition: Callable[[ClientRequest], bool]) -> Callable[..., dict[str, object] | None]:
+    return lambda r: {} if condition(r) else None
+
+
+class Rule(NamedTuple):
+    """One rule of the contract.
+
+    `check` returns None when the request keeps the rule, else the facts the
+    message template is filled with. None as `check` means the typed decode
+    enforces the rule.
+    """
+
+    code: str
+    field: str | None
+    message: str
+    check: Callable[[ClientRequest], dict[str, object] | None] | None = None
+
+
+#: Every rule, in the order they are applied. `{…}` in a message is filled in.
+RULES: tuple[Rule, ...] = (
+    Rule("body_too_large", None, "request body is {size} bytes; the limit is {limit}"),
+    Rule("not_json", None, "request body is not valid JSON: {detail}"),
+    Rule("not_object", None, "request body must be a JSON object, got {got}"),
+    Rule("not_token_input", "{key}",
+         "{key} is not accepted: this endpoint takes one token-input request (input_ids)"),
+    Rule("orchestrator_field", "{key}",
+         "{key} is set only by the serving system; a client may not send it"),
+    Rule("unknown_field", "{key}",
+         "unknown field `{key}`: SGLang 0.5.23's GenerateReqInput has no such field{hint}"),
+    Rule("unknown_nested_field", "{path}.{key}", "unknown field `{key}` in {path}"),
+    Rule("unknown_sampling_param", "sampling_params.{key}", "unknown field `{key}`, {expected}"),
+    Rule("missing_input_ids", "input_ids",
+         "input_ids is required: this endpoint takes one token-input request"),
+    Rule("batched_input", "input_ids",
+         "input_ids must be one flat list of token ids: "
+         "this endpoint takes one token-input request, not a batch"),
+    Rule("token_id_out_of_range", "{path}", "{path} must be a token id in [0, 2^32)"),
+    Rule("too_many_input_ids", "input_ids", "input_ids has {size} tokens; the limit is {limit}"),
+    Rule("wrong_type", "{path}", "{path}: expected {expected}, got {got}"),
+    Rule("invalid_value", "{path}", "{path}: {detail}"),
+    Rule("invalid_envelope", None, "worker envelope is malformed: {detail}"),
+    Rule("empty_input_ids", "input_ids", "input_ids cannot be empty.",
+         _when(lambda r: not r.input_ids)),
+    Rule("output_flat_with_stream", "return_flat_raw_output_top_logprobs",
+         "return_flat_raw_output_top_logprobs is only set on the finished response "
+         "and does not support stream=True.",
+         _when(lambda r: r.return_flat_raw_output_top_logprobs and bool(r.stream))),
+    Rule("b64_without_flat", "return_flat_raw_top_logprobs_b64",
+         "return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs "
+         "or return_flat_raw_output_top_logprobs.",
+         _when(lambda r: r.return_flat_raw_top_logprobs_b64
+               and not (r.return_flat_raw_top_logprobs or r.return_flat_raw_output_top_logprobs))),
+    Rule("flat_with_multi_item", "return_flat_raw_top_logprobs",
+         "return_flat_raw_top_logprobs does not support multi-item scoring: "
+         "delimiter-sparse top logprob rows have no contiguous position mapping.",
+         _when(lambda r: r.return_flat_raw_top_logprobs
+               and r.multi_item_delimiter_indices is not None)),
+    Rule("session_id_with_session_params", "session_id",
+         "session_id and session_params cannot both be set.",
+         _when(lambda r: r.session_id is not None and r.session_params is not None)),
+    Rule("parallel_sampling", "sampling_params.n",
+         "sampling_params.n must be 1: this endpoint returns one sequence per request, got {n}",
+         _n_not_one),
+    Rule("min_new_tokens_over_max", "sampling_params.min_new_tokens",
+         "min_new_tokens must be in [0, max_new_tokens({max_new_tokens})], got {min_new_tokens}.",
+         _min_over_max),
+)  # fmt: skip
+
+_RULES_BY_CODE = {rule.code: rule for rule in RULES}
+_CHECKED_RULES = tuple(rule for rule in RULES if rule.check is not None)
+
+
+def reject(code: str, **facts: object) -> RequestRejected:
+    """The `RequestRejected` for rule `code`, its field and message filled in from `facts`."""
+    rule = _RULES_BY_CODE[code]
+    field = None if rule.field is None else rule.field.format(**facts)
+    return RequestRejected(code, field, rule.message.format(**facts))
+
+
+def check_request(request: ClientRequest) -> None:
+    """Raise `RequestRejected` for the first checked rule `request` breaks."""
+    for rule in _CHECKED_RULES:
+        facts = rule.check(request)  # type: ignore[misc]
+        if facts is not None:
+            raise reject(rule.code, **facts)
+
+
+# msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level.
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `(?P<path>[^`]*)`)?$", re.DOTALL)
+_EXPECTED = re.compile(r"^Expected `(?P<expected>[^`]*)`, got `(?P<got>[^`]*)`$")
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<key>.*)`$", re.DOTALL)
+_MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
+_TOKEN_LIST_ITEM = re.compile(r"^input_ids\[\d+\]$")
+
+
+def _unknown_top_level_key(key: str) -> RequestRejected:
+    owner = FIELD_OWNERS.get(key)
+    if owner is not None:
+        return reject(owner, key=key)
+    near = difflib.get_close_matches(key, GENERATE_REQ_INPUT_FIELDS, n=1)
+    hint = f"; did you mean `{near[0]}`?" if near else ""
+    return reject("unknown_field", key=key, hint=hint)
+
+
+def _unknown_sampling_key(key: str) -> RequestRejected:
+    # SGLang's contract gate words (serde's unknown_field text).
+    listed = ", ".join(f"`{name}`" for name in SAMPLING_PARAMS_FIELDS)
+    return reject("unknown_sampling_param", key=key, expected=f"expected one of {listed}")
+
+
+def translate_validation_error(
+    error: msgspec.ValidationError | msgspec.DecodeError, *, prefix: str = ""
+) -> RequestRejected:
+    """Turn msgspec's verdict on a body (or on `prefix`, a part of it) into the rule it breaks."""
+    if not isinstance(error, msgspec.ValidationError):
+        return reject("not_json", detail=str(error))
+    match = _AT.match(str(error))
+    assert match is not None  # the pattern matches any text
+    what = match["what"]
+    raw_path = (match["path"] or "$").removeprefix("$").removeprefix(".")
+    path = ".".join(part for part in (prefix, raw_path) if part)
+    if unknown := _UNKNOWN.match(what):
+        key = unknown["key"]
+        if prefix == "sampling_params" and not raw_path:
+            return _unknown_sampling_key(key)
+        if not path:
+            return _unknown_top_level_key(key)
+        return reject("unknown_nested_field", key=key, path=path)
+    if missing := _MISSING.match(what):
+        if not path and missing["key"] == "input_ids":
+            return reject("missing_input_ids")
+        return reject("invalid_value", path=path or "body", detail=what)
+    expected = _EXPECTED.match(what)
+    if not path:
+        return reject("not_object", got=expected["got"] if expected else what)
+    if _TOKEN_LIST_ITEM.match(path):
+        if expected and expected["got"] == "array":
+            return reject("batched_input")
+        if not expected:
+            return reject("token_id_out_of_range", path=path)
+    if expected:
+        return reject("wrong_type", path=path, expected=expected["expected"], got=expected["got"])
+    return reject("invalid_value", path=path, detail=what)
