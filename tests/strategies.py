@@ -6,7 +6,185 @@ defining strategies inside a test module.
 
 from __future__ import annotations
 
+from typing import Any
+
+from hypothesis import strategies as st
+
+from sglang_envelope import Bootstrap, Role
+
 # --- request side ---
+
+token_ids = st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=64)
+request_ids = st.text(
+    st.characters(min_codepoint=33, max_codepoint=0x2FFF, categories=("L", "N", "P", "S")),
+    min_size=1,
+    max_size=24,
+)
+roles = st.sampled_from(list(Role))
+bootstraps = st.builds(
+    Bootstrap,
+    host=st.sampled_from(["10.0.0.7", "prefill-0.svc", "::1"]),
+    port=st.integers(1, 65535),
+    room=st.integers(0, 2**63 - 1),
+    prefill_dp_rank=st.none() | st.integers(0, 63),
+)
+
+_finite = st.floats(allow_nan=False, allow_infinity=False, width=32)
+
+
+@st.composite
+def sampling_params(draw: st.DrawFn) -> dict[str, Any]:
+    """A `sampling_params` object SGLang accepts, with n of 1 and min <= max."""
+    params: dict[str, Any] = draw(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "temperature": st.none() | st.floats(0, 2),
+                "top_p": st.floats(0.01, 1),
+                "top_k": st.integers(-1, 100),
+                "stop": st.text(max_size=4) | st.lists(st.text(max_size=4), max_size=2),
+                "stop_token_ids": st.lists(st.integers(0, 2**31), max_size=3),
+                "ignore_eos": st.booleans(),
+                "skip_special_tokens": st.booleans(),
+                "logit_bias": st.dictionaries(
+                    st.from_regex(r"[0-9]{1,5}", fullmatch=True), _finite, max_size=2
+                ),
+                "sampling_seed": st.integers(0, 2**31),
+                "custom_params": st.none()
+                | st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+                "n": st.just(1),
+                "max_new_tokens": st.none() | st.integers(0, 4096),
+            },
+        )
+    )
+    if draw(st.booleans()):
+        high: int | None = params.get("max_new_tokens", 128)
+        params["min_new_tokens"] = draw(st.integers(0, 4096 if high is None else high))
+    return params
+
+
+@st.composite
+def client_requests(draw: st.DrawFn) -> dict[str, Any]:
+    """A token-input `/generate` body that every rule accepts."""
+    body = draw(
+        st.fixed_dictionaries(
+            {"input_ids": token_ids},
+            optional={
+                "rid": request_ids,
+                "sampling_params": sampling_params(),
+                "return_logprob": st.booleans(),
+                "logprob_start_len": st.integers(-1, 64),
+                "top_logprobs_num": st.integers(0, 20),
+                "token_ids_logprob": st.lists(st.integers(0, 1000), max_size=3),
+                "return_flat_raw_top_logprobs": st.booleans(),
+                "return_flat_raw_output_top_logprobs": st.booleans(),
+                "return_text_in_logprobs": st.booleans(),
+                "return_routed_experts": st.booleans(),
+                "routed_experts_start_len": st.integers(0, 8),
+                "return_hidden_states": st.booleans(),
+                "priority": st.none() | st.integers(-10, 10),
+                "lora_path": st.none() | st.text(min_size=1, max_size=8),
+                "custom_labels": st.dictionaries(
+                    st.text(max_size=4), st.text(max_size=4), max_size=2
+                ),
+                "extra_key": st.text(min_size=1, max_size=8),
+                "session_params": st.fixed_dictionaries({"id": st.text(min_size=1, max_size=8)}),
+            },
+        )
+    )
+    flat_flags = ("return_flat_raw_top_logprobs", "return_flat_raw_output_top_logprobs")
+    if any(body.get(flag) for flag in flat_flags) and draw(st.booleans()):
+        body["return_flat_raw_top_logprobs_b64"] = True
+    if body.get("return_flat_raw_output_top_logprobs"):
+        stream = draw(st.sampled_from([False, None, "absent"]))
+    else:
+        stream = draw(st.sampled_from([True, False, None, "absent"]))
+    if stream != "absent":
+        body["stream"] = stream
+    return body
+
+
+ORCHESTRATOR_VALUES: dict[str, Any] = {
+    "bootstrap_host": "10.9.9.9",
+    "bootstrap_port": 1,
+    "bootstrap_room": 7,
+    "bootstrap_pair_key": "k",
+    "decode_tp_size": 8,
+    "routed_dp_rank": 3,
+    "data_parallel_rank": 3,
+    "disagg_prefill_dp_rank": 2,
+    "external_trace_header": {"traceparent": "x"},
+    "received_time": 1.5,
+    "http_worker_ipc": "ipc:///tmp/x",
+    "kv_hints": {"protocol_version": "1"},
+    "routing_key": "tenant-a",
+}
+
+
+@st.composite
+def rejected_requests(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
+    """An otherwise valid body broken in one way, and the code of the rule it breaks."""
+    body = draw(client_requests())
+    code = draw(
+        st.sampled_from(
+            [
+                "output_flat_with_stream",
+                "b64_without_flat",
+                "parallel_sampling",
+                "min_new_tokens_over_max",
+                "orchestrator_field",
+                "not_token_input",
+                "batched_input",
+                "empty_input_ids",
+                "missing_input_ids",
+                "token_id_out_of_range",
+                "unknown_field",
+                "wrong_type",
+                "session_id_with_session_params",
+            ]
+        )
+    )
+    sampling = dict(body.get("sampling_params") or {})
+    if code == "output_flat_with_stream":
+        body.update(stream=True, return_flat_raw_output_top_logprobs=True)
+    elif code == "b64_without_flat":
+        body.update(return_flat_raw_top_logprobs_b64=True)
+        body.pop("return_flat_raw_top_logprobs", None)
+        body.pop("return_flat_raw_output_top_logprobs", None)
+    elif code == "parallel_sampling":
+        sampling["n"] = draw(st.integers(2, 8) | st.integers(-4, 0))
+        body["sampling_params"] = sampling
+    elif code == "min_new_tokens_over_max":
+        high = draw(st.integers(0, 1000))
+        sampling.update(max_new_tokens=high, min_new_tokens=high + draw(st.integers(1, 10)))
+        body["sampling_params"] = sampling
+    elif code == "orchestrator_field":
+        key = draw(st.sampled_from(sorted(ORCHESTRATOR_VALUES)))
+        body[key] = ORCHESTRATOR_VALUES[key]
+    elif code == "not_token_input":
+        key, value = draw(
+            st.sampled_from(
+                [("text", "hello"), ("input_embeds", [[0.5]]), ("image_data", "http://x/y.png")]
+            )
+        )
+        body[key] = value
+    elif code == "batched_input":
+        body["input_ids"] = [body["input_ids"], body["input_ids"]]
+    elif code == "empty_input_ids":
+        body["input_ids"] = []
+    elif code == "missing_input_ids":
+        del body["input_ids"]
+    elif code == "token_id_out_of_range":
+        body["input_ids"] = [*body["input_ids"], draw(st.sampled_from([-1, 2**32, 2**40]))]
+    elif code == "unknown_field":
+        body[draw(st.sampled_from(["retrun_logprob", "streaming", "max_tokens", "prompt"]))] = 1
+    elif code == "wrong_type":
+        key = draw(st.sampled_from(["stream", "top_logprobs_num", "return_logprob", "rid"]))
+        body[key] = [1] if key == "rid" else "yes"
+    elif code == "session_id_with_session_params":
+        body.update(session_id="s-1", session_params={"id": "s-1"})
+    return body, code
+
 
 # --- SSE and aggregation ---
 

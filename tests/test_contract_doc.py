@@ -1,0 +1,47 @@
+"""docs/contract.md shows the same tables the code enforces."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from sglang_envelope._engine import ROLE_PLANS
+from sglang_envelope._rules import FIELD_OWNERS, RULES
+
+CONTRACT = Path(__file__).resolve().parent.parent / "docs" / "contract.md"
+
+
+def _table(name: str) -> list[list[str]]:
+    text = CONTRACT.read_text(encoding="utf-8")
+    match = re.search(rf"<!-- {name}:start -->\n(.*?)<!-- {name}:end -->", text, re.DOTALL)
+    assert match is not None, f"docs/contract.md has no {name} table"
+    rows = match[1].strip().splitlines()[2:]  # skip the header and the rule line
+    return [[cell.strip().strip("`") for cell in row.strip("|").split(" | ")] for row in rows]
+
+
+def test_rules_table_matches_the_code() -> None:
+    documented = [(code, field, message) for code, field, message, _ in _table("rules")]
+    in_code = [(r.code, r.field or "—", r.message) for r in RULES]
+    assert documented == in_code
+
+
+def test_rules_table_says_how_each_rule_is_enforced() -> None:
+    enforced = [how for *_, how in _table("rules")]
+    assert enforced == ["checked" if r.check else "decode" for r in RULES]
+
+
+def test_field_owner_table_matches_the_code() -> None:
+    assert dict((field, rule) for field, rule in _table("owners")) == dict(FIELD_OWNERS)
+
+
+def test_role_table_matches_the_code() -> None:
+    documented = {role: (boot, stream, clamp) for role, boot, stream, clamp in _table("roles")}
+    in_code = {
+        role.value: (
+            "yes" if plan.needs_bootstrap else "no",
+            "always" if plan.always_streams else "unless output-flat",
+            "yes" if plan.is_prefill else "no",
+        )
+        for role, plan in ROLE_PLANS.items()
+    }
+    assert documented == in_code
