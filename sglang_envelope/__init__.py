@@ -35,6 +35,7 @@ from sglang_envelope._request import (
 # --- response side (issue 3) ---
 
 # --- cancellation (issue 4) ---
+from sglang_envelope._abort import AbortPlan, AbortPolicy, plan_abort
 
 __version__ = "0.1.0"
 
@@ -61,4 +62,7 @@ __all__ = [
     "to_worker_envelope",
     # response side
     # cancellation
+    "AbortPlan",
+    "AbortPolicy",
+    "plan_abort",
 ]

@@ -1,0 +1,184 @@
+"""The cancellation plan: how a worker stops one engine request, as data.
+
+Pure data, no I/O. `plan_abort` says what to send to SGLang's
+`POST /abort_request`, whether to wait for the first token first, when to repeat
+the abort and when to give up draining; the worker's transport carries it out.
+
+`ABORT_RULES` is the whole rule set, one row per (stream mode, role, first token
+seen). The SGLang facts behind it are in `docs/cancellation.md`:
+
+- the abort body is `{"rid": ...}` (`io_struct.AbortReq`, read as a JSON object);
+- the tokenizer manager ignores an abort for a rid it has not registered yet
+  (with one tokenizer worker), so an early abort can be lost: repeat it until
+  the rid is known to be registered, which the first streamed token proves;
+- the scheduler matches abort rids by prefix (`req.rid.startswith(rid)`), so an
+  empty rid would match every request on the server: refused here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import msgspec
+
+from sglang_envelope._engine import EngineRequest, Role
+from sglang_envelope._errors import EnvelopeError
+
+__all__ = [
+    "ABORT_RULES",
+    "DEFAULT_DEADLINE_S",
+    "DEFAULT_FIRST_TOKEN_WAIT_S",
+    "DEFAULT_RETRY_DELAYS_S",
+    "AbortPlan",
+    "AbortPolicy",
+    "AbortStep",
+    "plan_abort",
+]
+
+#: Pauses between repeats of the abort: a short doubling schedule (1.55 s in all).
+DEFAULT_RETRY_DELAYS_S: tuple[float, ...] = (0.05, 0.1, 0.2, 0.4, 0.8)
+#: How long a streaming decode request may wait for its first token before the abort.
+DEFAULT_FIRST_TOKEN_WAIT_S = 5.0
+#: How long after cancellation the worker keeps draining the generation response.
+DEFAULT_DEADLINE_S = 10.0
+
+
+def _check_seconds(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise EnvelopeError(f"{name}: expected a number of seconds, got {value!r}")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds) or seconds < 0:
+        raise EnvelopeError(f"{name}: expected a finite number of seconds >= 0, got {value!r}")
+
+
+class AbortPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """The timing a worker allows for cancelling one engine request.
+
+    - `retry_delays_s`: the pauses between repeats of the abort, in order
+      (the first abort goes without a pause);
+    - `first_token_wait_s`: how long a streaming decode request that has not
+      yet streamed a token may wait for one before it is aborted;
+    - `deadline_s`: how long after cancellation the worker keeps the generation
+      connection open to drain the engine's answer. Nothing in a plan goes past it.
+
+    Every value is a finite number of seconds >= 0; anything else raises
+    `EnvelopeError` naming the field.
+    """
+
+    retry_delays_s: tuple[float, ...] = DEFAULT_RETRY_DELAYS_S
+    first_token_wait_s: float = DEFAULT_FIRST_TOKEN_WAIT_S
+    deadline_s: float = DEFAULT_DEADLINE_S
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.retry_delays_s, tuple):
+            raise EnvelopeError(
+                f"retry_delays_s: expected a tuple of seconds, got {self.retry_delays_s!r}"
+            )
+        for index, delay in enumerate(self.retry_delays_s):
+            _check_seconds(f"retry_delays_s[{index}]", delay)
+        _check_seconds("first_token_wait_s", self.first_token_wait_s)
+        _check_seconds("deadline_s", self.deadline_s)
+
+
+class AbortPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """How to cancel one engine request; the transport carries it out.
+
+    1. If `wait_for_first_token`, wait until the stream yields its first token
+       or `first_token_wait_s` passes, whichever comes first.
+    2. `POST /abort_request` with `body`.
+    3. For each pause in `retry_delays_s`: sleep, then post `body` again, unless
+       the generation response has already ended.
+    4. Meanwhile keep the generation connection open and drain it; close it
+       when the engine's answer ends or `deadline_s` after step 1 began.
+
+    `first_token_wait_s + sum(retry_delays_s) <= deadline_s` always holds.
+    """
+
+    body: bytes
+    wait_for_first_token: bool
+    first_token_wait_s: float
+    retry_delays_s: tuple[float, ...]
+    deadline_s: float
+
+
+class AbortStep(NamedTuple):
+    """One row of `ABORT_RULES`."""
+
+    #: Wait for the first token before aborting (a decode worker's KV transfer must end).
+    wait_for_first_token: bool
+    #: Repeat the abort on the retry schedule: SGLang may not have registered the rid yet.
+    repeat: bool
+
+
+_AT_ONCE_REPEATED = AbortStep(wait_for_first_token=False, repeat=True)
+_AT_ONCE_SINGLE = AbortStep(wait_for_first_token=False, repeat=False)
+_AFTER_FIRST_TOKEN = AbortStep(wait_for_first_token=True, repeat=True)
+
+#: (stream, role, first_token_seen) -> step. A unary answer shows no first token,
+#: so unary rows repeat whatever the caller says; a streamed token proves the
+#: rid is registered, so one abort is enough after it.
+ABORT_RULES: Mapping[tuple[bool, Role, bool], AbortStep] = {
+    (False, Role.AGGREGATED, False): _AT_ONCE_REPEATED,
+    (False, Role.AGGREGATED, True): _AT_ONCE_REPEATED,
+    (False, Role.DECODE, False): _AT_ONCE_REPEATED,
+    (False, Role.DECODE, True): _AT_ONCE_REPEATED,
+    (False, Role.PREFILL, False): _AT_ONCE_REPEATED,
+    (False, Role.PREFILL, True): _AT_ONCE_REPEATED,
+    (True, Role.AGGREGATED, False): _AT_ONCE_REPEATED,
+    (True, Role.AGGREGATED, True): _AT_ONCE_SINGLE,
+    (True, Role.DECODE, False): _AFTER_FIRST_TOKEN,
+    (True, Role.DECODE, True): _AT_ONCE_SINGLE,
+    (True, Role.PREFILL, False): _AT_ONCE_REPEATED,
+    (True, Role.PREFILL, True): _AT_ONCE_SINGLE,
+}
+
+
+def _trim(delays: tuple[float, ...], *, wait: float, deadline: float) -> tuple[float, ...]:
+    """The longest prefix of `delays` with `wait + sum(prefix) <= deadline`."""
+    kept: list[float] = []
+    total = 0.0  # equals sum(kept) exactly: the same additions in the same order
+    for delay in map(float, delays):
+        if wait + (total + delay) > deadline:
+            break
+        total += delay
+        kept.append(delay)
+    return tuple(kept)
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def plan_abort(
+    engine_request: EngineRequest,
+    *,
+    first_token_seen: bool,
+    policy: AbortPolicy = AbortPolicy(),  # noqa: B008 -- frozen, so sharing is safe
+) -> AbortPlan:
+    """The plan for cancelling `engine_request` now.
+
+    `first_token_seen` says whether its stream has already yielded a token.
+    Raises `EnvelopeError` when the request's rid is missing or empty: SGLang
+    matches abort rids by prefix, so an empty rid would name every request.
+    """
+    rid = engine_request.body.rid
+    if not isinstance(rid, str) or not rid:
+        raise EnvelopeError(
+            f"rid: expected a non-empty request id to abort, got {rid!r} "
+            "(SGLang matches abort rids by prefix; an empty one matches every request)"
+        )
+    step = ABORT_RULES[(engine_request.stream, Role(engine_request.role), bool(first_token_seen))]
+    deadline = float(policy.deadline_s)
+    wait = min(float(policy.first_token_wait_s), deadline) if step.wait_for_first_token else 0.0
+    delays = _trim(policy.retry_delays_s, wait=wait, deadline=deadline) if step.repeat else ()
+    return AbortPlan(
+        body=_encoder.encode({"rid": rid}),
+        wait_for_first_token=step.wait_for_first_token,
+        first_token_wait_s=wait,
+        retry_delays_s=delays,
+        deadline_s=deadline,
+    )
