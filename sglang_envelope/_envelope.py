@@ -12,8 +12,13 @@ from typing import Annotated
 import msgspec
 
 from sglang_envelope._errors import EnvelopeError
-from sglang_envelope._request import ClientRequest, decode_client_request
-from sglang_envelope._rules import reject, translate_validation_error
+from sglang_envelope._request import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_INPUT_IDS,
+    ClientRequest,
+    decode_client_request,
+)
+from sglang_envelope._rules import DECODE_ERRORS, reject, translate_validation_error
 
 __all__ = ["WorkerEnvelope", "decode_envelope", "encode_envelope", "to_worker_envelope"]
 
@@ -62,15 +67,26 @@ def encode_envelope(envelope: WorkerEnvelope) -> bytes:
     return _encoder.encode(envelope)
 
 
-def decode_envelope(data: bytes | str) -> WorkerEnvelope:
+def decode_envelope(
+    data: bytes | str,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_input_ids: int = DEFAULT_MAX_INPUT_IDS,
+) -> WorkerEnvelope:
     """Decode an envelope from its wire form, checking the request against every rule.
 
-    Raises `RequestRejected`: code `invalid_envelope` when the envelope itself
-    is malformed, else the code of the rule the enclosed request breaks.
+    The bounds are `decode_client_request`'s. Raises `RequestRejected`: code
+    `invalid_envelope` when the envelope itself is malformed, else the code of
+    the rule the enclosed request breaks.
     """
+    if len(data) > max_body_bytes:
+        raise reject("body_too_large", size=len(data), limit=max_body_bytes)
     try:
         wire = _wire_decoder.decode(data)
-    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+    except DECODE_ERRORS as error:
         inner = translate_validation_error(error)
         raise reject("invalid_envelope", detail=inner.message) from None
-    return WorkerEnvelope(rid=wire.rid, request=decode_client_request(wire.request))
+    request = decode_client_request(
+        wire.request, max_body_bytes=max_body_bytes, max_input_ids=max_input_ids
+    )
+    return WorkerEnvelope(rid=wire.rid, request=request)

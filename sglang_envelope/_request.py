@@ -10,13 +10,13 @@ it does not. Decoding is one typed msgspec pass; a failure is translated into
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-from sglang_envelope._errors import RequestRejected
-from sglang_envelope._rules import check_request, translate_validation_error
+from sglang_envelope._rules import DECODE_ERRORS, check_request, reject, translate_validation_error
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -136,8 +136,22 @@ def _check_sampling_params(request: ClientRequest) -> None:
         return
     try:
         msgspec.convert(request.sampling_params, SamplingParams)
-    except msgspec.ValidationError as error:
+    except DECODE_ERRORS as error:
         raise translate_validation_error(error, prefix="sampling_params") from None
+
+
+def _as_json(body: object) -> bytes | str | memoryview | bytearray | msgspec.Raw:
+    """The body as JSON text; a mapping is encoded first, refusing what JSON cannot carry."""
+    if isinstance(body, (bytes, bytearray, memoryview, msgspec.Raw)):
+        return body
+    try:
+        if isinstance(body, str):
+            return body.encode("utf-8")
+        if isinstance(body, Mapping):
+            return json.dumps(body, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as error:  # UnicodeError is a ValueError
+        raise reject("not_json", detail=str(error)) from None
+    raise reject("not_object", got=type(body).__name__)
 
 
 def decode_client_request(
@@ -148,33 +162,18 @@ def decode_client_request(
 ) -> ClientRequest:
     """Decode and check a client's `/generate` body (JSON bytes or text, or a parsed mapping).
 
+    A mapping is held to what JSON can carry (string keys, finite numbers).
     Raises `RequestRejected` naming the broken rule (`docs/contract.md`).
     """
+    data = _as_json(body)
+    if len(data) > max_body_bytes:
+        raise reject("body_too_large", size=len(data), limit=max_body_bytes)
     try:
-        if isinstance(body, (bytes, bytearray, memoryview, str, msgspec.Raw)):
-            if len(body) > max_body_bytes:
-                raise RequestRejected(
-                    "body_too_large",
-                    None,
-                    f"request body is {len(body)} bytes; the limit is {max_body_bytes}",
-                )
-            request = _decoder.decode(body)
-        elif isinstance(body, Mapping):
-            request = msgspec.convert(dict(body), ClientRequest)
-        else:
-            raise RequestRejected(
-                "not_object",
-                None,
-                f"request body must be a JSON object, got {type(body).__name__}",
-            )
-    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+        request = _decoder.decode(data)
+    except DECODE_ERRORS as error:
         raise translate_validation_error(error) from None
     if len(request.input_ids) > max_input_ids:
-        raise RequestRejected(
-            "too_many_input_ids",
-            "input_ids",
-            f"input_ids has {len(request.input_ids)} tokens; the limit is {max_input_ids}",
-        )
+        raise reject("too_many_input_ids", size=len(request.input_ids), limit=max_input_ids)
     _check_sampling_params(request)
     check_request(request)
     return request

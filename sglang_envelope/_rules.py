@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from sglang_envelope._request import ClientRequest
 
 __all__ = [
+    "DECODE_ERRORS",
     "FIELD_OWNERS",
     "GENERATE_REQ_INPUT_FIELDS",
     "RULES",
@@ -228,7 +229,7 @@ def check_request(request: ClientRequest) -> None:
 
 
 # msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level.
-_AT = re.compile(r"^(?P<what>.*?)(?: - at `(?P<path>[^`]*)`)?$", re.DOTALL)
+_AT = re.compile(r"^(?P<what>.*?)(?: - at (?P<key>`key` in )?`(?P<path>[^`]*)`)?$", re.DOTALL)
 _EXPECTED = re.compile(r"^Expected `(?P<expected>[^`]*)`, got `(?P<got>[^`]*)`$")
 _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<key>.*)`$", re.DOTALL)
 _MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
@@ -250,10 +251,14 @@ def _unknown_sampling_key(key: str) -> RequestRejected:
     return reject("unknown_sampling_param", key=key, expected=f"expected one of {listed}")
 
 
-def translate_validation_error(
-    error: msgspec.ValidationError | msgspec.DecodeError, *, prefix: str = ""
-) -> RequestRejected:
+#: What msgspec raises on a body it cannot decode (RecursionError: nested too deeply).
+DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
+
+
+def translate_validation_error(error: Exception, *, prefix: str = "") -> RequestRejected:
     """Turn msgspec's verdict on a body (or on `prefix`, a part of it) into the rule it breaks."""
+    if isinstance(error, RecursionError):
+        return reject("not_json", detail="JSON is nested too deeply")
     if not isinstance(error, msgspec.ValidationError):
         return reject("not_json", detail=str(error))
     match = _AT.match(str(error))
@@ -261,6 +266,8 @@ def translate_validation_error(
     what = match["what"]
     raw_path = (match["path"] or "$").removeprefix("$").removeprefix(".")
     path = ".".join(part for part in (prefix, raw_path) if part)
+    if match["key"]:
+        return reject("invalid_value", path=path or "body", detail=f"keys must be strings; {what}")
     if unknown := _UNKNOWN.match(what):
         key = unknown["key"]
         if prefix == "sampling_params" and not raw_path:

@@ -10,7 +10,15 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from sglang_envelope import Bootstrap, Role
+from sglang_envelope import (
+    AbortPolicy,
+    Bootstrap,
+    EngineRequest,
+    Role,
+    build_engine_request,
+    decode_client_request,
+    to_worker_envelope,
+)
 
 # --- request side ---
 
@@ -186,6 +194,80 @@ def rejected_requests(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
     return body, code
 
 
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+"""Any JSON value, integers beyond 64 bits included."""
+
+HOSTILE_BODIES: tuple[bytes, ...] = (
+    b"",
+    b"\xef\xbb\xbf{}",
+    b"\xff\xfe\x00",
+    b"[" * 100_000,
+    b"{" * 100_000,
+    b'{"input_ids": [' + b"[" * 100_000,
+    b'{"input_ids": [1], "priority": 1' + b"0" * 40 + b"}",
+    b'{"input_ids": [1], "sampling_params": {"temperature": NaN}}',
+    b'{"input_ids": [1], "sampling_params": {"temperature": Infinity}}',
+    b'{"input_ids": [1], "sampling_params": {"temperature": 1e999}}',
+    b'{"input_ids": [1], "stream": true, "stream": false}',
+    b'{"input_ids": [1], "rid": "\\ud800"}',
+    b'{"input_ids": "' + b"7" * 10_000 + b'"}',
+    b'{"input_ids": [1], "sampling_params": {"n": 1' + b"0" * 30 + b"}}",
+    b'{"input_ids": [1, 2',
+)
+"""Bodies no entry point may crash on."""
+
 # --- SSE and aggregation ---
 
 # --- flat top logprobs ---
+
+
+# --- cancellation ---
+
+#: A number of seconds an `AbortPolicy` accepts (zero included, ints too).
+abort_seconds = st.floats(0, 60, allow_nan=False, allow_infinity=False) | st.integers(0, 60)
+
+
+def abort_policies() -> st.SearchStrategy[AbortPolicy]:
+    """Any valid `AbortPolicy`, short deadlines (which trim the schedule) included."""
+    return st.builds(
+        AbortPolicy,
+        retry_delays_s=st.lists(abort_seconds, max_size=8).map(tuple),
+        first_token_wait_s=abort_seconds,
+        deadline_s=abort_seconds,
+    )
+
+
+@st.composite
+def engine_requests_to_abort(
+    draw: st.DrawFn, *, role: Role | None = None, stream: bool | None = None
+) -> EngineRequest:
+    """An engine request built by the library for `role` (any when None).
+
+    `stream` pins the engine's stream mode: False needs an output-flat request
+    and a unary role (aggregated or decode), since only that is sent unary.
+    """
+    if role is None:
+        unary_roles = [Role.AGGREGATED, Role.DECODE]
+        role = draw(st.sampled_from(unary_roles if stream is False else list(Role)))
+    output_flat = draw(st.booleans()) if stream is None else not stream
+    body = {
+        "input_ids": draw(token_ids),
+        "return_logprob": True,
+        "top_logprobs_num": 1,
+        "return_flat_raw_output_top_logprobs": output_flat,
+    }
+    envelope = to_worker_envelope(decode_client_request(body), rid=draw(request_ids))
+    bootstrap = None if role is Role.AGGREGATED else draw(bootstraps)
+    return build_engine_request(
+        envelope, input_ids=envelope.request.input_ids, role=role, bootstrap=bootstrap
+    )
