@@ -136,8 +136,8 @@ STRICTER_BY_DESIGN: dict[str, str] = {
         "with a list."
     ),
     "token_id_out_of_range": (
-        "Not a token id: SGLang refuses ids outside [0, vocab_size) too, later, in the "
-        "tokenizer manager; the library refuses them before dispatch."
+        "Not a token id (negative, or 2^32 and up): SGLang's request checks pass it on to "
+        "the model unchecked; the library refuses it before dispatch."
     ),
     "wrong_type": (
         "Typed where SGLang checks nothing: fields the gate does not know (the flat flags, "
@@ -258,6 +258,25 @@ KNOWN_RULE_ORDER: tuple[RuleOrder, ...] = (
         sglang="session_id_with_session_params",
     ),
 )
+
+#: Later refusals: bodies both of SGLang's request checks accept (and so does the library)
+#: that the tokenizer manager refuses afterwards, when it builds SamplingParams and calls
+#: verify(). Outside the conformance contract; by the start of SGLang's message.
+LATER_SAMPLING_REFUSALS: dict[str, str] = {
+    "Unexpected keyword argument 'choice'": (
+        "REPORTED: SGLang's gate knows sampling_params.choice, but 0.5.23's runtime "
+        "SamplingParams does not; any body with the key, even null, fails with TypeError. "
+        "The library follows the gate."
+    ),
+    "temperature must be": "Range checks of SamplingParams.verify() are left to SGLang.",
+    "top_p must be": "Range checks of SamplingParams.verify() are left to SGLang.",
+    "top_k must be": "Range checks of SamplingParams.verify() are left to SGLang.",
+    "max_new_tokens must be at least 0": "Range checks are left to SGLang.",
+    "beam_width must be at least 1": "Range checks are left to SGLang.",
+    "min_new_tokens must be in [0, max_new_tokens], got -": (
+        "REPORTED: min_new_tokens_over_max checks only the upper bound of [0, max_new_tokens]."
+    ),
+}
 
 _GAPS = {_key(known.body) for known in KNOWN_GAPS}
 _LOOSER = {_key(known.body) for known in KNOWN_ACCEPTED_BUT_REFUSED}
@@ -490,3 +509,17 @@ def test_known_tables_name_fixture_cases() -> None:
     bodies += [entry.body for entry in KNOWN_RULE_ORDER]
     for body in bodies:
         assert _key(body) in CASES_BY_BODY, f"not in the fixture: {body}"
+
+
+def test_later_sampling_refusals_are_known() -> None:
+    used = set()
+    for case in CASES:
+        sampling = case["sglang"]["sampling"]
+        if not _live_verdict(case["id"])["accepted"] or sampling is None or sampling["ok"]:
+            continue
+        starts = [
+            start for start in LATER_SAMPLING_REFUSALS if sampling["message"].startswith(start)
+        ]
+        assert starts, f"{case['id']}: SamplingParams refuses {case['body']}: {sampling}"
+        used.update(starts)
+    assert used == set(LATER_SAMPLING_REFUSALS)
