@@ -129,8 +129,31 @@ def _sampling(request: ClientRequest, key: str, default: Any = None) -> Any:
 
 
 def _n_not_one(r: ClientRequest) -> dict[str, object] | None:
-    n = _sampling(r, "n")
-    return None if n is None or n == 1 else {"n": n}
+    # An explicit null is refused too: SGLang's gate reads it as 1, but
+    # normalize_batch_and_arguments() then fails on it with a TypeError.
+    n = _sampling(r, "n", 1)
+    return None if n == 1 else {"n": n}
+
+
+#: Keys SGLang's contract gate accepts in `sampling_params` that its engine's
+#: SamplingParams cannot take (it fails with a TypeError after dispatch).
+UNSUPPORTED_SAMPLING_KEYS = ("choice",)
+
+
+def _unsupported_sampling_key(r: ClientRequest) -> dict[str, object] | None:
+    params = r.sampling_params or {}
+    found = [key for key in UNSUPPORTED_SAMPLING_KEYS if key in params]
+    return {"key": found[0]} if found else None
+
+
+def _max_negative(r: ClientRequest) -> dict[str, object] | None:
+    high = _sampling(r, "max_new_tokens")
+    return {"max_new_tokens": high} if high is not None and high < 0 else None
+
+
+def _min_negative(r: ClientRequest) -> dict[str, object] | None:
+    low = _sampling(r, "min_new_tokens")
+    return {"min_new_tokens": low} if low is not None and low < 0 else None
 
 
 def _min_over_max(r: ClientRequest) -> dict[str, object] | None:
@@ -182,8 +205,12 @@ RULES: tuple[Rule, ...] = (
     Rule("wrong_type", "{path}", "{path}: expected {expected}, got {got}"),
     Rule("invalid_value", "{path}", "{path}: {detail}"),
     Rule("invalid_envelope", None, "worker envelope is malformed: {detail}"),
-    Rule("empty_input_ids", "input_ids", "input_ids cannot be empty.",
-         _when(lambda r: not r.input_ids)),
+    # SGLang's own checks, in the order normalize_batch_and_arguments() makes them.
+    Rule("flat_with_multi_item", "return_flat_raw_top_logprobs",
+         "return_flat_raw_top_logprobs does not support multi-item scoring: "
+         "delimiter-sparse top logprob rows have no contiguous position mapping.",
+         _when(lambda r: r.return_flat_raw_top_logprobs
+               and r.multi_item_delimiter_indices is not None)),
     Rule("output_flat_with_stream", "return_flat_raw_output_top_logprobs",
          "return_flat_raw_output_top_logprobs is only set on the finished response "
          "and does not support stream=True.",
@@ -193,17 +220,25 @@ RULES: tuple[Rule, ...] = (
          "or return_flat_raw_output_top_logprobs.",
          _when(lambda r: r.return_flat_raw_top_logprobs_b64
                and not (r.return_flat_raw_top_logprobs or r.return_flat_raw_output_top_logprobs))),
-    Rule("flat_with_multi_item", "return_flat_raw_top_logprobs",
-         "return_flat_raw_top_logprobs does not support multi-item scoring: "
-         "delimiter-sparse top logprob rows have no contiguous position mapping.",
-         _when(lambda r: r.return_flat_raw_top_logprobs
-               and r.multi_item_delimiter_indices is not None)),
+    Rule("empty_input_ids", "input_ids", "input_ids cannot be empty.",
+         _when(lambda r: not r.input_ids)),
     Rule("session_id_with_session_params", "session_id",
          "session_id and session_params cannot both be set.",
          _when(lambda r: r.session_id is not None and r.session_params is not None)),
+    # Sampling: one sequence a request, and SGLang's SamplingParams.verify() words.
     Rule("parallel_sampling", "sampling_params.n",
          "sampling_params.n must be 1: this endpoint returns one sequence per request, got {n}",
          _n_not_one),
+    Rule("unsupported_sampling_param", "sampling_params.{key}",
+         "sampling_params.{key} passes SGLang 0.5.23's contract gate "
+         "but its engine has no such sampling parameter",
+         _unsupported_sampling_key),
+    Rule("max_new_tokens_negative", "sampling_params.max_new_tokens",
+         "max_new_tokens must be at least 0, got {max_new_tokens}.",
+         _max_negative),
+    Rule("min_new_tokens_negative", "sampling_params.min_new_tokens",
+         "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}.",
+         _min_negative),
     Rule("min_new_tokens_over_max", "sampling_params.min_new_tokens",
          "min_new_tokens must be in [0, max_new_tokens({max_new_tokens})], got {min_new_tokens}.",
          _min_over_max),

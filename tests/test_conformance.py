@@ -155,8 +155,21 @@ STRICTER_BY_DESIGN: dict[str, str] = {
     ),
     "min_new_tokens_over_max": (
         "SGLang refuses it too, in SamplingParams.verify() after tokenization, with the same "
-        "text (test_min_new_tokens_over_max_is_sglang_verify_text); the library refuses it "
+        "text (test_sampling_verify_rules_use_sglang_verify_text); the library refuses it "
         "before dispatch."
+    ),
+    "min_new_tokens_negative": (
+        "SGLang refuses it too, in SamplingParams.verify() after dispatch, with the same text; "
+        "the library refuses it before dispatch."
+    ),
+    "max_new_tokens_negative": (
+        "SGLang refuses it too, in SamplingParams.verify() after dispatch, with the same text; "
+        "the library refuses it before dispatch."
+    ),
+    "unsupported_sampling_param": (
+        "sampling_params.choice passes SGLang's gate and normalization, but 0.5.23's runtime "
+        "SamplingParams has no such argument and the tokenizer manager fails with a TypeError "
+        "after dispatch; the library refuses it before dispatch."
     ),
 }
 
@@ -169,10 +182,11 @@ class Known(NamedTuple):
 
 
 _SESSION_GAP = (
-    "REPORTED: SGLang accepts empty input_ids when session_params names a session (the "
-    "session's history supplies the prompt); the library's empty_input_ids rule refuses it."
+    "DELIBERATE (request rule 2: input_ids is a non-empty list): SGLang accepts empty "
+    "input_ids when session_params names a session (the session's history supplies the "
+    "prompt); the library's empty_input_ids rule refuses it."
 )
-#: Not deliberate: bodies SGLang accepts that the library refuses.
+#: Bodies SGLang accepts that the library refuses with a rule SGLang also has, on purpose.
 KNOWN_GAPS: tuple[Known, ...] = (
     Known({"input_ids": [], "session_params": {"id": "s1"}}, _SESSION_GAP),
     Known(
@@ -181,28 +195,10 @@ KNOWN_GAPS: tuple[Known, ...] = (
     ),
 )
 
-_N_NULL_BUG = (
-    "REPORTED BUG: the gate reads sampling_params.n = null as 1 and the library accepts it "
-    "and forwards it unchanged, but normalize_batch_and_arguments() raises TypeError "
-    "(`'>' not supported between instances of 'NoneType' and 'int'`). Prefill is unaffected "
-    "(it sets n = 1)."
-)
-#: Not deliberate: bodies the library accepts that SGLang refuses. There is no deliberate
-#: difference in this direction; these are reported bugs.
-KNOWN_ACCEPTED_BUT_REFUSED: tuple[Known, ...] = (
-    Known(
-        {"input_ids": [151643, 872, 13, 2], "stream": True, "sampling_params": {"n": None}},
-        _N_NULL_BUG,
-    ),
-    Known(
-        {
-            "input_ids": [151643, 872, 13, 2],
-            "stream": True,
-            "sampling_params": {"n": None, "max_new_tokens": 4},
-        },
-        _N_NULL_BUG,
-    ),
-)
+#: Bodies the library accepts that SGLang refuses. None: an explicit
+#: `sampling_params.n = null`, which SGLang's gate reads as 1 but normalization fails on
+#: with a TypeError, is refused by parallel_sampling.
+KNOWN_ACCEPTED_BUT_REFUSED: tuple[Known, ...] = ()
 #: The engine requests of those bodies that SGLang refuses, by role.
 KNOWN_ENGINE_REFUSALS: dict[str, frozenset[str]] = {
     _key(known.body): frozenset({"aggregated", "decode"}) for known in KNOWN_ACCEPTED_BUT_REFUSED
@@ -217,41 +213,10 @@ class RuleOrder(NamedTuple):
     sglang: str
 
 
-#: REPORTED: SGLang applies its rules in the order flat_with_multi_item,
-#: output_flat_with_stream, b64_without_flat, empty_input_ids (skipped when
-#: session_params names a session), session_id_with_session_params; the library
-#: checks empty_input_ids first and flat_with_multi_item after the other flat rules.
+#: The library checks SGLang's rules in SGLang's order, but refuses empty input_ids even
+#: when session_params names a session (where SGLang skips that check): there SGLang
+#: names the next rule.
 KNOWN_RULE_ORDER: tuple[RuleOrder, ...] = (
-    RuleOrder(
-        {
-            "input_ids": [1, 2, 3],
-            "stream": True,
-            "return_flat_raw_top_logprobs": True,
-            "return_flat_raw_output_top_logprobs": True,
-            "multi_item_delimiter_indices": [1],
-        },
-        ours="output_flat_with_stream",
-        sglang="flat_with_multi_item",
-    ),
-    RuleOrder(
-        {"input_ids": [], "stream": True, "return_flat_raw_output_top_logprobs": True},
-        ours="empty_input_ids",
-        sglang="output_flat_with_stream",
-    ),
-    RuleOrder(
-        {"input_ids": [], "return_flat_raw_top_logprobs_b64": True},
-        ours="empty_input_ids",
-        sglang="b64_without_flat",
-    ),
-    RuleOrder(
-        {
-            "input_ids": [],
-            "return_flat_raw_top_logprobs": True,
-            "multi_item_delimiter_indices": [0],
-        },
-        ours="empty_input_ids",
-        sglang="flat_with_multi_item",
-    ),
     RuleOrder(
         {"input_ids": [], "session_id": "s", "session_params": {"id": "s"}},
         ours="empty_input_ids",
@@ -263,19 +228,10 @@ KNOWN_RULE_ORDER: tuple[RuleOrder, ...] = (
 #: that the tokenizer manager refuses afterwards, when it builds SamplingParams and calls
 #: verify(). Outside the conformance contract; by the start of SGLang's message.
 LATER_SAMPLING_REFUSALS: dict[str, str] = {
-    "Unexpected keyword argument 'choice'": (
-        "REPORTED: SGLang's gate knows sampling_params.choice, but 0.5.23's runtime "
-        "SamplingParams does not; any body with the key, even null, fails with TypeError. "
-        "The library follows the gate."
-    ),
     "temperature must be": "Range checks of SamplingParams.verify() are left to SGLang.",
     "top_p must be": "Range checks of SamplingParams.verify() are left to SGLang.",
     "top_k must be": "Range checks of SamplingParams.verify() are left to SGLang.",
-    "max_new_tokens must be at least 0": "Range checks are left to SGLang.",
     "beam_width must be at least 1": "Range checks are left to SGLang.",
-    "min_new_tokens must be in [0, max_new_tokens], got -": (
-        "REPORTED: min_new_tokens_over_max checks only the upper bound of [0, max_new_tokens]."
-    ),
 }
 
 _GAPS = {_key(known.body) for known in KNOWN_GAPS}
@@ -458,16 +414,19 @@ def test_known_rule_order_differences_hold() -> None:
         assert ours["message"] != normalize["message"], f"fixed? drop it from the table: {entry}"
 
 
-def test_min_new_tokens_over_max_is_sglang_verify_text() -> None:
+@pytest.mark.parametrize(
+    "code", ["min_new_tokens_over_max", "min_new_tokens_negative", "max_new_tokens_negative"]
+)
+def test_sampling_verify_rules_use_sglang_verify_text(code: str) -> None:
     seen = 0
     for case in CASES:
         ours = _live_verdict(case["id"])
-        if ours["accepted"] or ours["code"] != "min_new_tokens_over_max":
+        if ours["accepted"] or ours["code"] != code:
             continue
         seen += 1
         sampling = case["sglang"]["sampling"]
         assert sampling == {"ok": False, "error": "ValueError", "message": ours["message"]}
-    assert seen >= 3
+    assert seen >= 1
 
 
 # --- (c) what the library accepts, SGLang accepts; what it refuses on purpose --------------
