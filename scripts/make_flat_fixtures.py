@@ -142,10 +142,17 @@ def cases() -> Iterator[Case]:
                 for nulls in (1, 3):
                     val = _prefix(rng, nulls)
                     yield _case(
-                        f"{tag}/all-null/num{num}", side, val, _ids_like(rng, val, INT32_IDS), num, b64
+                        f"{tag}/all-null/num{num}",
+                        side,
+                        val,
+                        _ids_like(rng, val, INT32_IDS),
+                        num,
+                        b64,
                     )
             val = [[], [], [-0.5, -1.5]]
-            yield _case(f"{tag}/empty-rows-prefix", side, val, _ids_like(rng, val, INT32_IDS), 2, b64)
+            yield _case(
+                f"{tag}/empty-rows-prefix", side, val, _ids_like(rng, val, INT32_IDS), 2, b64
+            )
             val = _rows(rng, [], 24, 20)
             yield _case(f"{tag}/large/k20", side, val, _ids_like(rng, val, INT32_IDS), 20, b64)
             yield from _error_cases(rng, tag, side, b64)

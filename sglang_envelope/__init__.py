@@ -33,6 +33,21 @@ from sglang_envelope._request import (
 )
 
 # --- response side (issue 3) ---
+from sglang_envelope._aggregate import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_EVENT_BYTES,
+    StreamAggregator,
+    aggregate_frames,
+    aggregate_sse,
+    parse_unary,
+)
+from sglang_envelope._flat import (
+    FlatTopLogprobs,
+    decode_flat_top_logprobs,
+    encode_flat_top_logprobs,
+)
+from sglang_envelope._merge import merge_prefill_logprobs
+from sglang_envelope._sse import SSE_DONE, SseDecoder, encode_sse
 
 # --- cancellation (issue 4) ---
 from sglang_envelope._abort import AbortPlan, AbortPolicy, plan_abort
@@ -61,6 +76,19 @@ __all__ = [
     "encode_envelope",
     "to_worker_envelope",
     # response side
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_EVENT_BYTES",
+    "SSE_DONE",
+    "SseDecoder",
+    "StreamAggregator",
+    "aggregate_frames",
+    "aggregate_sse",
+    "encode_sse",
+    "merge_prefill_logprobs",
+    "parse_unary",
+    "FlatTopLogprobs",
+    "decode_flat_top_logprobs",
+    "encode_flat_top_logprobs",
     # cancellation
     "AbortPlan",
     "AbortPolicy",

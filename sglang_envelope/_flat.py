@@ -65,10 +65,12 @@ _REPR.maxstring = _REPR.maxother = 40
 
 def _show(value: object) -> str:
     """A short rendering of a possibly hostile value for an error message."""
+    if type(value) is int and value.bit_length() > 64:
+        return f"an int of {value.bit_length()} bits"  # str() refuses over 4300 digits
     try:
         return _REPR.repr(value)
-    except Exception:  # a huge int or a failing __repr__
-        return f"a {type(value).__name__}"
+    except Exception:  # a failing __repr__
+        return f"a {type(value).__name__} object"
 
 
 def _keys(side: object) -> dict[str, str]:
@@ -146,8 +148,8 @@ def decode_flat_top_logprobs(
         raise LimitExceeded(
             "max_positions",
             MAX_POSITIONS,
-            f"{keys['null_prefix']} + rows = {null_prefix + rows} positions; "
-            f"the limit is {MAX_POSITIONS}",
+            f"{keys['null_prefix']} ({_show(null_prefix)}) plus rows ({_show(rows)}) "
+            f"exceed {MAX_POSITIONS} positions",
         )
     count = rows * k
     if not b64:
@@ -183,7 +185,7 @@ def _from_json(key: str, items: object, count: int, types: frozenset[type]) -> t
     if not isinstance(items, (list, tuple)):
         raise ResponseError(f"{key} must be a list, got {type(items).__name__}")
     if len(items) != count:
-        raise ResponseError(f"{key} must hold rows * k = {count} numbers, got {len(items)}")
+        raise ResponseError(f"{key} must hold rows * k = {_show(count)} numbers, got {len(items)}")
     if not types.issuperset(map(type, items)):
         index, bad = next((i, v) for i, v in enumerate(items) if type(v) not in types)
         expected = " or ".join(sorted(t.__name__ for t in types))
@@ -216,8 +218,8 @@ def _from_b64(key: str, text: object, count: int, typecode: str) -> bytes:
     size = 4 * count
     if len(text) != (size + 2) // 3 * 4:
         raise ResponseError(
-            f"{key} must be {(size + 2) // 3 * 4} Base64 characters for rows * k = {count} "
-            f"4-byte items, got {len(text)}"
+            f"{key} must be {_show((size + 2) // 3 * 4)} Base64 characters for rows * k = "
+            f"{_show(count)} 4-byte items, got {len(text)}"
         )
     try:
         raw = _b64decode(text)

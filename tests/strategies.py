@@ -229,6 +229,142 @@ HOSTILE_BODIES: tuple[bytes, ...] = (
 # --- SSE and aggregation ---
 
 # --- flat top logprobs ---
+# This section's own imports, kept here so the file's header stays shared.
+import base64  # noqa: E402
+import struct  # noqa: E402
+
+flat_sides = st.sampled_from(["input", "output"])
+"""A side of the flat top-logprob fields."""
+
+flat_token_ids = st.integers(-(2**31), 2**31 - 1)
+"""Token ids that fit SGLang's int32 Base64 form."""
+
+float32_logprobs = st.floats(width=32, allow_nan=False)
+"""Logprobs exactly representable as float32, infinities included (NaN has no exact round trip)."""
+
+json_logprobs = st.floats(allow_nan=False) | st.integers(-(2**60), 2**60)
+"""Logprobs that survive SGLang's JSON-list form exactly (any float but NaN, or an int)."""
+
+
+@st.composite
+def flat_nested_rows(
+    draw: st.DrawFn, *, b64: bool = False
+) -> tuple[list[list[list[Any]] | None], int]:
+    """Nested top-logprob rows SGLang can flatten, and a `top_logprobs_num`.
+
+    A null prefix of None or empty rows, then rows of k `[logprob, token_id,
+    text]` entries. With `b64`, logprobs are float32-exact, so they round-trip.
+    """
+    k = draw(st.integers(1, 6))
+    prefix: list[list[list[Any]] | None] = draw(st.lists(st.sampled_from([None, []]), max_size=4))
+    entry = st.tuples(
+        float32_logprobs if b64 else json_logprobs,
+        flat_token_ids,
+        st.none() | st.text(max_size=3),
+    ).map(list)
+    body = draw(st.lists(st.lists(entry, min_size=k, max_size=k), max_size=6))
+    return prefix + body, draw(st.integers(0, 8))
+
+
+@st.composite
+def flat_fields(draw: st.DrawFn) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """Valid flat fields in a `meta_info`, built without the library.
+
+    Returns `(meta_info, side, parts)` where parts holds `b64`, `null_prefix`,
+    `rows`, `k`, `values` (float32-exact) and `token_ids`.
+    """
+    side = draw(flat_sides)
+    b64 = draw(st.booleans())
+    rows, k = draw(st.integers(0, 6)), draw(st.integers(0, 5))
+    null_prefix = draw(st.integers(0, 5))
+    values = draw(st.lists(float32_logprobs, min_size=rows * k, max_size=rows * k))
+    token_ids = draw(st.lists(flat_token_ids, min_size=rows * k, max_size=rows * k))
+    key = f"{side}_top_logprobs_"
+    meta_info: dict[str, Any] = {"id": "req-1", "finish_reason": None}
+    if b64:
+        n = rows * k
+        val_bytes, idx_bytes = struct.pack(f"<{n}f", *values), struct.pack(f"<{n}i", *token_ids)
+        meta_info[key + "val_flat_b64"] = base64.b64encode(val_bytes).decode()
+        meta_info[key + "idx_flat_b64"] = base64.b64encode(idx_bytes).decode()
+        meta_info[key + "val_flat_b64_dtype"] = "float32"
+        meta_info[key + "idx_flat_b64_dtype"] = "int32"
+    else:
+        meta_info[key + "val_flat"] = values
+        meta_info[key + "idx_flat"] = token_ids
+    meta_info[key + "shape"] = [rows, k]
+    meta_info[key + "null_prefix"] = null_prefix
+    parts = {"b64": b64, "null_prefix": null_prefix, "rows": rows, "k": k}
+    return meta_info, side, {**parts, "values": values, "token_ids": token_ids}
+
+
+flat_junk = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.sampled_from([2**63, 2**64, -1, 10**400, float("nan"), float("inf"), "", "AAAA"])
+    | st.floats()
+    | st.text(max_size=8)
+    | st.lists(st.none() | st.booleans() | st.integers() | st.floats(), max_size=4)
+    | st.dictionaries(st.text(max_size=4), st.integers(), max_size=2)
+)
+"""Values of the wrong type or range for any flat field."""
+
+
+def _b64_mutations(text: str) -> st.SearchStrategy[str]:
+    """Base64 text made invalid or the wrong length."""
+    return st.sampled_from(
+        [
+            text[:-1],
+            text + "A",
+            text + "AAAA",
+            text[:-4],
+            "!" + text[1:],
+            "é" + text[1:],
+            "=" + text[1:],
+            text.replace("=", "A"),
+            text[: len(text) // 2] + "=" + text[len(text) // 2 + 1 :],
+            " " + text[1:],
+        ]
+    )
+
+
+@st.composite
+def hostile_flat_meta_infos(draw: st.DrawFn) -> tuple[Any, str]:
+    """Something in place of a `meta_info`, mostly valid flat fields with damage done.
+
+    Returns `(meta_info, side)`.
+    """
+    meta_info, side, _ = draw(flat_fields())
+    if draw(st.integers(0, 9)) == 0:
+        return draw(flat_junk), side
+    keys = sorted(key for key in meta_info if key.startswith(side))
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from(keys))
+        value = meta_info.get(key)
+        damage = draw(st.integers(0, 5))
+        if damage == 0:
+            meta_info.pop(key, None)
+        elif damage == 1:
+            meta_info[key] = draw(flat_junk)
+        elif damage == 2 and isinstance(value, str) and value:
+            meta_info[key] = draw(_b64_mutations(value))
+        elif damage == 3 and isinstance(value, list) and value:
+            index = draw(st.integers(0, len(value) - 1))
+            meta_info[key] = [*value[:index], draw(flat_junk), *value[index + 1 :]]
+        elif damage == 4:
+            big = st.integers(0, 3) | st.sampled_from([2**24, 2**31, 2**62, 10**5000])
+            meta_info[side + "_top_logprobs_shape"] = [draw(big), draw(big)]
+            meta_info[side + "_top_logprobs_null_prefix"] = draw(big | st.integers(-3, -1))
+        else:  # both forms at once, or a stray dtype marker
+            stray = draw(st.sampled_from(["val_flat", "idx_flat_b64", "val_flat_b64_dtype"]))
+            meta_info[f"{side}_top_logprobs_{stray}"] = draw(flat_junk)
+    return meta_info, side
+
+
+hostile_flat_nested = st.lists(
+    flat_junk | st.lists(flat_junk | st.lists(flat_junk, max_size=4), max_size=4), max_size=5
+)
+"""Rows of anything, for the encoder: junk rows, junk entries, junk logprobs and ids."""
 
 
 # --- cancellation ---

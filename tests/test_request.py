@@ -177,7 +177,7 @@ def test_malformed_envelope_is_rejected(wire: bytes, detail: str) -> None:
         ({"input_ids": [1], "sampling_params": {"max_new_tokens": -1}}, "max_new_tokens_negative",
          "sampling_params.max_new_tokens", "max_new_tokens must be at least 0, got -1."),
         ({"input_ids": [1], "sampling_params": {"min_new_tokens": -2}}, "min_new_tokens_negative",
-         "sampling_params.min_new_tokens", "min_new_tokens must be in [0, max_new_tokens], got -2."),
+         "sampling_params.min_new_tokens", "must be in [0, max_new_tokens], got -2."),
         ({"input_ids": [], "return_flat_raw_top_logprobs_b64": True}, "b64_without_flat", B64,
          "requires return_flat_raw_top_logprobs"),
         ({"input_ids": [1], "sampling_params": {"min_new_tokens": 129}},
