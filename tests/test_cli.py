@@ -1,0 +1,246 @@
+"""The `sglang-envelope` command line, run as a subprocess on files and stdin.
+
+Subprocesses cost ~100 ms each, so each one checks several facts; `--help`
+and the error mapping are checked in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sglang_envelope._cli import main
+from sglang_envelope._demo import DEMO_SSE_TRANSCRIPT, SEED_REQUEST, demo_unary_body
+
+BOOTSTRAP = ["--bootstrap-host", "10.0.0.7", "--bootstrap-port", "8998", "--bootstrap-room", "42"]
+STREAMING_SEED = SEED_REQUEST.replace(b'"stream": false', b'"stream": true')
+
+
+def run(*args: str, stdin: bytes = b"") -> tuple[int, Any, str]:
+    """Run the CLI; return its exit code, its stdout as JSON (text if not JSON), its stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sglang_envelope", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    out = done.stdout.decode()
+    try:
+        parsed: Any = json.loads(out)
+    except ValueError:
+        parsed = out
+    return done.returncode, parsed, done.stderr.decode()
+
+
+def write(tmp_path: Path, name: str, data: bytes) -> str:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+# --- demo ---------------------------------------------------------------------
+
+
+def test_demo_shows_the_whole_job() -> None:
+    code, out, err = run("demo")
+    assert code == 0, err
+    assert isinstance(out, str)
+    # The envelope and both unary roles keep stream false; prefill streams, one token.
+    assert "stream stays false" in out
+    assert "aggregated: stream false, Accept: application/json" in out
+    assert "decode: stream false, Accept: application/json" in out
+    assert "prefill: stream true, Accept: text/event-stream" in out
+    prefill_body = json.loads(out.split("prefill: stream true")[1].splitlines()[1])
+    assert prefill_body["sampling_params"]["max_new_tokens"] == 1
+    assert "return_flat_raw_output_top_logprobs" not in prefill_body
+    # The stream:true request is rejected with SGLang's words.
+    assert "code output_flat_with_stream" in out
+    assert "does not support stream=True." in out
+    # The Base64 fields are decoded into a table: position, token id, logprob.
+    assert re.search(r"^\s+0\s+791\s+-0\.2500$", out, re.MULTILINE)
+    assert re.search(r"^\s+2\s+11\s+-2\.5000$", out, re.MULTILINE)
+    # The SSE transcript is aggregated.
+    final = json.loads(out.split("final response:")[1])
+    assert final["text"] == " The answer."
+    assert final["output_ids"] == [791, 3363, 13]
+
+
+# --- normalize ----------------------------------------------------------------
+
+
+def test_normalize_file_for_decode(tmp_path: Path) -> None:
+    path = write(tmp_path, "request.json", SEED_REQUEST)
+    code, out, _ = run("normalize", path, "--role", "decode", "--rid", "r-1", *BOOTSTRAP)
+    assert code == 0
+    assert out == {
+        "accept": "application/json",
+        "body": {
+            "input_ids": [1, 2],
+            "rid": "r-1",
+            "stream": False,
+            "return_logprob": True,
+            "top_logprobs_num": 2,
+            "return_flat_raw_output_top_logprobs": True,
+            "bootstrap_host": "10.0.0.7",
+            "bootstrap_port": 8998,
+            "bootstrap_room": 42,
+        },
+    }
+
+
+def test_normalize_stdin_for_prefill_makes_a_fresh_rid() -> None:
+    code, out, _ = run("normalize", "--role", "prefill", *BOOTSTRAP, stdin=SEED_REQUEST)
+    assert code == 0
+    assert out["accept"] == "text/event-stream"
+    body = out["body"]
+    assert body["stream"] is True
+    assert "return_flat_raw_output_top_logprobs" not in body
+    assert body["sampling_params"] == {"n": 1, "max_new_tokens": 1}
+    assert re.fullmatch(r"[0-9a-f]{32}", body["rid"])
+
+
+def test_normalize_keeps_the_client_rid() -> None:
+    request = b'{"input_ids": [5], "rid": "client-9"}'
+    code, out, _ = run("normalize", "-", "--role", "aggregated", stdin=request)
+    assert code == 0
+    assert out["body"]["rid"] == "client-9"
+
+
+def test_normalize_rejected_request(tmp_path: Path) -> None:
+    path = write(tmp_path, "streaming.json", STREAMING_SEED)
+    code, out, err = run("normalize", path, "--role", "aggregated")
+    assert code == 2
+    assert out["error"]["code"] == "output_flat_with_stream"
+    assert out["error"]["field"] == "return_flat_raw_output_top_logprobs"
+    assert "does not support stream=True." in out["error"]["message"]
+    assert "Traceback" not in err
+
+
+def test_normalize_missing_bootstrap() -> None:
+    code, out, err = run("normalize", "--role", "decode", stdin=SEED_REQUEST)
+    assert code == 2
+    assert "--bootstrap-host" in out["error"]["message"]
+    assert "decode" in err
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.json")
+    code, out, err = run("normalize", missing, "--role", "aggregated")
+    assert code == 2
+    assert out["error"]["type"] == "unreadable_input"
+    assert "missing.json" in err
+    assert "Traceback" not in err
+
+
+# --- aggregate ----------------------------------------------------------------
+
+
+def test_aggregate_sse_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "stream.sse", DEMO_SSE_TRANSCRIPT)
+    code, out, _ = run("aggregate", path)
+    assert code == 0
+    assert out == {
+        "text": " The answer.",
+        "output_ids": [791, 3363, 13],
+        "meta_info": {
+            "id": "req-8",
+            "finish_reason": {"type": "length", "length": 3},
+            "prompt_tokens": 2,
+            "completion_tokens": 3,
+            "cached_tokens": 0,
+            "output_token_logprobs": [[-0.25, 791, None], [-0.5, 3363, None], [-0.125, 13, None]],
+        },
+    }
+
+
+def test_aggregate_unary_stdin() -> None:
+    body = demo_unary_body()
+    code, out, _ = run("aggregate", stdin=b"\n  " + body)
+    assert code == 0
+    assert out == json.loads(body)
+
+
+def test_aggregate_engine_error_frame() -> None:
+    stream = (
+        b'data: {"error": {"message": "KV transfer failed", "type": "x", "code": 503}}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    code, out, err = run("aggregate", stdin=stream)
+    assert code == 1
+    assert out["error"]["message"] == "KV transfer failed"
+    assert out["error"]["code"] == 503
+    assert "Traceback" not in err
+
+
+def test_aggregate_malformed_stream() -> None:
+    code, out, err = run("aggregate", stdin=b'data: {"text": "a", "meta_info"')
+    assert code == 2
+    assert out["error"]["type"] == "response_error"
+    assert "Traceback" not in err
+
+
+# --- flat ---------------------------------------------------------------------
+
+
+def test_flat_of_a_response_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "response.json", demo_unary_body())
+    code, out, _ = run("flat", path)
+    assert code == 0
+    assert out == {
+        "output_top_logprobs": [
+            [[-0.25, 791, None], [-1.75, 578, None]],
+            [[-0.5, 3363, None], [-1.25, 4320, None]],
+            [[-0.125, 13, None], [-2.5, 11, None]],
+        ]
+    }
+
+
+def test_flat_of_a_bare_meta_info_on_stdin() -> None:
+    meta_info = {
+        "input_top_logprobs_val_flat": [-1.5, -2.5],
+        "input_top_logprobs_idx_flat": [7, 8],
+        "input_top_logprobs_shape": [1, 2],
+        "input_top_logprobs_null_prefix": 1,
+    }
+    code, out, _ = run("flat", "--side", "input", stdin=json.dumps(meta_info).encode())
+    assert code == 0
+    assert out == {"input_top_logprobs": [None, [[-1.5, 7, None], [-2.5, 8, None]]]}
+
+
+# --- in-process: help and usage -------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [[], ["demo"], ["normalize"], ["aggregate"], ["flat"]])
+def test_every_command_has_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--help"])
+    assert exit_info.value.code == 0
+    help_text = capsys.readouterr().out
+    assert help_text.startswith(f"usage: sglang-envelope {' '.join(command)}".rstrip())
+    assert "exit codes: 0 ok, 1" in help_text
+
+
+def test_usage_error_exits_2_with_json(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["normalize", "--role", "sideways"])
+    assert exit_info.value.code == 2
+    out = json.loads(capsysbinary.readouterr().out)
+    assert out["error"]["type"] == "usage"
+    assert "sideways" in out["error"]["message"]
+
+
+def test_console_script_is_installed() -> None:
+    script = shutil.which("sglang-envelope", path=str(Path(sys.executable).parent))
+    if script is None:
+        pytest.skip("the package is not installed with its console script")
+    done = subprocess.run([script, "--version"], capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0
+    assert done.stdout.decode().startswith("sglang-envelope ")
