@@ -1,0 +1,142 @@
+"""One /generate response object: its JSON decoding, error bodies and final checks.
+
+A frame is what SGLang writes in one SSE event; a non-streaming body is one
+frame, the final one. This module holds the rules that apply to a single
+object; `_aggregate` applies them along a stream.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from sglang_envelope._errors import EngineError, ResponseError
+
+__all__ = [
+    "CONSISTENCY",
+    "check_consistency",
+    "decode_json",
+    "engine_error",
+    "expected",
+    "json_type",
+]
+
+_DECODER: Final = msgspec.json.Decoder()
+
+_JSON_TYPES: Final[dict[type, str]] = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a number",
+    type(None): "null",
+}
+
+ABORT_MESSAGE: Final = "Aborted"
+"""The message of an abort that gives none (SGLang's ``FINISH_ABORT`` default)."""
+
+CONSISTENCY: Final[tuple[tuple[str, str, str | None], ...]] = (
+    # (count key in meta_info, counted array (dotted path), skipped when meta_info has)
+    ("completion_tokens", "output_ids", "beam_results"),
+    ("output_token_logprobs_length", "meta_info.output_token_logprobs", None),
+    ("output_token_sampling_mask_length", "meta_info.output_token_sampling_mask", None),
+)
+"""The counts a final response states about its own arrays.
+
+SGLang sets each count from the array it sends (``tokenizer_manager``:
+``completion_tokens`` from the scheduler's ``len(output_ids)``, the two
+``*_length`` keys from the accumulated lists), so a mismatch means frames were
+lost or doubled. With beam search, ``completion_tokens`` sums every beam while
+``output_ids`` is the best beam's, so that check is skipped there.
+"""
+
+
+def decode_json(data: bytes | bytearray | memoryview, what: str) -> Any:
+    """Decode JSON bytes; anything malformed is a `ResponseError` naming `what`."""
+    try:
+        return _DECODER.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nesting too deep
+        raise ResponseError(f"{what} is not valid JSON: {exc}") from exc
+
+
+def json_type(value: object) -> str:
+    """The JSON name of a decoded value's type, for error messages."""
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def expected(path: str, what: str, value: object) -> ResponseError:
+    """The error for `path` holding `value` where `what` was expected."""
+    return ResponseError(f"{path}: expected {what}, got {json_type(value)}")
+
+
+def engine_error(body: dict[str, Any]) -> EngineError | None:
+    """The `EngineError` an SGLang error body stands for, or None if `body` is not one.
+
+    SGLang's /generate writes three error shapes (``srt/entrypoints/http_server.py``):
+    ``{"error": {"message", "type", "code", "retryable"}}`` in a stream and
+    ``{"error": {"message"}}`` for a failed non-streaming request;
+    ``{"error": "<text>"}`` when the request breaks the API contract; and
+    ``{"object": "error", "message", "type", "code"}`` from its HTTPException
+    handler, which is how a non-streaming abort with a status other than 400
+    arrives.
+    """
+    error = body.get("error")
+    if error is None:
+        if body.get("object") == "error" and "meta_info" not in body:
+            return _error_from(body, "")
+        return None
+    if type(error) is str:
+        return EngineError(error)
+    if type(error) is not dict:
+        raise expected("error", "an object or a string", error)
+    return _error_from(error, "error.")
+
+
+def _error_from(body: dict[str, Any], prefix: str) -> EngineError:
+    message = body.get("message")
+    if type(message) is not str:
+        raise expected(f"{prefix}message", "a string", message)
+    code = body.get("code")
+    if code is not None and type(code) is not int:
+        raise expected(f"{prefix}code", "an integer or null", code)
+    return EngineError(message, code)
+
+
+def abort_error(finish_reason: dict[str, Any]) -> EngineError | None:
+    """The `EngineError` an abort finish reason becomes, or None to return the response.
+
+    SGLang's non-streaming path raises for an abort whose ``status_code`` is
+    in [400, 600) and returns every other abort as a normal response
+    (``tokenizer_manager._handle_abort_finish_reason``).
+    """
+    status = finish_reason.get("status_code")
+    if status is None:
+        return None
+    if type(status) is not int:
+        raise expected("meta_info.finish_reason.status_code", "an integer or null", status)
+    if not 400 <= status < 600:
+        return None
+    message = finish_reason.get("message", ABORT_MESSAGE)
+    if type(message) is not str:
+        raise expected("meta_info.finish_reason.message", "a string", message)
+    return EngineError(message, status)
+
+
+def check_consistency(response: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Check every `CONSISTENCY` count against its array, where both are present."""
+    for count_key, array_path, unless in CONSISTENCY:
+        count = meta.get(count_key)
+        parent_key, _, array_key = array_path.rpartition(".")
+        array = (meta if parent_key else response).get(array_key)
+        if count is None or array is None or (unless is not None and unless in meta):
+            continue
+        if type(count) is not int:
+            raise expected(f"meta_info.{count_key}", "an integer", count)
+        if type(array) is not list:
+            raise expected(array_path, "an array", array)
+        if count != len(array):
+            raise ResponseError(
+                f"meta_info.{count_key} is {count} but {array_path} has {len(array)} entries"
+            )

@@ -1,0 +1,270 @@
+"""Server-sent events as SGLang's /generate writes them, decoded and encoded.
+
+SGLang writes ``data: <json>\\n\\n`` per frame and ends with ``data: [DONE]\\n\\n``
+(``srt/entrypoints/http_server.py``, ``stream_results``). `SseDecoder` reads any
+stream the WHATWG event-stream rules accept, whatever the chunk boundaries;
+`encode_sse` writes frames exactly as SGLang does.
+
+The decoder splits each chunk into lines once (``bytes.split`` on LF, a memchr
+scan) and keeps an unfinished line in one growing ``bytearray``, so the cost is
+linear in the stream. Runs of lines in SGLang's own shape, a ``data: `` line
+then a blank line, are recognised a whole chunk at a time; anything else goes
+through the line-by-line WHATWG rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, TypeAlias
+
+import msgspec
+
+from sglang_envelope._errors import EnvelopeError, LimitExceeded, ResponseError
+from sglang_envelope._frame import decode_json, json_type
+
+__all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSE_DONE", "SseDecoder", "encode_sse"]
+
+DEFAULT_MAX_EVENT_BYTES: Final = 64 * 1024 * 1024
+"""The default bound on one event: 64 MiB, the size of a long cumulative frame."""
+
+SSE_DONE: Final = b"data: [DONE]\n\n"
+"""The event that ends SGLang's stream."""
+
+BytesLike: TypeAlias = bytes | bytearray | memoryview
+"""What the decoder reads: bytes, or any bytes-like object (copied once)."""
+
+Payload: TypeAlias = bytes | memoryview
+"""The data of one event, JSON not yet decoded."""
+
+_BOM: Final = b"\xef\xbb\xbf"
+_DONE: Final = b"[DONE]"
+_DATA_PREFIX: Final = b"data: "
+_SLICE: Final = 256 * 1024  # larger chunks are read in slices, to bound the copies split makes
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+def encode_sse(frame: dict[str, Any]) -> bytes:
+    """One frame as SGLang writes it: ``data: <compact json>\\n\\n``.
+
+    The JSON is compact with keys in insertion order and NaN written as null,
+    as SGLang's orjson writes it. Send `SSE_DONE` after the last frame.
+    """
+    try:
+        body = _ENCODER.encode(frame)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise EnvelopeError(f"frame is not JSON-encodable: {exc}") from exc
+    return b"".join((_DATA_PREFIX, body, b"\n\n"))
+
+
+class SseDecoder:
+    """Turn the bytes of an SSE stream into the JSON frames it carries.
+
+    Feed bytes as they arrive; `feed` returns the frames the bytes completed.
+    Line ends may be ``\\n``, ``\\r\\n`` or a lone ``\\r``; a leading UTF-8 BOM is
+    skipped; ``:`` comments and ``event``, ``id``, ``retry`` and unknown fields
+    are ignored; a field line without a colon is a field with an empty value;
+    one space after the colon is dropped; several ``data`` lines make one
+    payload joined with ``\\n``. A blank line ends an event, and an event with
+    no ``data`` line is dropped (WHATWG HTML, "Interpreting an event stream").
+
+    Every event's data must be a JSON object or ``[DONE]``, after which `done`
+    is true and any further event is a `ResponseError`: SGLang sends nothing
+    after it, so more means the stream is not what it seems. An event larger
+    than `max_event_bytes` (its lines with their line ends, each counted as
+    one byte, up to the blank line that ends it) raises `LimitExceeded` as soon
+    as the bound is passed, before it is parsed. After an error the decoder is
+    unusable.
+    """
+
+    __slots__ = (
+        "_after_cr",
+        "_data",
+        "_done",
+        "_event_bytes",
+        "_head",
+        "_max_event_bytes",
+        "_partial",
+    )
+
+    def __init__(self, *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        if type(max_event_bytes) is not int or max_event_bytes < 1:
+            raise EnvelopeError(
+                f"max_event_bytes: expected a positive integer, got {max_event_bytes!r}"
+            )
+        self._max_event_bytes = max_event_bytes
+        self._data: list[Payload] = []  # the data lines of the event being read
+        self._event_bytes = 0  # the size of its complete lines
+        self._partial = bytearray()  # the unfinished line at the end of the last chunk
+        self._head: bytes | None = b""  # bytes that may yet be a BOM; None once past it
+        self._after_cr = False  # the last chunk ended in CR, so a leading LF pairs with it
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        """True once ``data: [DONE]`` has been received."""
+        return self._done
+
+    def feed(self, data: BytesLike) -> list[dict[str, Any]]:
+        """Return the frames completed by `data`, in order."""
+        frames = []
+        for payload in self._feed_raw(data):
+            frame = decode_json(payload, "SSE event data")
+            if type(frame) is not dict:
+                raise ResponseError(
+                    f"SSE event data: expected a JSON object, got {json_type(frame)}"
+                )
+            frames.append(frame)
+        return frames
+
+    def close(self) -> None:
+        """Check the stream ended between events; raise `ResponseError` if not.
+
+        The stream ended inside an event if a ``data`` line is waiting for its
+        blank line, or if it stopped in the middle of a line that is not a
+        comment.
+        """
+        unfinished = bytes(self._head or b"") + self._partial
+        if self._data or (unfinished and not unfinished.startswith(b":")):
+            raise ResponseError(
+                f"the stream ended inside an event ({self._event_bytes + len(unfinished)} bytes "
+                "after the last blank line)"
+            )
+
+    def _feed_raw(self, data: BytesLike) -> list[Payload]:
+        """Return the data of each event completed by `data`, JSON not decoded.
+
+        ``[DONE]`` is not returned: it sets `done` instead.
+        """
+        if not isinstance(data, bytes):
+            if not isinstance(data, (bytearray, memoryview)):
+                raise EnvelopeError(f"SseDecoder.feed: expected bytes, got {type(data).__name__}")
+            data = bytes(data)
+        if len(data) > _SLICE:
+            view = memoryview(data)
+            payloads: list[Payload] = []
+            for start in range(0, len(data), _SLICE):
+                payloads += self._feed_raw(bytes(view[start : start + _SLICE]))
+            return payloads
+        if self._head is not None:
+            data = self._skip_bom(data)
+        if not data:
+            return []
+        if self._after_cr and data[0] == 10:
+            data = data[1:]
+        self._after_cr = False
+        if b"\r" in data:
+            self._after_cr = data[-1] == 13
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        return self._lines(data)
+
+    def _lines(self, data: bytes) -> list[Payload]:
+        lines = data.split(b"\n")
+        last = lines.pop()  # the start of the next line, or b"" when data ends with LF
+        payloads: list[Payload] = []
+        if not lines:
+            self._keep(last)
+            return payloads
+        start = 0
+        if self._partial:  # the line the last chunk began
+            partial = self._partial
+            partial += lines[0]
+            self._partial = bytearray()
+            self._line(partial, payloads)
+            start = 1
+        # Finish the event the last chunk left open, line by line.
+        while start < len(lines) and (self._data or self._event_bytes):
+            self._line(lines[start], payloads)
+            start += 1
+        if start < len(lines):
+            start = self._sglang_shaped(lines, start, len(data), payloads)
+        for line in lines[start:] if start else lines:
+            self._line(line, payloads)
+        self._keep(last)
+        return payloads
+
+    def _sglang_shaped(
+        self, lines: list[bytes], start: int, size: int, payloads: list[Payload]
+    ) -> int:
+        """Take the run of events in SGLang's shape from `start`, all at once.
+
+        Returns where the lines it did not take begin.
+        """
+        end = len(lines) - (len(lines) - start) % 2
+        events = lines[start:end:2]
+        if any(lines[start + 1 : end : 2]):  # every other line must be blank
+            return start
+        found = [line[6:] for line in events if line.startswith(_DATA_PREFIX)]
+        if len(found) != len(events):
+            return start
+        if size > self._max_event_bytes and max(map(len, events)) >= self._max_event_bytes:
+            raise self._too_big()
+        if self._done or _DONE in found:
+            at = 0 if self._done else found.index(_DONE)
+            payloads += found[:at]
+            for _ in found[at:]:
+                self._set_done()
+            return end
+        payloads += found
+        return end
+
+    def _line(self, line: bytes | bytearray, payloads: list[Payload]) -> None:
+        """Apply one complete line (without its line end)."""
+        if not line:
+            self._dispatch(payloads)
+            return
+        self._event_bytes += len(line) + 1
+        if self._event_bytes > self._max_event_bytes:
+            raise self._too_big()
+        if line.startswith(b"data"):
+            colon = 4
+            if len(line) > colon and line[colon] != 58:  # "datax...": another field
+                return
+            start = colon + 1 + (line[colon + 1 : colon + 2] == b" ")
+            self._data.append(memoryview(line)[start:] if len(line) > start else b"")
+        # Comments and every other field leave the frames unchanged.
+
+    def _dispatch(self, payloads: list[Payload]) -> None:
+        """A blank line: emit the event read so far, if it has data."""
+        data = self._data
+        self._event_bytes = 0
+        if not data:
+            return
+        self._data = []
+        payload = data[0] if len(data) == 1 else b"\n".join(data)
+        if payload == _DONE:
+            self._set_done()
+        elif self._done:
+            raise _after_done()
+        else:
+            payloads.append(payload)
+
+    def _set_done(self) -> None:
+        if self._done:
+            raise _after_done()
+        self._done = True
+
+    def _skip_bom(self, data: bytes) -> bytes:
+        """Drop one UTF-8 BOM at the very start of the stream, even split across chunks."""
+        head = (self._head or b"") + data
+        if len(head) < len(_BOM) and _BOM.startswith(head):
+            self._head = head
+            return b""
+        self._head = None
+        return head[len(_BOM) :] if head.startswith(_BOM) else head
+
+    def _keep(self, data: bytes) -> None:
+        """Hold the start of an unfinished line, within the bound."""
+        if not data:
+            return
+        if self._event_bytes + len(self._partial) + len(data) > self._max_event_bytes:
+            raise self._too_big()
+        self._partial += data
+
+    def _too_big(self) -> LimitExceeded:
+        limit = self._max_event_bytes
+        return LimitExceeded(
+            "max_event_bytes", limit, f"an SSE event is larger than max_event_bytes ({limit} bytes)"
+        )
+
+
+def _after_done() -> ResponseError:
+    return ResponseError("the stream sent an event after data: [DONE]")
