@@ -1,0 +1,92 @@
+"""Merge the prompt-side logprobs of a prefill response into its decode response.
+
+In prefill/decode disaggregation the prefill worker computes the prompt's
+logprobs and the decode worker generates the output, so the decode response
+lacks (or holds empty) prompt-side logprobs. SGLang's decode worker clears
+them (``srt/disaggregation``) and its tokenizer still writes the keys, as
+empty lists (``tokenizer_manager.add_logprob_to_meta_info``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from sglang_envelope._frame import expected
+
+__all__ = ["PROMPT_LOGPROB_GROUPS", "UNAVAILABLE_MARKER", "merge_prefill_logprobs"]
+
+PROMPT_LOGPROB_GROUPS: Final[tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = (
+    # (keys that hold the logprobs, keys that describe them)
+    (("input_token_logprobs",), ()),
+    (("input_top_logprobs",), ()),
+    (("input_token_ids_logprobs",), ()),
+    (
+        (
+            "input_top_logprobs_val_flat",
+            "input_top_logprobs_idx_flat",
+            "input_top_logprobs_val_flat_b64",
+            "input_top_logprobs_idx_flat_b64",
+        ),
+        (
+            "input_top_logprobs_val_flat_b64_dtype",
+            "input_top_logprobs_idx_flat_b64_dtype",
+            "input_top_logprobs_shape",
+            "input_top_logprobs_null_prefix",
+        ),
+    ),
+)
+"""The prompt-side logprob keys of ``meta_info``, in groups that move together.
+
+The flat top-logprob fields are one group: their arrays only make sense with
+the shape, null prefix and dtypes they came with.
+"""
+
+UNAVAILABLE_MARKER: Final = "input_logprobs_unavailable_reason"
+"""A decode response's note that it has no prompt-side logprobs."""
+
+
+def merge_prefill_logprobs(
+    prefill_response: dict[str, Any], decode_response: dict[str, Any]
+) -> dict[str, Any]:
+    """The decode response with the prefill response's prompt-side logprobs.
+
+    For each group of `PROMPT_LOGPROB_GROUPS` whose logprob keys all lack data
+    in the decode response (missing, null or empty) but not in the prefill
+    response, the group's keys are replaced by the prefill response's. When a
+    group was copied, the `UNAVAILABLE_MARKER` key is dropped. Output-side keys and every
+    other key are the decode response's. Returns a new response; the inputs
+    are not changed (values are shared, not copied).
+    """
+    prefill_meta = _meta(prefill_response, "prefill_response")
+    decode_meta = _meta(decode_response, "decode_response")
+    meta = dict(decode_meta)
+    copied = False
+    for logprob_keys, described_by in PROMPT_LOGPROB_GROUPS:
+        group = logprob_keys + described_by
+        if any(_holds_data(meta.get(key)) for key in logprob_keys) or not any(
+            _holds_data(prefill_meta.get(key)) for key in logprob_keys
+        ):
+            continue
+        for key in group:
+            meta.pop(key, None)
+            if key in prefill_meta:
+                meta[key] = prefill_meta[key]
+        copied = True
+    if copied:
+        meta.pop(UNAVAILABLE_MARKER, None)
+    merged = dict(decode_response)
+    merged["meta_info"] = meta
+    return merged
+
+
+def _meta(response: object, name: str) -> dict[str, Any]:
+    if type(response) is not dict:
+        raise expected(name, "an object", response)
+    meta = response.get("meta_info")
+    if type(meta) is not dict:
+        raise expected(f"{name}.meta_info", "an object", meta)
+    return meta
+
+
+def _holds_data(value: object) -> bool:
+    return value is not None and value != [] and value != ""
