@@ -227,6 +227,284 @@ HOSTILE_BODIES: tuple[bytes, ...] = (
 """Bodies no entry point may crash on."""
 
 # --- SSE and aggregation ---
+# This section's own imports, kept here so the file's header stays shared.
+import itertools  # noqa: E402
+
+import msgspec  # noqa: E402
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+"""Any JSON value msgspec round-trips exactly."""
+
+_token_ids = st.integers(0, 2**31)
+_logprob_entries = st.tuples(
+    st.none() | st.floats(-40, 0, allow_nan=False), _token_ids, st.none() | st.text(max_size=3)
+).map(list)
+_top_rows = st.none() | st.lists(_logprob_entries, max_size=3)
+_finish_reasons = st.one_of(
+    st.fixed_dictionaries({"type": st.just("length"), "length": st.integers(0, 4096)}),
+    st.fixed_dictionaries(
+        {"type": st.just("stop"), "matched": st.none() | _token_ids | st.text(max_size=3)}
+    ),
+    st.fixed_dictionaries(
+        {"type": st.just("abort"), "message": st.text(max_size=8)},
+        optional={"status_code": st.none() | st.integers(100, 399)},
+    ),
+)
+_META_RESERVED = frozenset(
+    {
+        "finish_reason",
+        "completion_tokens",
+        "output_token_logprobs",
+        "output_token_logprobs_length",
+        "output_top_logprobs",
+        "output_token_ids_logprobs",
+        "output_token_sampling_mask",
+        "output_token_sampling_mask_length",
+        "output_token_sampling_logprobs",
+        "beam_results",
+    }
+)
+_TOP_RESERVED = frozenset({"text", "output_ids", "meta_info", "error", "object", "index"})
+_meta_extras = st.dictionaries(
+    st.text(max_size=8).filter(lambda key: key not in _META_RESERVED), json_values, max_size=3
+)
+_top_extras = st.dictionaries(
+    st.text(max_size=8).filter(lambda key: key not in _TOP_RESERVED), json_values, max_size=2
+)
+
+
+@st.composite
+def final_responses(draw: st.DrawFn) -> dict[str, Any]:
+    """A final /generate response that passes every check: its counts match its arrays.
+
+    Optional keys come and go as SGLang's request options make them; unknown
+    keys, top-level and in meta_info, hold any JSON.
+    """
+    count = draw(st.integers(0, 8))
+    meta: dict[str, Any] = {"id": draw(st.text(max_size=8)), "finish_reason": draw(_finish_reasons)}
+    meta.update(draw(_meta_extras))
+    if draw(st.booleans()):
+        meta["completion_tokens"] = count
+    if draw(st.booleans()):
+        meta["output_token_logprobs"] = draw(
+            st.lists(_logprob_entries, min_size=count, max_size=count)
+        )
+        if draw(st.booleans()):
+            meta["output_token_logprobs_length"] = count
+    for key in ("output_top_logprobs", "output_token_ids_logprobs"):
+        if draw(st.booleans()):
+            meta[key] = draw(st.lists(_top_rows, max_size=count))
+    if draw(st.booleans()):
+        mask = draw(st.lists(st.lists(st.integers(0, 1), max_size=3), max_size=count))
+        meta["output_token_sampling_mask"] = mask
+        meta["output_token_sampling_mask_length"] = len(mask)
+        meta["output_token_sampling_logprobs"] = draw(st.lists(st.floats(-9, 0), max_size=count))
+    response: dict[str, Any] = draw(_top_extras)
+    if draw(st.booleans()):  # absent when the server skips the tokenizer
+        response["text"] = draw(st.text(max_size=12))
+    response["output_ids"] = draw(st.lists(_token_ids, min_size=count, max_size=count))
+    response["meta_info"] = meta
+    return response
+
+
+def _cut(draw: st.DrawFn, value: Any, parts: int) -> list[Any]:
+    """`value` (a string or list) cut into `parts` consecutive pieces, some empty."""
+    cuts = sorted(
+        draw(st.lists(st.integers(0, len(value)), min_size=parts - 1, max_size=parts - 1))
+    )
+    bounds = [0, *cuts, len(value)]
+    return [value[start:end] for start, end in itertools.pairwise(bounds)]
+
+
+_DELTA_PATHS = (
+    ("text",),
+    ("output_ids",),
+    ("meta_info", "output_token_logprobs"),
+    ("meta_info", "output_top_logprobs"),
+    ("meta_info", "output_token_ids_logprobs"),
+    ("meta_info", "output_token_sampling_mask"),
+    ("meta_info", "output_token_sampling_logprobs"),
+)
+
+
+@st.composite
+def _noise(draw: st.DrawFn, response: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Top-level and meta_info keys an intermediate frame may hold and the
+    terminal frame overrides: other values for the response's keys, or keys it
+    does not have."""
+    top = {
+        key: draw(json_values)
+        for key in response
+        if key not in _TOP_RESERVED
+        if draw(st.booleans())
+    }
+    top.update(draw(_top_extras))
+    meta = {
+        key: draw(json_values)
+        for key in response["meta_info"]
+        if key not in _META_RESERVED and draw(st.booleans())
+    }
+    meta.update(draw(_meta_extras))
+    return top, meta
+
+
+@st.composite
+def incremental_splits(draw: st.DrawFn, response: dict[str, Any]) -> list[dict[str, Any]]:
+    """Frames of an incremental stream whose aggregate is `response`.
+
+    Each delta field is cut into pieces (some empty, some frames without the
+    key); intermediate frames carry noise in the other fields; the last frame
+    is `response` with its own piece of each delta field.
+    """
+    parts = draw(st.integers(1, 5))
+    frames: list[dict[str, Any]] = []
+    for _ in range(parts - 1):
+        top, meta = draw(_noise(response))
+        frames.append({**top, "meta_info": {**meta, "finish_reason": None}})
+    frames.append({**response, "meta_info": dict(response["meta_info"])})
+    for path in _DELTA_PATHS:
+        owner = response if len(path) == 1 else response["meta_info"]
+        if path[-1] not in owner:
+            continue
+        pieces = _cut(draw, owner[path[-1]], parts)
+        carriers = [bool(piece) or draw(st.booleans()) for piece in pieces]
+        carriers[draw(st.integers(0, parts - 1))] = True  # at least one frame has the key
+        for frame, piece, carried in zip(frames, pieces, carriers, strict=True):
+            target = frame if len(path) == 1 else frame["meta_info"]
+            if carried:
+                target[path[-1]] = piece
+            else:
+                target.pop(path[-1], None)
+    return frames
+
+
+@st.composite
+def cumulative_splits(draw: st.DrawFn, response: dict[str, Any]) -> list[dict[str, Any]]:
+    """Frames of a cumulative stream ending in `response`: growing prefixes of it."""
+    parts = draw(st.integers(1, 5))
+    frames = []
+    for _ in range(parts - 1):
+        top, meta = draw(_noise(response))
+        frame: dict[str, Any] = {**top, "meta_info": {**meta, "finish_reason": None}}
+        for path in _DELTA_PATHS:
+            owner = response if len(path) == 1 else response["meta_info"]
+            if path[-1] in owner:
+                value = owner[path[-1]]
+                target = frame if len(path) == 1 else frame["meta_info"]
+                target[path[-1]] = value[: draw(st.integers(0, len(value)))]
+        frames.append(frame)
+    frames.append(response)
+    return frames
+
+
+@st.composite
+def sse_transcripts(draw: st.DrawFn, frames: list[dict[str, Any]], done: bool = True) -> bytes:
+    """`frames` as an SSE stream in any form the WHATWG rules read the same.
+
+    SGLang's own shape, or with other line ends, a BOM, comments, ``id`` /
+    ``event`` / ``retry`` / unknown fields, ``data:`` without its space, the
+    JSON spread over several ``data`` lines, and extra blank lines.
+    """
+    newline = draw(st.sampled_from([b"\n", b"\r\n", b"\r"]))
+    out = [b"\xef\xbb\xbf"] if draw(st.booleans()) else []
+    events = [msgspec.json.encode(frame) for frame in frames] + ([b"[DONE]"] if done else [])
+    for payload in events:
+        style = draw(st.sampled_from(["sglang", "sglang", "no_space", "multiline", "decorated"]))
+        if style == "multiline" and payload != b"[DONE]":
+            lines = [
+                b"data: " + line for line in msgspec.json.format(payload, indent=1).split(b"\n")
+            ]
+        elif style == "no_space":
+            lines = [b"data:" + payload]
+        else:
+            lines = [b"data: " + payload]
+        if style == "decorated":
+            extras = [
+                b": keep-alive",
+                b"id: 7",
+                b"event: message",
+                b"retry: 1000",
+                b"x-unknown: 1",
+                b"id",
+            ]
+            for extra in draw(st.lists(st.sampled_from(extras), max_size=3)):
+                lines.insert(draw(st.integers(0, len(lines))), extra)
+            out.append(newline * draw(st.integers(0, 2)))
+        out.append(newline.join(lines) + newline * 2)
+    return b"".join(out)
+
+
+@st.composite
+def chunkings(draw: st.DrawFn, data: bytes) -> list[bytes]:
+    """`data` cut into consecutive chunks at any points, empty chunks included."""
+    cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=12)))
+    bounds = [0, *cuts, len(data)]
+    return [data[start:end] for start, end in itertools.pairwise(bounds)]
+
+
+hostile_json_documents = st.sampled_from(
+    [
+        b"",
+        b"\xef\xbb\xbf{}",
+        b"[" * 100_000,
+        b"{" * 100_000,
+        b'{"a":' * 50_000,
+        b"[" * 100_000 + b"]" * 100_000,
+        b"123456789012345678901234567890",
+        b'{"meta_info": {"completion_tokens": 1' + b"0" * 40 + b"}}",
+        b"NaN",
+        b"[Infinity]",
+        b'{"meta_info": {"e2e_latency": NaN}}',
+        b"1e999",
+        b'{"meta_info": {}, "meta_info": []}',
+        b'{"meta_info": []}',
+        b'{"meta_info": null}',
+        b'{"meta_info": {"finish_reason": 3}}',
+        b'{"meta_info": {"finish_reason": "stop"}}',
+        b'{"meta_info": {"finish_reason": {"type": "abort", "status_code": "503"}}}',
+        b'{"meta_info": {"finish_reason": {"type": "abort", "status_code": 503, "message": 7}}}',
+        b'{"output_ids": "abc", "meta_info": {"finish_reason": null}}',
+        b'{"text": 7, "meta_info": {"finish_reason": {"type": "stop"}}}',
+        b'{"meta_info": {"finish_reason": {}, "completion_tokens": "1"}, "output_ids": []}',
+        b'{"meta_info": {"finish_reason": {}, "output_token_logprobs_length": 1}}',
+        b'{"error": 5}',
+        b'{"error": {"message": 5}}',
+        b'{"error": {"message": "m", "code": "x"}}',
+        b'{"object": "error"}',
+        b'"\xff\xfe"',
+        b'{"\xed\xa0\x80": 1}',
+        b"[]",
+        b"[{}]",
+        b'{"a": 1}',
+    ]
+)
+"""JSON bodies and frames every response entry point must reject cleanly (or accept)."""
+
+
+@st.composite
+def retyped(draw: st.DrawFn, value: Any) -> Any:
+    """`value` with one nested value, or `value` itself, replaced by any JSON value."""
+    if isinstance(value, dict) and value and draw(st.booleans()):
+        key = draw(st.sampled_from(sorted(value)))
+        return {**value, key: draw(retyped(value[key]))}
+    if isinstance(value, list) and value and draw(st.booleans()):
+        at = draw(st.integers(0, len(value) - 1))
+        return [*value[:at], draw(retyped(value[at])), *value[at + 1 :]]
+    return draw(json_values)
+
 
 # --- flat top logprobs ---
 # This section's own imports, kept here so the file's header stays shared.

@@ -1,0 +1,162 @@
+"""merge_prefill_logprobs."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sglang_envelope import EnvelopeError, ResponseError, merge_prefill_logprobs
+from sglang_envelope._merge import PROMPT_LOGPROB_GROUPS, UNAVAILABLE_MARKER
+from tests.strategies import final_responses, json_values, retyped
+
+PROMPT_KEYS = frozenset(
+    key for data, described in PROMPT_LOGPROB_GROUPS for key in data + described
+)
+ENTRIES = [[None, 1, None], [-0.5, 2, None]]
+FLAT_B64 = {
+    "input_top_logprobs_val_flat_b64": "AAAAvw==",
+    "input_top_logprobs_idx_flat_b64": "AgAAAA==",
+    "input_top_logprobs_val_flat_b64_dtype": "float32",
+    "input_top_logprobs_idx_flat_b64_dtype": "int32",
+    "input_top_logprobs_shape": [1, 1],
+    "input_top_logprobs_null_prefix": 1,
+}
+
+
+def response(**meta: Any) -> dict[str, Any]:
+    return {
+        "text": "hi",
+        "output_ids": [5],
+        "meta_info": {"finish_reason": {"type": "stop"}, **meta},
+    }
+
+
+def test_the_spec_keys_are_the_groups() -> None:
+    assert (
+        frozenset(
+            {"input_token_logprobs", "input_top_logprobs", "input_token_ids_logprobs"}
+            | {
+                f"input_top_logprobs_{suffix}"
+                for suffix in (
+                    "val_flat",
+                    "idx_flat",
+                    "val_flat_b64",
+                    "idx_flat_b64",
+                    "val_flat_b64_dtype",
+                    "idx_flat_b64_dtype",
+                    "shape",
+                    "null_prefix",
+                )
+            }
+        )
+        == PROMPT_KEYS
+    )
+
+
+@pytest.mark.parametrize("lacking", ["missing", None, []])
+def test_copies_what_the_decode_response_lacks(lacking: Any) -> None:
+    decode_meta: dict[str, Any] = {UNAVAILABLE_MARKER: "prefill-decode disaggregation"}
+    if lacking != "missing":
+        decode_meta.update(input_token_logprobs=lacking, input_top_logprobs=lacking)
+    decode = response(output_token_logprobs=[[-1.0, 5, None]], **decode_meta)
+    prefill = response(
+        input_token_logprobs=ENTRIES,
+        input_top_logprobs=[None, [[-0.5, 2, None]]],
+        output_token_logprobs=[[-9.0, 4, None]],
+    )
+    merged = merge_prefill_logprobs(prefill, decode)
+    assert merged["meta_info"] == {
+        "finish_reason": {"type": "stop"},
+        "output_token_logprobs": [[-1.0, 5, None]],  # the decode response's, never the prefill's
+        "input_token_logprobs": ENTRIES,
+        "input_top_logprobs": [None, [[-0.5, 2, None]]],
+    }
+    assert {k: v for k, v in merged.items() if k != "meta_info"} == {
+        "text": "hi",
+        "output_ids": [5],
+    }
+
+
+def test_keeps_what_the_decode_response_has() -> None:
+    decode = response(input_token_logprobs=[[-2.0, 1, None]], **{UNAVAILABLE_MARKER: "x"})
+    merged = merge_prefill_logprobs(response(input_token_logprobs=ENTRIES), decode)
+    assert merged == decode  # nothing copied, so the marker stays too
+
+
+def test_flat_fields_move_as_one_group() -> None:
+    """SGLang's decode side writes empty flat arrays with their own shape; the
+    prefill's arrays replace them together with their shape, prefix and dtypes."""
+    decode = response(
+        input_top_logprobs_val_flat=[],
+        input_top_logprobs_idx_flat=[],
+        input_top_logprobs_shape=[0, 1],
+        input_top_logprobs_null_prefix=0,
+    )
+    merged = merge_prefill_logprobs(response(**FLAT_B64), decode)
+    assert merged["meta_info"] == {"finish_reason": {"type": "stop"}, **FLAT_B64}
+
+
+def test_a_prefill_response_without_data_changes_nothing() -> None:
+    decode = response(input_token_logprobs=[], **{UNAVAILABLE_MARKER: "x"})
+    assert merge_prefill_logprobs(response(input_token_logprobs=[]), decode) == decode
+    assert merge_prefill_logprobs(response(), decode) == decode
+
+
+@given(final_responses(), final_responses(), st.data())
+def test_only_prompt_side_keys_change_and_inputs_are_untouched(
+    prefill: dict[str, Any], decode: dict[str, Any], data: st.DataObject
+) -> None:
+    for key in data.draw(st.lists(st.sampled_from(sorted(PROMPT_KEYS)), max_size=4)):
+        target = data.draw(st.sampled_from([prefill, decode]))
+        target["meta_info"][key] = data.draw(st.sampled_from([[], None, ENTRIES, "abc", 3]))
+    before = copy.deepcopy((prefill, decode))
+    merged = merge_prefill_logprobs(prefill, decode)
+    assert (prefill, decode) == before
+    assert merged is not decode and merged["meta_info"] is not decode["meta_info"]
+    assert {k: v for k, v in merged.items() if k != "meta_info"} == {
+        k: v for k, v in decode.items() if k != "meta_info"
+    }
+
+    def untouched(meta: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in meta.items() if k not in PROMPT_KEYS and k != UNAVAILABLE_MARKER}
+
+    assert untouched(merged["meta_info"]) == untouched(decode["meta_info"])
+    for key in PROMPT_KEYS & merged["meta_info"].keys():
+        assert merged["meta_info"][key] in (
+            decode["meta_info"].get(key),
+            prefill["meta_info"].get(key),
+        )
+
+
+@pytest.mark.parametrize(
+    ("prefill", "decode", "message"),
+    [
+        ([], response(), "prefill_response: expected an object, got an array"),
+        (response(), None, "decode_response: expected an object, got null"),
+        (
+            {"meta_info": 3},
+            response(),
+            "prefill_response.meta_info: expected an object, got an integer",
+        ),
+        (response(), {"text": "x"}, "decode_response.meta_info: expected an object, got null"),
+    ],
+)
+def test_malformed_responses_name_the_key(prefill: Any, decode: Any, message: str) -> None:
+    with pytest.raises(ResponseError, match=message):
+        merge_prefill_logprobs(prefill, decode)
+
+
+near_responses = json_values | final_responses().flatmap(retyped)
+
+
+@given(near_responses, near_responses)
+def test_any_json_raises_only_envelope_errors(prefill: Any, decode: Any) -> None:
+    try:
+        merged = merge_prefill_logprobs(prefill, decode)
+    except EnvelopeError:
+        return
+    assert isinstance(merged["meta_info"], dict)
