@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import uuid
 from collections.abc import Iterator, Sequence
@@ -45,11 +46,20 @@ from sglang_envelope._demo import (
 )
 from sglang_envelope._engine import ROLE_PLANS
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_ENGINE_ERROR", "EXIT_OK", "build_parser", "main"]
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_BROKEN_PIPE",
+    "EXIT_ENGINE_ERROR",
+    "EXIT_OK",
+    "build_parser",
+    "main",
+]
 
 EXIT_OK = 0
 EXIT_ENGINE_ERROR = 1
 EXIT_BAD_INPUT = 2
+#: stdout was closed before the output was written (128 + SIGPIPE, as a shell reports it).
+EXIT_BROKEN_PIPE = 141
 
 #: Largest input `flat` reads (it takes one response or meta_info object).
 FLAT_MAX_BYTES = DEFAULT_MAX_BYTES
@@ -91,8 +101,8 @@ def error_json(error: Exception) -> dict[str, Any]:
 
 
 def _fail(error: Exception) -> int:
-    _emit(error_json(error))
     print(f"sglang-envelope: error: {error}", file=sys.stderr)
+    _emit(error_json(error))
     return EXIT_ENGINE_ERROR if isinstance(error, EngineError) else EXIT_BAD_INPUT
 
 
@@ -387,7 +397,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on `argv` (default: `sys.argv[1:]`); returns the exit code."""
-    args = build_parser().parse_args(argv)
+    try:
+        return _run(build_parser().parse_args(argv))
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as a process killed by SIGPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         code: int = args.run(args)
     except (EnvelopeError, Unreadable) as error:

@@ -7,6 +7,7 @@ and the error mapping are checked in-process.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -213,6 +214,24 @@ def test_flat_of_a_bare_meta_info_on_stdin() -> None:
     code, out, _ = run("flat", "--side", "input", stdin=json.dumps(meta_info).encode())
     assert code == 0
     assert out == {"input_top_logprobs": [None, [[-1.5, 7, None], [-2.5, 8, None]]]}
+
+
+def test_a_closed_stdout_stops_quietly() -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the CLI writes a byte
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "sglang_envelope", "demo"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141
+    assert b"Traceback" not in done.stderr
+    assert b"Exception ignored" not in done.stderr
 
 
 # --- in-process: help and usage -------------------------------------------------
