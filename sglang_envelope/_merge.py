@@ -1,10 +1,11 @@
 """Merge the prompt-side logprobs of a prefill response into its decode response.
 
 In prefill/decode disaggregation the prefill worker computes the prompt's
-logprobs and the decode worker generates the output, so the decode response
-lacks (or holds empty) prompt-side logprobs. SGLang's decode worker clears
-them (``srt/disaggregation``) and its tokenizer still writes the keys, as
-empty lists (``tokenizer_manager.add_logprob_to_meta_info``).
+logprobs and the decode worker generates the output. The decode worker gets
+only the first output token's logprobs from the prefill worker
+(``srt/disaggregation/decode.py``), yet its tokenizer manager writes the
+prompt-side keys whenever logprobs were requested
+(``tokenizer_manager.add_logprob_to_meta_info``): they arrive empty, not missing.
 """
 
 from __future__ import annotations
