@@ -298,6 +298,9 @@ class StreamAggregator:
         self._present.update(
             path for path, was_seen in zip(_FAST_PATHS, seen, strict=True) if was_seen
         )
+        text = pieces["text"]
+        if len(text) > 1:  # one string per chunk, so the pieces are freed as the stream goes
+            text[:] = ["".join(text)]
 
     def _assemble(self, last: dict[str, Any], *, copy: bool) -> dict[str, Any]:
         """`last` with every delta field holding its concatenation."""
