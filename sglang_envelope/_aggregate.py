@@ -244,7 +244,9 @@ class StreamAggregator:
         pieces = self._pieces
         # The straight-line reads below cost a quarter of a loop over
         # DELTA_FIELDS; _FAST_PATHS (checked against the table at import) lists them.
-        add_text = pieces["text"].append
+        text = pieces["text"]
+        text_start = len(text)
+        add_text = text.append
         add_ids = pieces["output_ids"].extend
         add_token = pieces["meta_info.output_token_logprobs"].extend
         add_top = pieces["meta_info.output_top_logprobs"].extend
@@ -298,9 +300,8 @@ class StreamAggregator:
         self._present.update(
             path for path, was_seen in zip(_FAST_PATHS, seen, strict=True) if was_seen
         )
-        text = pieces["text"]
-        if len(text) > 1:  # one string per chunk, so the pieces are freed as the stream goes
-            text[:] = ["".join(text)]
+        if len(text) - text_start > 1:  # one string per chunk: the pieces are freed as we go
+            text[text_start:] = ["".join(text[text_start:])]
 
     def _assemble(self, last: dict[str, Any], *, copy: bool) -> dict[str, Any]:
         """`last` with every delta field holding its concatenation."""
