@@ -17,6 +17,7 @@ cumulative mode, and the terminal frame.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -213,9 +214,9 @@ class StreamAggregator:
         index = frame.get("index", UNSET)
         if number == 1:
             self._index = index
-        elif index != self._index:
+        elif not _same(index, self._index):
             raise ResponseError(
-                f"its index {index!r} differs from the first frame's {self._index!r}: "
+                f"its index {_short(index)} differs from the first frame's {_short(self._index)}: "
                 "the stream interleaves several generations (n > 1); aggregate one at a time"
             )
         return meta
@@ -265,7 +266,7 @@ class StreamAggregator:
                 or frame.object is not None
                 or frame.meta_info is UNSET
                 or frame.meta_info.finish_reason is not None
-                or frame.index != self._index
+                or not (frame.index is self._index or _same(frame.index, self._index))
                 or self._count == 0
                 or self._terminal is not None
             ):
@@ -431,6 +432,23 @@ def parse_unary(body: BytesLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[
     if type(meta) is not dict:
         raise expected("meta_info", "an object", meta)
     return response
+
+
+def _same(a: object, b: object) -> bool:
+    """`a == b` for decoded JSON, where nesting too deep to compare counts as different."""
+    try:
+        return a == b
+    except RecursionError:
+        return False
+
+
+def _short(value: object) -> str:
+    """A bounded repr of any value, for messages."""
+    return _REPR.repr(value)
+
+
+_REPR: Final = reprlib.Repr()
+_REPR.maxlevel = 3
 
 
 def _check_bound(name: str, value: int) -> None:

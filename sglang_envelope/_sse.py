@@ -32,7 +32,7 @@ SSE_DONE: Final = b"data: [DONE]\n\n"
 BytesLike: TypeAlias = bytes | bytearray | memoryview
 """What the decoder reads: bytes, or any bytes-like object (copied once)."""
 
-Payload: TypeAlias = bytes | memoryview
+Payload: TypeAlias = bytes | bytearray | memoryview
 """The data of one event, JSON not yet decoded."""
 
 _BOM: Final = b"\xef\xbb\xbf"
@@ -91,7 +91,7 @@ class SseDecoder:
                 f"max_event_bytes: expected a positive integer, got {max_event_bytes!r}"
             )
         self._max_event_bytes = max_event_bytes
-        self._data: list[Payload] = []  # the data lines of the event being read
+        self._data: Payload | None = None  # the data of the event being read, if any
         self._event_bytes = 0  # the size of its complete lines
         self._partial = bytearray()  # the unfinished line at the end of the last chunk
         self._head: bytes | None = b""  # bytes that may yet be a BOM; None once past it
@@ -123,7 +123,7 @@ class SseDecoder:
         comment.
         """
         unfinished = bytes(self._head or b"") + self._partial
-        if self._data or (unfinished and not unfinished.startswith(b":")):
+        if self._data is not None or (unfinished and not unfinished.startswith(b":")):
             raise ResponseError(
                 f"the stream ended inside an event ({self._event_bytes + len(unfinished)} bytes "
                 "after the last blank line)"
@@ -157,27 +157,26 @@ class SseDecoder:
         return self._lines(data)
 
     def _lines(self, data: bytes) -> list[Payload]:
-        lines = data.split(b"\n")
+        lines: list[Any] = data.split(b"\n")  # bytes, and a bytearray first if a line was open
         last = lines.pop()  # the start of the next line, or b"" when data ends with LF
         payloads: list[Payload] = []
         if not lines:
             self._keep(last)
             return payloads
         start = 0
+        event_open = self._data is not None or bool(self._event_bytes or self._partial)
         if self._partial:  # the line the last chunk began
             partial = self._partial
             partial += lines[0]
             self._partial = bytearray()
-            self._line(partial, payloads)
-            start = 1
-        # Finish the event the last chunk left open, line by line.
-        while start < len(lines) and (self._data or self._event_bytes):
-            self._line(lines[start], payloads)
-            start += 1
+            lines[0] = partial
+        if event_open:
+            # Finish the event the last chunk left open, up to its blank line.
+            start = lines.index(b"") + 1 if b"" in lines else len(lines)
+            self._read(lines[:start], payloads)
         if start < len(lines):
-            start = self._sglang_shaped(lines, start, len(data), payloads)
-        for line in lines[start:] if start else lines:
-            self._line(line, payloads)
+            end = self._sglang_shaped(lines, start, len(data), payloads)
+            self._read(lines[end:] if end else lines, payloads)
         self._keep(last)
         return payloads
 
@@ -206,30 +205,37 @@ class SseDecoder:
         payloads += found
         return end
 
-    def _line(self, line: bytes | bytearray, payloads: list[Payload]) -> None:
-        """Apply one complete line (without its line end)."""
-        if not line:
-            self._dispatch(payloads)
-            return
-        self._event_bytes += len(line) + 1
-        if self._event_bytes > self._max_event_bytes:
-            raise self._too_big()
-        if line.startswith(b"data"):
-            colon = 4
-            if len(line) > colon and line[colon] != 58:  # "datax...": another field
-                return
-            start = colon + 1 + (line[colon + 1 : colon + 2] == b" ")
-            self._data.append(memoryview(line)[start:] if len(line) > start else b"")
-        # Comments and every other field leave the frames unchanged.
-
-    def _dispatch(self, payloads: list[Payload]) -> None:
-        """A blank line: emit the event read so far, if it has data."""
+    def _read(self, lines: list[Any], payloads: list[Payload]) -> None:
+        """Apply complete lines (without their line ends) by the WHATWG rules."""
         data = self._data
-        self._event_bytes = 0
-        if not data:
-            return
-        self._data = []
-        payload = data[0] if len(data) == 1 else b"\n".join(data)
+        size = self._event_bytes
+        limit = self._max_event_bytes
+        for line in lines:
+            if not line:  # a blank line ends the event
+                if data is not None:
+                    self._data = None
+                    self._emit(data, payloads)
+                    data = None
+                size = 0
+                continue
+            size += len(line) + 1
+            if size > limit:
+                raise self._too_big()
+            if line.startswith(b"data") and (len(line) == 4 or line[4] == 58):  # 58: ":"
+                at = 5 + (line[5:6] == b" ")  # one space after the colon is dropped
+                if data is None:  # the usual single line, kept without a copy
+                    data = memoryview(line)[at:]
+                    continue
+                if not isinstance(data, bytearray):  # more lines: one buffer, joined with LF
+                    data = bytearray(data)
+                data += b"\n"
+                data += line[at:]
+            # Comments and every other field leave the frames unchanged.
+        self._data = data
+        self._event_bytes = size
+
+    def _emit(self, payload: Payload, payloads: list[Payload]) -> None:
+        """Dispatch an event with this data."""
         if payload == _DONE:
             self._set_done()
         elif self._done:

@@ -581,6 +581,28 @@ def test_aggregate_sse_on_random_bytes(chunks: list[bytes], incremental: bool) -
     )
 
 
+def nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [{"index": nested(100_000), "meta_info": {}}, {"index": nested(100_000), "meta_info": {}}],
+        [{"index": 1, "meta_info": {}}, {"index": nested(100_000), "meta_info": {}}],
+        [{"meta_info": nested(100_000)}],
+        [{"error": {"message": nested(100_000)}}],
+        [{"output_ids": [nested(100_000)], "meta_info": {"finish_reason": {}}}],
+    ],
+)
+def test_values_nested_deeper_than_json_allows(frames: list[dict[str, Any]]) -> None:
+    """Frames built in Python can nest deeper than any JSON decoder accepts."""
+    _only_envelope_errors(lambda: aggregate_frames(frames))
+
+
 def test_huge_arrays_are_bounded() -> None:
     huge = b'{"output_ids": [' + b"1," * 5_000_000 + b'1], "meta_info": {"finish_reason": null}}'
     with pytest.raises(LimitExceeded):
