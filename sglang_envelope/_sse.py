@@ -194,7 +194,10 @@ class SseDecoder:
         found = [line[6:] for line in events if line.startswith(_DATA_PREFIX)]
         if len(found) != len(events):
             return start
-        if size > self._max_event_bytes and max(map(len, events)) >= self._max_event_bytes:
+        if (
+            size > self._max_event_bytes
+            and max(map(len, events), default=0) >= self._max_event_bytes
+        ):
             raise self._too_big()
         if self._done or _DONE in found:
             at = 0 if self._done else found.index(_DONE)

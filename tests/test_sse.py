@@ -200,6 +200,11 @@ def test_close_between_events(tail: bytes) -> None:
 # --- max_event_bytes ---
 
 
+def test_event_bound_when_a_chunk_over_it_ends_inside_its_only_event() -> None:
+    with pytest.raises(LimitExceeded):
+        SseDecoder(max_event_bytes=9).feed(b"data: { }\n")  # 10 bytes, no blank line yet
+
+
 @given(st.integers(9, 60), st.booleans(), st.data())
 def test_event_bound_is_exact(limit: int, over: bool, data: st.DataObject) -> None:
     """An event of `limit` bytes (its lines and their line ends) passes; one more byte fails."""
