@@ -79,6 +79,14 @@ def decode_envelope(
     `invalid_envelope` when the envelope itself is malformed, else the code of
     the rule the enclosed request breaks.
     """
+    if isinstance(data, str):  # bounded and decoded as UTF-8, as a client body is
+        try:
+            data = data.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise reject("invalid_envelope", detail=f"not valid JSON: {error}") from None
+    elif not isinstance(data, (bytes, bytearray, memoryview)):
+        detail = f"expected bytes or str, got {type(data).__name__}"
+        raise reject("invalid_envelope", detail=detail)
     if len(data) > max_body_bytes:
         raise reject("body_too_large", size=len(data), limit=max_body_bytes)
     try:

@@ -1,0 +1,41 @@
+"""Hostile input to every entry point raises `EnvelopeError`, never a crash.
+
+The module files test each entry point's own rules; this one holds the
+cross-cutting matrix (entry point x kind of hostile input), the Hypothesis
+tests the module files lack, the in-process command-line fuzz, and the
+regression tests of the crashes the hardening audit found.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_envelope import RequestRejected, decode_envelope
+
+# --- regressions: crashes the audit found ---
+
+
+@pytest.mark.parametrize(
+    ("data", "detail"),
+    [
+        ('{"rid": "\ud800", "request": {"input_ids": [1]}}', "surrogates not allowed"),
+        ('{"rid": "r", "request": {"input_ids": [1], "rid": "\udcff"}}', "surrogates not allowed"),
+        (None, "expected bytes or str, got NoneType"),
+        ({"rid": "r", "request": {"input_ids": [1]}}, "expected bytes or str, got dict"),
+    ],
+    ids=["surrogate-rid", "surrogate-in-request", "none", "dict"],
+)
+def test_decode_envelope_refuses_text_and_types_json_cannot_be(data: object, detail: str) -> None:
+    # Was UnicodeEncodeError (text with lone surrogates) or TypeError.
+    with pytest.raises(RequestRejected) as caught:
+        decode_envelope(data)  # type: ignore[arg-type]
+    assert caught.value.code == "invalid_envelope"
+    assert detail in caught.value.message
+
+
+def test_decode_envelope_bounds_text_in_utf8_bytes() -> None:
+    wire = '{"rid": "r", "request": {"input_ids": [1], "rid": "ééé"}}'
+    assert decode_envelope(wire, max_body_bytes=len(wire.encode())).rid == "r"
+    with pytest.raises(RequestRejected) as caught:
+        decode_envelope(wire, max_body_bytes=len(wire))  # characters, not bytes
+    assert caught.value.code == "body_too_large"
