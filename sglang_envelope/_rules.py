@@ -286,8 +286,9 @@ def _unknown_sampling_key(key: str) -> RequestRejected:
     return reject("unknown_sampling_param", key=key, expected=f"expected one of {listed}")
 
 
-#: What msgspec raises on a body it cannot decode (RecursionError: nested too deeply).
-DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
+#: What msgspec raises on a body it cannot decode (RecursionError: nested too deeply;
+#: BufferError: a memoryview that is not contiguous).
+DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError, BufferError)
 
 
 def translate_validation_error(error: Exception, *, prefix: str = "") -> RequestRejected:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_envelope import RequestRejected, decode_envelope
+from sglang_envelope import RequestRejected, decode_client_request, decode_envelope
 
 # --- regressions: crashes the audit found ---
 
@@ -39,3 +39,17 @@ def test_decode_envelope_bounds_text_in_utf8_bytes() -> None:
     with pytest.raises(RequestRejected) as caught:
         decode_envelope(wire, max_body_bytes=len(wire))  # characters, not bytes
     assert caught.value.code == "body_too_large"
+
+
+def test_a_memoryview_msgspec_cannot_read_is_rejected() -> None:
+    # Was BufferError: msgspec reads only contiguous buffers.
+    body = memoryview(b'{"input_ids": [1]}' * 2)[::2]
+    with pytest.raises(RequestRejected) as caught:
+        decode_client_request(body)  # type: ignore[arg-type]
+    assert (caught.value.code, caught.value.message) == (
+        "not_json",
+        "request body is not valid JSON: memoryview: underlying buffer is not C-contiguous",
+    )
+    with pytest.raises(RequestRejected) as caught:
+        decode_envelope(body)
+    assert caught.value.code == "invalid_envelope"
