@@ -9,8 +9,9 @@ leaves output-flat logprobs to decode).
 from __future__ import annotations
 
 import enum
+import reprlib
 from collections.abc import Sequence
-from typing import Annotated, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -37,13 +38,39 @@ class Bootstrap(msgspec.Struct, frozen=True):
 
     `host`, `port` and `room` become SGLang's `bootstrap_host`, `bootstrap_port`
     and `bootstrap_room`; `prefill_dp_rank`, when given, its
-    `disagg_prefill_dp_rank`.
+    `disagg_prefill_dp_rank`. Checked when made: `EnvelopeError` names the
+    field and what it must be.
     """
 
-    host: Annotated[str, msgspec.Meta(min_length=1)]
-    port: Annotated[int, msgspec.Meta(ge=1, le=65535)]
-    room: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
-    prefill_dp_rank: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    host: str
+    port: int
+    room: int
+    prefill_dp_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        for name, low, high in _BOOTSTRAP_RANGES:
+            value = getattr(self, name)
+            if value is None and name == "prefill_dp_rank":
+                continue
+            if type(value) is not int or not low <= value <= high:
+                raise EnvelopeError(
+                    f"bootstrap.{name} must be an integer in [{low}, {high}], got {_show(value)}"
+                )
+        if not isinstance(self.host, str) or not self.host:
+            raise EnvelopeError(
+                f"bootstrap.host must be a non-empty string, got {_show(self.host)}"
+            )
+
+
+def _show(value: object) -> str:
+    """A short rendering of a possibly hostile value, for an error message."""
+    try:
+        return reprlib.repr(value)
+    except ValueError:  # an integer too long to print
+        return f"a {type(value).__name__}"
+
+
+_BOOTSTRAP_RANGES = (("port", 1, 65535), ("room", 0, 2**63 - 1), ("prefill_dp_rank", 0, 2**31 - 1))
 
 
 class EngineBody(ClientRequest, frozen=True, kw_only=True, omit_defaults=True):
@@ -76,6 +103,11 @@ ROLE_PLANS: dict[Role, RolePlan] = {
     Role.AGGREGATED: RolePlan(needs_bootstrap=False, always_streams=False, is_prefill=False),
     Role.DECODE: RolePlan(needs_bootstrap=True, always_streams=False, is_prefill=False),
     Role.PREFILL: RolePlan(needs_bootstrap=True, always_streams=True, is_prefill=True),
+}
+
+# A Role is a str, so one lookup serves Role.DECODE and "decode" alike.
+_PLANS_BY_NAME: dict[str, tuple[Role, RolePlan]] = {
+    role.value: (role, plan) for role, plan in ROLE_PLANS.items()
 }
 
 #: What prefill sets in `sampling_params`, and what it removes.
@@ -130,11 +162,8 @@ def _check_bootstrap(role: Role, plan: RolePlan, bootstrap: Bootstrap | None) ->
         raise EnvelopeError(f"role {role.value!r} needs a Bootstrap (host, port, room)")
     if not plan.needs_bootstrap and bootstrap is not None:
         raise EnvelopeError(f"role {role.value!r} takes no Bootstrap")
-    if bootstrap is not None:
-        try:
-            msgspec.convert(msgspec.structs.asdict(bootstrap), Bootstrap)
-        except msgspec.ValidationError as error:
-            raise EnvelopeError(f"bootstrap: {error}") from None
+    if bootstrap is not None and not isinstance(bootstrap, Bootstrap):
+        raise EnvelopeError(f"bootstrap must be a Bootstrap, got {type(bootstrap).__name__}")
 
 
 def _check_input_ids(input_ids: Sequence[int]) -> list[int]:
@@ -160,12 +189,10 @@ def build_engine_request(
     or unexpected `bootstrap`, `input_ids` that are not token ids.
     """
     try:
-        role = Role(role)
-    except (ValueError, TypeError):
-        raise EnvelopeError(
-            f"role must be one of {', '.join(r.value for r in Role)}, got {role!r}"
-        ) from None
-    plan = ROLE_PLANS[role]
+        role, plan = _PLANS_BY_NAME[role]
+    except (KeyError, TypeError):  # TypeError: an unhashable role
+        roles = ", ".join(r.value for r in Role)
+        raise EnvelopeError(f"role must be one of {roles}, got {_show(role)}") from None
     _check_bootstrap(role, plan, bootstrap)
     request = envelope.request
     fields = msgspec.structs.asdict(request)

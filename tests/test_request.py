@@ -320,8 +320,7 @@ def test_aggregated_takes_no_bootstrap() -> None:
         ({"input_ids": []}, "input_ids cannot be empty"),
         ({"input_ids": [1, -1]}, "input_ids"),
         ({"input_ids": ["1"]}, "input_ids"),
-        ({"bootstrap": Bootstrap("h", 0, 1)}, "bootstrap"),
-        ({"bootstrap": Bootstrap("", 80, 1)}, "bootstrap"),
+        ({"bootstrap": "10.0.0.7:8998"}, "bootstrap must be a Bootstrap"),
     ],
 )
 def test_caller_mistakes_raise_envelope_error(kwargs: dict[str, Any], words: str) -> None:
@@ -329,6 +328,24 @@ def test_caller_mistakes_raise_envelope_error(kwargs: dict[str, Any], words: str
     arguments: dict[str, Any] = {"input_ids": [1], "role": "decode", "bootstrap": BOOTSTRAP}
     with pytest.raises(EnvelopeError, match=words):
         build_engine_request(envelope, **{**arguments, **kwargs})
+
+
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [
+        (("h", 0, 1), "bootstrap.port must be an integer in [1, 65535], got 0"),
+        (("h", 80, -1), "bootstrap.room must be an integer in [0, 9223372036854775807], got -1"),
+        (("h", 80, 1, -2), "bootstrap.prefill_dp_rank must be an integer in"),
+        (("h", True, 1), "bootstrap.port must be an integer"),
+        (("h", 80, 10**5000), "bootstrap.room must be an integer in [0, 9223372036854775807], got"),
+        (("", 80, 1), "bootstrap.host must be a non-empty string, got ''"),
+        ((None, 80, 1), "bootstrap.host must be a non-empty string, got None"),
+    ],
+)
+def test_bootstrap_is_checked_when_made(arguments: tuple[Any, ...], words: str) -> None:
+    with pytest.raises(EnvelopeError) as caught:
+        Bootstrap(*arguments)
+    assert str(caught.value).startswith(words)
 
 
 @pytest.mark.parametrize("rid", ["", None, 7])

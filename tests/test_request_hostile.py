@@ -98,8 +98,7 @@ def test_build_engine_request_with_hostile_arguments(
 ) -> None:
     envelope = to_worker_envelope(decode_client_request({"input_ids": [1]}), rid="r")
     try:
-        build_engine_request(
-            envelope, input_ids=input_ids, role=role, bootstrap=Bootstrap("h", port, room)
-        )
+        bootstrap = Bootstrap("h", port, room)
+        build_engine_request(envelope, input_ids=input_ids, role=role, bootstrap=bootstrap)
     except EnvelopeError as error:
         assert str(error)
