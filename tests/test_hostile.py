@@ -51,5 +51,5 @@ def test_a_memoryview_msgspec_cannot_read_is_rejected() -> None:
         "request body is not valid JSON: memoryview: underlying buffer is not C-contiguous",
     )
     with pytest.raises(RequestRejected) as caught:
-        decode_envelope(body)
+        decode_envelope(body)  # type: ignore[arg-type]
     assert caught.value.code == "invalid_envelope"
