@@ -18,7 +18,7 @@ cumulative mode, and the terminal frame.
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 import msgspec
@@ -131,7 +131,7 @@ class StreamAggregator:
     )
 
     def __init__(self, *, incremental: bool = True) -> None:
-        self._incremental = incremental
+        self._incremental = bool(incremental)  # a key of _VIEW_DECODERS
         self._count = 0  # frames added
         self._index: Any = UNSET  # the first frame's "index" (UNSET when it has none)
         self._last: dict[str, Any] | None = None
@@ -366,7 +366,7 @@ def aggregate_frames(
 ) -> dict[str, Any]:
     """The final response of a stream's decoded frames (see `StreamAggregator`)."""
     aggregator = StreamAggregator(incremental=incremental)
-    for frame in frames:
+    for frame in _iterate(frames, "aggregate_frames frames"):
         aggregator.add(frame)
     return aggregator.result()
 
@@ -391,7 +391,7 @@ def aggregate_sse(
     add = aggregator._add_payloads
     feed = decoder._feed_raw
     seen = 0
-    for chunk in chunks:
+    for chunk in _iterate(chunks, "aggregate_sse chunks"):
         if not isinstance(chunk, bytes):
             chunk = _as_bytes(chunk, "aggregate_sse chunk")
         seen += len(chunk)
@@ -454,6 +454,13 @@ _REPR.maxlevel = 3
 def _check_bound(name: str, value: int) -> None:
     if type(value) is not int or value < 1:
         raise EnvelopeError(f"{name}: expected a positive integer, got {value!r}")
+
+
+def _iterate(items: Iterable[Any], what: str) -> Iterator[Any]:
+    try:
+        return iter(items)
+    except TypeError:
+        raise EnvelopeError(f"{what}: expected an iterable, got {type(items).__name__}") from None
 
 
 def _as_bytes(data: object, what: str) -> bytes:

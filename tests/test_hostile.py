@@ -8,9 +8,19 @@ regression tests of the crashes the hardening audit found.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from sglang_envelope import RequestRejected, decode_client_request, decode_envelope
+from sglang_envelope import (
+    EnvelopeError,
+    RequestRejected,
+    StreamAggregator,
+    aggregate_frames,
+    aggregate_sse,
+    decode_client_request,
+    decode_envelope,
+)
 
 # --- regressions: crashes the audit found ---
 
@@ -53,3 +63,28 @@ def test_a_memoryview_msgspec_cannot_read_is_rejected() -> None:
     with pytest.raises(RequestRejected) as caught:
         decode_envelope(body)  # type: ignore[arg-type]
     assert caught.value.code == "invalid_envelope"
+
+
+#: A stream of two incremental frames: "ab" as a whole, "b" as its last frame alone.
+_TWO_FRAMES = (
+    b'data: {"text": "a", "meta_info": {"finish_reason": null}}\n\n'
+    b'data: {"text": "b", "meta_info": {"finish_reason": {"type": "stop"}}}\n\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("incremental", "text"), [("yes", "ab"), (1, "ab"), (None, "b"), (0, "b"), ("", "b")]
+)
+def test_any_incremental_flag_reads_as_a_bool(incremental: Any, text: str) -> None:
+    # aggregate_sse looked its typed views up by the flag itself: KeyError for "yes".
+    assert aggregate_sse([_TWO_FRAMES], incremental=incremental)["text"] == text
+    assert StreamAggregator(incremental=incremental).incremental is bool(incremental)
+
+
+@pytest.mark.parametrize("frames", [None, 7, 1.5])
+def test_frames_and_chunks_that_are_not_iterable(frames: Any) -> None:
+    # Was TypeError from the for loop.
+    with pytest.raises(EnvelopeError, match="aggregate_frames frames: expected an iterable"):
+        aggregate_frames(frames)
+    with pytest.raises(EnvelopeError, match="aggregate_sse chunks: expected an iterable"):
+        aggregate_sse(frames)
