@@ -135,10 +135,19 @@ def _read(path: str, stream: BinaryIO, size: int) -> bytes:
         raise _unreadable(path, error) from None
 
 
+def _read_up_to(path: str, stream: BinaryIO, size: int) -> bytes:
+    """At most `size` bytes, a chunk at a time: no buffer of `size` is made up front."""
+    parts: list[bytes] = []
+    while size > 0 and (chunk := _read(path, stream, min(size, _CHUNK))):
+        parts.append(chunk)
+        size -= len(chunk)
+    return b"".join(parts)
+
+
 def _read_bounded(path: str, limit: int) -> bytes:
     """At most `limit + 1` bytes: enough for the parser to see the input is too big."""
     with _opened(path) as stream:
-        return _read(path, stream, limit + 1)
+        return _read_up_to(path, stream, limit + 1)
 
 
 def _chunks(path: str, stream: BinaryIO, first: bytes) -> Iterator[bytes]:
@@ -186,7 +195,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     with _opened(args.file) as stream:
         first = _read(args.file, stream, _CHUNK)
         if first.lstrip()[:1] == b"{":
-            body = first + _read(args.file, stream, max(0, limit + 1 - len(first)))
+            body = first + _read_up_to(args.file, stream, limit + 1 - len(first))
             response = parse_unary(body, max_bytes=limit)
         else:
             chunks = _chunks(args.file, stream, first)
@@ -305,9 +314,11 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with usage errors also printed as `{"error": {"type": "usage", ...}}`."""
 
     def error(self, message: str) -> NoReturn:
-        _emit({"error": {"type": "usage", "message": message}})
+        # argv bytes that are not UTF-8 arrive as lone surrogates, which JSON cannot carry.
+        text = message.encode("utf-8", "backslashreplace").decode("utf-8")
+        _emit({"error": {"type": "usage", "message": text}})
         self.print_usage(sys.stderr)
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {text}\n")
 
 
 _Commands = argparse._SubParsersAction  # the type of add_subparsers()
@@ -315,6 +326,15 @@ _Commands = argparse._SubParsersAction  # the type of add_subparsers()
 
 def _command(commands: _Commands[_Parser], name: str, summary: str, description: str) -> _Parser:
     return commands.add_parser(name, help=summary, description=description, epilog=_EPILOG)
+
+
+def _utf8(value: str) -> str:
+    """An option that is copied into the JSON output: it must be valid UTF-8."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(f"not valid UTF-8: {value!r}") from None
+    return value
 
 
 def _add_file(parser: argparse.ArgumentParser, what: str) -> None:
@@ -352,8 +372,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_file(normalize, "the client's JSON body")
     normalize.add_argument("--role", required=True, choices=[role.value for role in Role])
-    normalize.add_argument("--rid", help="request id (default: the client's rid, else uuid4 hex)")
-    normalize.add_argument("--bootstrap-host", metavar="H", help="prefill bootstrap host")
+    normalize.add_argument(
+        "--rid", type=_utf8, help="request id (default: the client's rid, else uuid4 hex)"
+    )
+    normalize.add_argument(
+        "--bootstrap-host", metavar="H", type=_utf8, help="prefill bootstrap host"
+    )
     normalize.add_argument("--bootstrap-port", metavar="P", type=int, help="bootstrap port")
     normalize.add_argument("--bootstrap-room", metavar="N", type=int, help="bootstrap room")
     normalize.set_defaults(run=cmd_normalize)

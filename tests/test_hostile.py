@@ -8,8 +8,12 @@ regression tests of the crashes the hardening audit found.
 
 from __future__ import annotations
 
+import io
+import sys
+from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from sglang_envelope import (
@@ -21,6 +25,36 @@ from sglang_envelope import (
     decode_client_request,
     decode_envelope,
 )
+from sglang_envelope._cli import main
+from sglang_envelope._demo import SEED_REQUEST, demo_unary_body
+
+
+def run_cli(
+    argv: list[str], capsys: pytest.CaptureFixture[bytes], *, exits: bool = False
+) -> tuple[int, dict[str, Any]]:
+    """Run the command line in-process; check it printed one JSON object and no traceback.
+
+    Returns the exit code and the object. `exits`: argparse ends the run with SystemExit.
+    """
+    if exits:
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        code = exit_info.value.code
+    else:
+        code = main(argv)
+    out, err = capsys.readouterr()
+    assert b"Traceback" not in err
+    assert code in (0, 1, 2)
+    assert out.endswith(b"\n")
+    assert out.count(b"\n") == 1
+    document = msgspec.json.decode(out)
+    assert type(document) is dict
+    if code:
+        assert list(document) == ["error"]
+        assert document["error"]["type"]
+        assert document["error"]["message"]
+    return code, document
+
 
 # --- regressions: crashes the audit found ---
 
@@ -88,3 +122,47 @@ def test_frames_and_chunks_that_are_not_iterable(frames: Any) -> None:
         aggregate_frames(frames)
     with pytest.raises(EnvelopeError, match="aggregate_sse chunks: expected an iterable"):
         aggregate_sse(frames)
+
+
+def test_cli_reads_a_unary_body_under_any_max_bytes(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    # Was OverflowError (10**30) or MemoryError (2**40): one read of max-bytes + 1 bytes.
+    path = tmp_path / "body.json"
+    path.write_bytes(demo_unary_body())
+    for limit in (2**40, 2**62, 10**30):
+        code, out = run_cli(["aggregate", str(path), "--max-bytes", str(limit)], capsysbinary)
+        assert code == 0
+        assert out == msgspec.json.decode(demo_unary_body())
+    code, out = run_cli(["aggregate", str(path), "--max-bytes", "10"], capsysbinary)
+    assert (code, out["error"]["type"]) == (2, "limit_exceeded")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["normalize", "--role", "aggregated", "--rid", "\udcff"],
+        [
+            "normalize",
+            "--role",
+            "decode",
+            "--bootstrap-host",
+            "h\udcff",
+            "--bootstrap-port",
+            "1",
+            "--bootstrap-room",
+            "1",
+        ],
+        ["demo", "\udcff"],
+    ],
+    ids=["rid", "bootstrap-host", "unrecognized"],
+)
+def test_cli_argv_that_is_not_utf8_is_a_usage_error(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    # Bytes in argv that are not UTF-8 reach Python as lone surrogates; they
+    # escaped as UnicodeEncodeError when written into the JSON output.
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(SEED_REQUEST)))
+    code, out = run_cli(argv, capsysbinary, exits=True)
+    assert (code, out["error"]["type"]) == (2, "usage")
+    assert "\\udcff" in out["error"]["message"]
