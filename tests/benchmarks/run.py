@@ -1,0 +1,321 @@
+"""Speed and memory of the hot paths, as ratios to a floor measured in the same run.
+
+    python tests/benchmarks/run.py [--quick]
+
+Each workload is timed alternately with its floor (the bare JSON or Base64
+work it cannot avoid), several rounds each; the table shows the medians and
+their ratio against the goal. Run it on a quiet machine; it is not part of the
+test suite and asserts nothing. With the SGLang oracle environment's
+interpreter (see ../shared/sglang-oracle), it also times SGLang's own request
+path for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import gc
+import importlib
+import importlib.util
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from sglang_envelope import (
+    SSE_DONE,
+    Bootstrap,
+    Role,
+    aggregate_sse,
+    build_engine_request,
+    decode_client_request,
+    decode_flat_top_logprobs,
+    encode_flat_top_logprobs,
+    encode_sse,
+    to_worker_envelope,
+)
+
+CHUNK = 64 * 1024
+
+
+def timed(fn: Callable[[], object]) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def alternate(
+    work: Callable[[], object], floor: Callable[[], object], rounds: int
+) -> tuple[float, float]:
+    """Median seconds of `work` and of `floor`, timed turn about."""
+    work(), floor()  # warm up
+    works, floors = [], []
+    for _ in range(rounds):
+        works.append(timed(work))
+        floors.append(timed(floor))
+    return statistics.median(works), statistics.median(floors)
+
+
+# --- workloads ---
+
+
+def client_bodies(count: int, rng: random.Random) -> list[bytes]:
+    bodies = []
+    for i in range(count):
+        body: dict[str, Any] = {
+            "rid": f"req-{i}",
+            "input_ids": [rng.randrange(150_000) for _ in range(rng.choice([16, 128, 512, 2048]))],
+            "sampling_params": {
+                "temperature": 0.7,
+                "top_p": 0.9,
+                "max_new_tokens": rng.randrange(1, 4096),
+            },
+            "stream": rng.random() < 0.5,
+        }
+        if rng.random() < 0.3:
+            body.update(
+                stream=False,
+                return_logprob=True,
+                top_logprobs_num=5,
+                return_flat_raw_output_top_logprobs=True,
+                return_flat_raw_top_logprobs_b64=True,
+            )
+        bodies.append(msgspec.json.encode(body))
+    return bodies
+
+
+def request_path(bodies: list[bytes]) -> Callable[[], None]:
+    bootstrap = Bootstrap("10.0.0.7", 8998, 4242)
+
+    def run() -> None:
+        for body in bodies:
+            request = decode_client_request(body)
+            envelope = to_worker_envelope(request, rid=request.rid or "rid")
+            build_engine_request(
+                envelope, input_ids=request.input_ids, role=Role.DECODE, bootstrap=bootstrap
+            ).to_json()
+
+    return run
+
+
+def json_floor(bodies: list[bytes]) -> Callable[[], None]:
+    def run() -> None:
+        for body in bodies:
+            msgspec.json.encode(msgspec.json.decode(body))
+
+    return run
+
+
+def sglang_path(bodies: list[bytes]) -> Callable[[], None] | None:
+    """SGLang's own gate plus GenerateReqInput normalization, where SGLang is importable."""
+    try:
+        io_struct = importlib.import_module("sglang.srt.managers.io_struct")
+    except ImportError:
+        return None
+    generate_req_input = io_struct.GenerateReqInput
+    path = Path(str(io_struct.__file__)).parents[2] / "api" / "v1" / "api_types.py"
+    spec = importlib.util.spec_from_file_location("_sglang_api_types", path)
+    assert spec is not None and spec.loader is not None
+    api_types = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(api_types)
+
+    def run() -> None:
+        for body in bodies:
+            value = msgspec.json.decode(body)
+            api_types.GenerateRequest.from_json_value(value)
+            generate_req_input(**value).normalize_batch_and_arguments()
+
+    return run
+
+
+def frame(i: int, rng: random.Random, *, last: bool, logprobs: bool = True) -> dict[str, Any]:
+    """One incremental frame: a token, and its logprob with the top 5 when `logprobs`."""
+    token = rng.randrange(150_000)
+    meta: dict[str, Any] = {
+        "id": "req-1",
+        "finish_reason": {"type": "length", "length": i + 1} if last else None,
+        "prompt_tokens": 100,
+        "completion_tokens": i + 1,
+        "cached_tokens": 0,
+        "e2e_latency": 0.01 * i,
+    }
+    if logprobs:
+        top = [[-rng.random() * 5, rng.randrange(150_000), None] for _ in range(5)]
+        meta["output_token_logprobs"] = [[top[0][0], token, None]]
+        meta["output_top_logprobs"] = [top]
+    return {"text": f" word{token}", "output_ids": [token], "meta_info": meta}
+
+
+def incremental_transcript(
+    count: int, seed: int = 1, *, logprobs: bool = True
+) -> tuple[bytes, list[bytes]]:
+    rng = random.Random(seed)
+    frames = [frame(i, rng, last=i == count - 1, logprobs=logprobs) for i in range(count)]
+    payloads = [msgspec.json.encode(f) for f in frames]
+    return b"".join(encode_sse(f) for f in frames) + SSE_DONE, payloads
+
+
+def cumulative_transcript(count: int, seed: int = 1) -> tuple[bytes, list[bytes]]:
+    rng = random.Random(seed)
+    text, ids, token_lps, tops = "", [], [], []
+    payloads = []
+    for i in range(count):
+        delta = frame(i, rng, last=i == count - 1)
+        text += delta["text"]
+        ids += delta["output_ids"]
+        token_lps += delta["meta_info"]["output_token_logprobs"]
+        tops += delta["meta_info"]["output_top_logprobs"]
+        meta = {
+            **delta["meta_info"],
+            "output_token_logprobs": token_lps,
+            "output_top_logprobs": tops,
+        }
+        payloads.append(msgspec.json.encode({"text": text, "output_ids": ids, "meta_info": meta}))
+    transcript = b"".join(b"data: " + p + b"\n\n" for p in payloads) + SSE_DONE
+    return transcript, payloads
+
+
+def chunks(data: bytes) -> Iterator[memoryview]:
+    view = memoryview(data)
+    return (view[i : i + CHUNK] for i in range(0, len(view), CHUNK))
+
+
+def flat_fields(positions: int, k: int) -> dict[str, Any]:
+    rng = random.Random(3)
+    nested = [
+        [[-rng.random() * 9, rng.randrange(150_000), None] for _ in range(k)]
+        for _ in range(positions)
+    ]
+    return encode_flat_top_logprobs(nested, side="output", top_logprobs_num=k, b64=True)
+
+
+# --- the table ---
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and smaller inputs")
+    args = parser.parse_args()
+    rounds = 5 if args.quick else 11
+    rows: list[tuple[str, str, str, str, str]] = []
+
+    def row(
+        name: str, work_s: float, floor_s: float, goal: str, ok: bool, ratio: float | None = None
+    ) -> None:
+        shown = work_s / floor_s if ratio is None else ratio
+        rows.append(
+            (
+                name,
+                f"{work_s * 1e3:9.2f} ms",
+                f"{floor_s * 1e3:9.2f} ms",
+                f"{shown:6.2f}x",
+                f"{goal} {'ok' if ok else 'MISSED'}",
+            )
+        )
+
+    bodies = client_bodies(500 if args.quick else 3000, random.Random(7))
+    work, floor = alternate(request_path(bodies), json_floor(bodies), rounds)
+    row("request path (decode role)", work, floor, "<= 2.0x", work / floor <= 2.0)
+    sglang = sglang_path(bodies)
+    if sglang is not None:
+        work, floor = alternate(sglang, json_floor(bodies), rounds)
+        row("  SGLang's own gate + normalize", work, floor, "(reference)", True)
+
+    frames = 2000
+    transcript, payloads = incremental_transcript(frames)
+    work, floor = alternate(
+        lambda: aggregate_sse(chunks(transcript)),
+        lambda: [msgspec.json.decode(p) for p in payloads],
+        rounds,
+    )
+    row(f"incremental SSE, {frames} frames", work, floor, "<= 1.5x", work / floor <= 1.5)
+    big, _ = incremental_transcript(4 * frames, seed=2)
+    small_s, big_s = alternate(
+        lambda: aggregate_sse(chunks(transcript)), lambda: aggregate_sse(chunks(big)), rounds
+    )
+    scale = big_s / small_s
+    row(f"  4x frames ({4 * frames}) vs {frames}", big_s, small_s, "<= 4.4x", scale <= 4.4, scale)
+
+    cum_frames = 300 if args.quick else 600
+    transcript, payloads = cumulative_transcript(cum_frames)
+    work, floor = alternate(
+        lambda: aggregate_sse(chunks(transcript), incremental=False),
+        lambda: [msgspec.json.decode(p) for p in payloads],
+        rounds,
+    )
+    speedup = floor / work
+    goal = f"<= 0.33x (3x faster): {speedup:.0f}x faster"
+    row(f"cumulative SSE, {cum_frames} frames", work, floor, goal, speedup >= 3)
+
+    fields = flat_fields(32_768, 20)
+    val, idx = (
+        fields["output_top_logprobs_val_flat_b64"],
+        fields["output_top_logprobs_idx_flat_b64"],
+    )
+
+    def decode_flat() -> None:
+        flat = decode_flat_top_logprobs(fields, side="output")
+        assert flat is not None
+        flat.values[-1], flat.token_ids[-1]
+
+    work, floor = alternate(
+        decode_flat, lambda: (base64.b64decode(val), base64.b64decode(idx)), rounds
+    )
+    row("flat Base64 decode, 32768 x 20", work, floor, "<= 1.5x", work / floor <= 1.5)
+
+    stream_mib = 16 if args.quick else 64
+    for logprobs in (True, False):
+        peak, result_json, result_objects = peak_memory(stream_mib, logprobs=logprobs)
+        what = "token + top-5 logprobs" if logprobs else "text + ids only"
+        rows.append(
+            (
+                f"peak memory, {stream_mib} MiB stream, {what}",
+                f"{peak / 2**20:9.1f} MiB",
+                f"{result_json / 2**20:9.1f} MiB",
+                f"{peak / result_json:6.2f}x",
+                f"<= 3.0x {'ok' if peak <= 3 * result_json else 'MISSED'}"
+                f" (result objects alone {result_objects / result_json:.2f}x)",
+            )
+        )
+
+    machine = f"{platform.machine()}, {os.cpu_count()} cpus"
+    print(f"Python {platform.python_version()} on {machine}; msgspec {msgspec.__version__}")
+    header = ("workload", "time", "floor", "ratio", "goal")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
+    for r in [header, tuple("-" * w for w in widths), *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(r, widths, strict=True)))
+
+
+def peak_memory(stream_mib: int, *, logprobs: bool) -> tuple[int, int, int]:
+    """Peak bytes allocated aggregating a `stream_mib` MiB stream, the result's JSON size,
+    and the peak of merely decoding that JSON (what the result's objects cost by themselves)."""
+    one, _ = incremental_transcript(1, logprobs=logprobs)
+    count = stream_mib * 2**20 // (len(one) - len(SSE_DONE))
+    transcript, _ = incremental_transcript(count, seed=5, logprobs=logprobs)
+    tracemalloc.start()
+    result = aggregate_sse(chunks(transcript), max_bytes=len(transcript) + 1)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    encoded = msgspec.json.encode(result)
+    del result
+    tracemalloc.start()
+    decoded = msgspec.json.decode(encoded)
+    _, objects = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    del decoded
+    return peak, len(encoded), objects
+
+
+if __name__ == "__main__":
+    main()
