@@ -444,7 +444,10 @@ def _same(a: object, b: object) -> bool:
 
 def _short(value: object) -> str:
     """A bounded repr of any value, for messages."""
-    return _REPR.repr(value)
+    try:
+        return _REPR.repr(value)
+    except ValueError:  # an int too long for str() (over 4300 digits)
+        return f"a {type(value).__name__}"
 
 
 _REPR: Final = reprlib.Repr()
@@ -453,7 +456,7 @@ _REPR.maxlevel = 3
 
 def _check_bound(name: str, value: int) -> None:
     if type(value) is not int or value < 1:
-        raise EnvelopeError(f"{name}: expected a positive integer, got {value!r}")
+        raise EnvelopeError(f"{name}: expected a positive integer, got {_short(value)}")
 
 
 def _iterate(items: Iterable[Any], what: str) -> Iterator[Any]:

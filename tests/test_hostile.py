@@ -166,3 +166,16 @@ def test_cli_argv_that_is_not_utf8_is_a_usage_error(
     code, out = run_cli(argv, capsysbinary, exits=True)
     assert (code, out["error"]["type"]) == (2, "usage")
     assert "\\udcff" in out["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "index", [10**5000, [[10**5000]], [[[[[[[1]]]]]]]], ids=["int", "nested-int", "deep"]
+)
+def test_values_too_long_to_print_are_shown_in_bounds(index: Any) -> None:
+    # Was ValueError from repr(): ints over 4300 digits have no str().
+    frames = [{"index": 1, "meta_info": {}}, {"index": index, "meta_info": {}}]
+    with pytest.raises(EnvelopeError, match=r"its index .* differs from the first frame.s 1"):
+        aggregate_frames(frames)
+    for bad in (-(10**5000), [-(10**5000)]):
+        with pytest.raises(EnvelopeError, match="max_bytes: expected a positive integer"):
+            aggregate_sse([], max_bytes=bad)  # type: ignore[arg-type]
