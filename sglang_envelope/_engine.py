@@ -169,7 +169,7 @@ def _check_bootstrap(role: Role, plan: RolePlan, bootstrap: Bootstrap | None) ->
 def _check_input_ids(input_ids: Sequence[int]) -> list[int]:
     try:
         ids: list[int] = msgspec.convert(input_ids, list[TokenId])
-    except msgspec.ValidationError as error:
+    except (msgspec.ValidationError, UnicodeEncodeError) as error:  # text with lone surrogates
         raise EnvelopeError(f"input_ids: {error}") from None
     if not ids:
         raise EnvelopeError("input_ids cannot be empty.")

@@ -22,8 +22,10 @@ from sglang_envelope import (
     StreamAggregator,
     aggregate_frames,
     aggregate_sse,
+    build_engine_request,
     decode_client_request,
     decode_envelope,
+    to_worker_envelope,
 )
 from sglang_envelope._cli import main
 from sglang_envelope._demo import SEED_REQUEST, demo_unary_body
@@ -179,3 +181,11 @@ def test_values_too_long_to_print_are_shown_in_bounds(index: Any) -> None:
     for bad in (-(10**5000), [-(10**5000)]):
         with pytest.raises(EnvelopeError, match="max_bytes: expected a positive integer"):
             aggregate_sse([], max_bytes=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("input_ids", ["\udcff", ["\ud800"], [1, "\udcff"]])
+def test_input_ids_holding_text_with_lone_surrogates(input_ids: Any) -> None:
+    # Was UnicodeEncodeError from msgspec.convert.
+    envelope = to_worker_envelope(decode_client_request({"input_ids": [1]}), rid="r")
+    with pytest.raises(EnvelopeError, match=r"input_ids: .*surrogates not allowed"):
+        build_engine_request(envelope, input_ids=input_ids, role="aggregated")
