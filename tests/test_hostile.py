@@ -189,3 +189,10 @@ def test_input_ids_holding_text_with_lone_surrogates(input_ids: Any) -> None:
     envelope = to_worker_envelope(decode_client_request({"input_ids": [1]}), rid="r")
     with pytest.raises(EnvelopeError, match=r"input_ids: .*surrogates not allowed"):
         build_engine_request(envelope, input_ids=input_ids, role="aggregated")
+
+
+def test_a_count_too_long_to_print_is_shown_by_its_size() -> None:
+    # Was ValueError: str() of an int over 4300 digits, in the mismatch message.
+    frame = {"output_ids": [1], "meta_info": {"finish_reason": {}, "completion_tokens": 10**5000}}
+    with pytest.raises(EnvelopeError, match="completion_tokens is an int of 16610 bits but"):
+        aggregate_frames([frame])
