@@ -70,12 +70,15 @@ def alternate(
 # --- workloads ---
 
 
-def client_bodies(count: int, rng: random.Random) -> list[bytes]:
+def client_bodies(
+    count: int, rng: random.Random, lengths: tuple[int, ...] = (16, 128, 512, 2048)
+) -> list[bytes]:
+    """Client requests with prompts of the given lengths, 30% of them unary output-flat."""
     bodies = []
     for i in range(count):
         body: dict[str, Any] = {
             "rid": f"req-{i}",
-            "input_ids": [rng.randrange(150_000) for _ in range(rng.choice([16, 128, 512, 2048]))],
+            "input_ids": [rng.randrange(150_000) for _ in range(rng.choice(lengths))],
             "sampling_params": {
                 "temperature": 0.7,
                 "top_p": 0.9,
@@ -231,6 +234,14 @@ def main() -> None:
     if sglang is not None:
         work, floor = alternate(sglang, json_floor(bodies), rounds)
         row("  SGLang's own gate + normalize", work, floor, "(reference)", True)
+    short = client_bodies(len(bodies), random.Random(8), lengths=(16,))
+    work, floor = alternate(request_path(short), json_floor(short), rounds)
+    row("  16-token prompts only", work, floor, "(reported: fixed cost)", True)
+    if sglang is not None:
+        sglang_short = sglang_path(short)
+        assert sglang_short is not None
+        work, floor = alternate(sglang_short, json_floor(short), rounds)
+        row("  SGLang's own, 16-token prompts", work, floor, "(reference)", True)
 
     frames = 2000
     transcript, payloads = incremental_transcript(frames)
