@@ -685,3 +685,410 @@ def engine_requests_to_abort(
     return build_engine_request(
         envelope, input_ids=envelope.request.input_ids, role=role, bootstrap=bootstrap
     )
+
+
+# --- hostile input ---
+# This section's own imports, kept here so the file's header stays shared.
+import math  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import NamedTuple  # noqa: E402
+
+from sglang_envelope import SSE_DONE  # noqa: E402
+from sglang_envelope._demo import DEMO_SSE_TRANSCRIPT, SEED_REQUEST, demo_unary_body  # noqa: E402
+
+HOSTILE_KINDS: tuple[str, ...] = (
+    "random_bytes",
+    "invalid_utf8",
+    "bom",
+    "deep_nesting",
+    "big_int",
+    "nan_infinity",
+    "duplicate_keys",
+    "wrong_type",
+    "huge_array",
+    "unterminated",
+)
+"""The kinds of hostile input every entry point must survive (the issue's list)."""
+
+DEEP = 100_000
+"""Brackets in a deeply nested value: far beyond any decoder's recursion limit."""
+
+HUGE = 1_000_001
+"""Items in a huge array: one more than `DEFAULT_MAX_INPUT_IDS`."""
+
+ABSENT: Any = object()
+"""The `Hostile.value` of JSON text no decoder turns into a Python value."""
+
+
+def nested_lists(depth: int) -> list[Any]:
+    """`[[[...]]]`, `depth` lists deep, built without recursion."""
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def nested_objects(depth: int) -> dict[str, Any]:
+    """`{"a": {"a": ...}}`, `depth` objects deep, built without recursion."""
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+class Hostile(NamedTuple):
+    """One hostile JSON value: its text, and the nearest Python value a caller could pass."""
+
+    text: bytes
+    value: Any
+
+
+HOSTILE_VALUES: dict[str, tuple[Hostile, ...]] = {
+    "random_bytes": (
+        Hostile(b"\x00\x9c\xff\x01", b"\x00\x9c\xff\x01"),  # bytes where JSON has no bytes
+        Hostile(b"\x80\xfe\xfa\x1b", bytearray(b"\x80\xfe\xfa\x1b")),
+    ),
+    "invalid_utf8": (
+        Hostile(b'"\xff\xfe"', "\udcff\udcfe"),  # as decoded with surrogateescape
+        Hostile(b'"\xed\xa0\x80"', "\ud800"),  # an encoded surrogate
+        Hostile(b'"\xc3"', "\udcc3"),  # a cut sequence
+        Hostile(b'"\\ud800"', "\ud800"),  # an escaped lone surrogate
+        Hostile(b'{"\xff": 1}', {"\udcff": 1}),
+    ),
+    "bom": (
+        Hostile(b'"\xef\xbb\xbf"', "\ufeff"),
+        Hostile(b'"\xef\xbb\xbfstop"', "\ufeffstop"),
+        Hostile(b'{"\xef\xbb\xbftype": "stop"}', {"\ufefftype": "stop"}),
+        Hostile(b"\xef\xbb\xbf1", ABSENT),  # a BOM before a value
+    ),
+    "deep_nesting": (
+        Hostile(b"[" * DEEP + b"]" * DEEP, nested_lists(DEEP)),
+        Hostile(b'{"a":' * DEEP + b"{}" + b"}" * DEEP, nested_objects(DEEP)),
+        Hostile(b"[" * DEEP, ABSENT),
+    ),
+    "big_int": (
+        Hostile(b"18446744073709551616", 2**64),
+        Hostile(b"9223372036854775808", 2**63),
+        Hostile(b"-1" + b"0" * 30, -(10**30)),
+        Hostile(b"1" * 5_000, (10**5_000 - 1) // 9),  # beyond str()'s 4300 digits
+    ),
+    "nan_infinity": (
+        Hostile(b"NaN", math.nan),
+        Hostile(b"Infinity", math.inf),
+        Hostile(b"-Infinity", -math.inf),
+        Hostile(b"1e999", math.inf),
+        Hostile(b"[-1e999]", [-math.inf]),
+    ),
+    "duplicate_keys": (
+        Hostile(b'{"a": 1, "a": [2]}', {"a": [2]}),
+        Hostile(
+            b'{"type": "stop", "finish_reason": {}, "type": [], "finish_reason": null}',
+            {"type": [], "finish_reason": None},
+        ),
+    ),
+    "wrong_type": (
+        Hostile(b"null", None),
+        Hostile(b"true", True),
+        Hostile(b"-1", -1),
+        Hostile(b"1.5", 1.5),
+        Hostile(b'"x"', "x"),
+        Hostile(b"[]", []),
+        Hostile(b"{}", {}),
+        Hostile(b'[null, "x", {}]', [None, "x", {}]),
+    ),
+    "huge_array": (Hostile(b"[" + b"1," * (HUGE - 1) + b"1]", [1] * HUGE),),
+    "unterminated": (
+        Hostile(b'"abc', ABSENT),
+        Hostile(b"[1, 2", ABSENT),
+        Hostile(b'{"a": ', ABSENT),
+        Hostile(b"tru", ABSENT),
+    ),
+}
+"""Hostile JSON values by kind, each as text and (where one exists) as a Python value."""
+
+_B64_VALUES = base64.b64encode(struct.pack("<2f", -0.5, -1.5)).decode()
+_B64_TOKEN_IDS = base64.b64encode(struct.pack("<2i", 7, 9)).decode()
+_REQUEST: dict[str, Any] = {
+    "input_ids": [1, 2],
+    "rid": "r",
+    "return_logprob": True,
+    "top_logprobs_num": 1,
+    "sampling_params": {"temperature": 0.5, "stop": ["x"], "custom_params": {"a": 1}},
+}
+
+HOSTILE_BASES: dict[str, tuple[dict[str, Any], tuple[tuple[str | int, ...], ...]]] = {
+    "request": (
+        _REQUEST,
+        (
+            (),
+            ("input_ids",),
+            ("input_ids", 1),
+            ("rid",),
+            ("top_logprobs_num",),
+            ("sampling_params",),
+            ("sampling_params", "temperature"),
+            ("sampling_params", "stop", 0),
+            ("sampling_params", "custom_params", "a"),
+        ),
+    ),
+    "envelope": (
+        {"rid": "r", "request": _REQUEST},
+        ((), ("request", "input_ids"), ("rid",), ("request",), ("request", "sampling_params")),
+    ),
+    "response": (
+        {
+            "text": "ab",
+            "output_ids": [1, 2],
+            "meta_info": {
+                "id": "x",
+                "finish_reason": {"type": "length", "length": 2},
+                "completion_tokens": 2,
+                "output_token_logprobs": [[-0.5, 1, None], [-0.25, 2, None]],
+                "input_token_logprobs": [[None, 7, None], [-1.0, 8, None]],
+            },
+        },
+        (
+            (),
+            ("output_ids",),
+            ("output_ids", 0),
+            ("text",),
+            ("index",),
+            ("error",),
+            ("meta_info",),
+            ("meta_info", "finish_reason"),
+            ("meta_info", "finish_reason", "type"),
+            ("meta_info", "completion_tokens"),
+            ("meta_info", "output_token_logprobs", 0),
+            ("meta_info", "input_token_logprobs"),
+        ),
+    ),
+    "flat": (
+        {
+            "output_top_logprobs_val_flat": [-0.5, -1.5],
+            "output_top_logprobs_idx_flat": [7, 9],
+            "output_top_logprobs_shape": [1, 2],
+            "output_top_logprobs_null_prefix": 1,
+        },
+        (
+            (),
+            ("output_top_logprobs_val_flat",),
+            ("output_top_logprobs_val_flat", 0),
+            ("output_top_logprobs_idx_flat", 1),
+            ("output_top_logprobs_shape",),
+            ("output_top_logprobs_shape", 0),
+            ("output_top_logprobs_null_prefix",),
+        ),
+    ),
+    "flat_b64": (
+        {
+            "output_top_logprobs_val_flat_b64": _B64_VALUES,
+            "output_top_logprobs_idx_flat_b64": _B64_TOKEN_IDS,
+            "output_top_logprobs_val_flat_b64_dtype": "float32",
+            "output_top_logprobs_idx_flat_b64_dtype": "int32",
+            "output_top_logprobs_shape": [1, 2],
+            "output_top_logprobs_null_prefix": 0,
+        },
+        (
+            ("output_top_logprobs_idx_flat_b64",),
+            ("output_top_logprobs_val_flat_b64",),
+            ("output_top_logprobs_val_flat_b64_dtype",),
+            ("output_top_logprobs_shape", 1),
+            ("output_top_logprobs_null_prefix",),
+        ),
+    ),
+}
+"""Valid documents of each shape an entry point reads, and the paths a hostile
+value is put at (the first two first: a huge array goes only there)."""
+
+_HOLE = "\x00hole\x00"
+
+
+def placed(value: Any, path: tuple[str | int, ...], new: Any) -> Any:
+    """`value` with `new` at `path` (a key that is not there is added); only the path is copied."""
+    if not path:
+        return new
+    copy: Any = list(value) if isinstance(value, list) else dict(value)
+    copy[path[0]] = placed(value[path[0]], path[1:], new) if len(path) > 1 else new
+    return copy
+
+
+def _paths(shape: str, kind: str) -> tuple[tuple[str | int, ...], ...]:
+    paths = HOSTILE_BASES[shape][1]
+    return paths[:2] if kind == "huge_array" else paths
+
+
+def hostile_documents(shape: str, kind: str) -> list[bytes]:
+    """JSON documents of `shape` made hostile in the way `kind` names.
+
+    Each hostile value of the kind at each path of the shape, and for some
+    kinds the whole document: a BOM before it, a key given twice, cut short.
+    """
+    base = HOSTILE_BASES[shape][0]
+    encoded = msgspec.json.encode(base)
+    documents = [
+        msgspec.json.encode(placed(base, path, _HOLE)).replace(b'"\\u0000hole\\u0000"', h.text)
+        for path in _paths(shape, kind)
+        for h in HOSTILE_VALUES[kind]
+    ]
+    if kind == "random_bytes":
+        documents += [bytes(range(256)), b"\xfe\xff" * 64, b"\x00" * 16, b"\x1b[31m"]
+    elif kind == "bom":
+        documents += [b"\xef\xbb\xbf" + encoded, b"\xef\xbb\xbf" * 2 + encoded]
+    elif kind == "duplicate_keys":
+        for key in list(base)[:3]:
+            twice = f'"{key}": [[]]'.encode()
+            documents += [b"{" + twice + b", " + encoded[1:], encoded[:-1] + b", " + twice + b"}"]
+    elif kind == "unterminated":
+        documents += [encoded[:cut] for cut in (1, len(encoded) // 2, len(encoded) - 1)]
+    return documents
+
+
+def hostile_objects(shape: str, kind: str) -> list[Any]:
+    """The Python counterparts of `hostile_documents`: what a caller could pass instead.
+
+    Empty for a kind with no Python form (JSON cut short).
+    """
+    base = HOSTILE_BASES[shape][0]
+    objects = [
+        placed(base, path, h.value)
+        for path in _paths(shape, kind)
+        for h in HOSTILE_VALUES[kind]
+        if h.value is not ABSENT
+    ]
+    if kind == "duplicate_keys":  # what a decoder makes of a key given twice: the last value
+        objects += [msgspec.json.decode(doc) for doc in hostile_documents(shape, kind)]
+    elif kind == "bom":
+        objects += [{"\ufeff" + key: value for key, value in base.items()}]
+    return objects
+
+
+def sse_event(data: bytes) -> bytes:
+    """`data` as one SSE event, its line ends turned into spaces so it stays one event."""
+    return b"data: " + data.replace(b"\r", b" ").replace(b"\n", b" ") + b"\n\n"
+
+
+def hostile_streams(kind: str) -> list[bytes]:
+    """SSE streams whose frames are `hostile_documents("response", kind)`, as the
+    only frame, after an intermediate frame, and before the terminal one; plus,
+    for some kinds, the stream as a whole: a BOM before it, an event or line cut short.
+    """
+    base = HOSTILE_BASES["response"][0]
+    terminal = sse_event(msgspec.json.encode(base))
+    intermediate = sse_event(
+        msgspec.json.encode({"text": "", "meta_info": {"finish_reason": None}})
+    )
+    streams = []
+    for document in hostile_documents("response", kind):
+        event = sse_event(document)
+        streams += [event + SSE_DONE, intermediate + event, event + terminal + SSE_DONE]
+    if kind == "random_bytes":
+        streams += [bytes(range(256)), b"data: \xff\xfe\n\n", b"\r" * 1000, b"data:" * 1000]
+    elif kind == "bom":
+        streams += [b"\xef\xbb\xbf" + terminal, b"\xef\xbb\xbf" * 2 + terminal]
+    elif kind == "unterminated":
+        streams += [
+            terminal[:-1],
+            terminal[:-2],
+            intermediate + b"data: {",
+            intermediate + b"data",
+            terminal + b"data: " + b"[" * DEEP,
+        ]
+    return streams
+
+
+@st.composite
+def mutated(draw: st.DrawFn, data: bytes) -> bytes:
+    """`data` with one to four edits: bytes inserted, removed, replaced, repeated or cut off."""
+    out = bytearray(data)
+    insertions = st.sampled_from(
+        [b"\xff", b"\xef\xbb\xbf", b"\x00", b"\n", b"\r", b"\n\n", b"{", b"[", b'"', b",", b"-"]
+        + [h.text for kind in HOSTILE_KINDS if kind != "huge_array" for h in HOSTILE_VALUES[kind]]
+    )
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(out)))
+        end = draw(st.integers(at, min(len(out), at + 8)))
+        edit = draw(st.sampled_from(["insert", "remove", "replace", "repeat", "cut"]))
+        if edit == "insert":
+            out[at:at] = draw(insertions)
+        elif edit == "remove":
+            del out[at:end]
+        elif edit == "replace":
+            out[at:end] = draw(st.binary(min_size=1, max_size=4))
+        elif edit == "repeat":
+            out[at:at] = out[at:end] * draw(st.integers(1, 3))
+        else:
+            del out[at:]
+    return bytes(out)
+
+
+_HOSTILE_PYTHON = [
+    h.value
+    for kind in HOSTILE_KINDS
+    if kind != "huge_array"
+    for h in HOSTILE_VALUES[kind]
+    if h.value is not ABSENT
+]
+
+
+def _hostile_python(index: int) -> Any:
+    # Drawn by index: Hypothesis reprs the choices of sampled_from, and a
+    # 100,000-deep list (or an int over 4300 digits) has no repr.
+    return _HOSTILE_PYTHON[index]
+
+
+hostile_values = st.recursive(
+    st.integers(0, len(_HOSTILE_PYTHON) - 1).map(_hostile_python)
+    | json_scalars
+    | st.floats()
+    | st.integers(-(2**70), 2**70)
+    | st.binary(max_size=6)
+    | st.text(st.characters(categories=["Cs", "Cf", "Co"]), max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+"""Python values no JSON decoder gives, or gives only from hostile text: NaN,
+infinities, lone surrogates, bytes, integers beyond 64 bits, 100,000-deep nesting."""
+
+
+@st.composite
+def hostile_placed(draw: st.DrawFn, value: Any) -> Any:
+    """`value` with one nested value, a new key, or `value` itself, replaced by a hostile value."""
+    if isinstance(value, dict) and value and draw(st.booleans()):
+        key = draw(st.sampled_from(sorted(value)) | st.text(max_size=6))
+        return {**value, key: draw(hostile_placed(value.get(key)))}
+    if isinstance(value, list) and value and draw(st.booleans()):
+        at = draw(st.integers(0, len(value) - 1))
+        return [*value[:at], draw(hostile_placed(value[at])), *value[at + 1 :]]
+    return draw(hostile_values)
+
+
+SGLANG_ANSWERS: tuple[dict[str, Any], ...] = tuple(
+    msgspec.json.decode(line)
+    for line in (Path(__file__).parent / "fixtures" / "sse_responses.jsonl")
+    .read_bytes()
+    .splitlines()
+)
+"""SGLang 0.5.23's own /generate answers: `body` (SSE or JSON text), `kind` ("sse" or
+"unary"), `incremental` and `expected` (see `scripts/make_sse_fixtures.py`)."""
+
+
+def hostile_cli_inputs() -> st.SearchStrategy[bytes]:
+    """Bytes for the command line: random, hostile documents, and damaged valid inputs."""
+    flat = msgspec.json.encode(HOSTILE_BASES["flat"][0])
+    documents = [
+        document
+        for kind in HOSTILE_KINDS
+        if kind not in ("huge_array", "deep_nesting")
+        for shape in ("request", "response", "flat")
+        for document in hostile_documents(shape, kind)
+    ]
+    return st.one_of(
+        st.binary(max_size=200),
+        st.sampled_from(documents),
+        st.sampled_from(
+            [SEED_REQUEST, DEMO_SSE_TRANSCRIPT, demo_unary_body(), flat]
+            + [answer["body"].encode() for answer in SGLANG_ANSWERS]
+        ).flatmap(mutated),
+    )
