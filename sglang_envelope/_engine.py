@@ -194,6 +194,8 @@ def build_engine_request(
         roles = ", ".join(r.value for r in Role)
         raise EnvelopeError(f"role must be one of {roles}, got {_show(role)}") from None
     _check_bootstrap(role, plan, bootstrap)
+    if not isinstance(envelope, WorkerEnvelope):
+        raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")
     request = envelope.request
     fields = msgspec.structs.asdict(request)
     fields["rid"] = envelope.rid

@@ -167,6 +167,7 @@ def check_build_engine_request(kind: str, cli: Cli) -> None:
             partial(build, input_ids=[1, value], role="aggregated"),
             partial(build, input_ids=[1], role=value),
             partial(build, input_ids=[1], role="decode", bootstrap=value),
+            partial(build_engine_request, value, input_ids=[1], role="aggregated"),
         ]
         for fields in ((value, 1, 1), ("h", value, 1), ("h", 1, value), ("h", 1, 1, value)):
             calls.append(partial(_build_with_bootstrap, fields))
@@ -645,3 +646,10 @@ def test_a_count_too_long_to_print_is_shown_by_its_size() -> None:
     frame = {"output_ids": [1], "meta_info": {"finish_reason": {}, "completion_tokens": 10**5000}}
     with pytest.raises(EnvelopeError, match="completion_tokens is an int of 16610 bits but"):
         aggregate_frames([frame])
+
+
+@pytest.mark.parametrize("envelope", [None, {"rid": "r", "request": {"input_ids": [1]}}, b"{}"])
+def test_an_envelope_of_the_wrong_type_is_the_callers_mistake(envelope: Any) -> None:
+    # Was AttributeError: envelope.request.
+    with pytest.raises(EnvelopeError, match="envelope must be a WorkerEnvelope, got"):
+        build_engine_request(envelope, input_ids=[1], role="aggregated")
