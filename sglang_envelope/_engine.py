@@ -76,10 +76,9 @@ _BOOTSTRAP_RANGES = (("port", 1, 65535), ("room", 0, 2**63 - 1), ("prefill_dp_ra
 class EngineBody(ClientRequest, frozen=True, kw_only=True, omit_defaults=True):
     """The keyword arguments of SGLang's `GenerateReqInput` for one engine request.
 
-    `stream` has no default here, so the body always states its stream mode.
+    `stream` is always set, so the body always states its stream mode.
     """
 
-    stream: bool | None = None
     bootstrap_host: str | None = None
     bootstrap_port: int | None = None
     bootstrap_room: int | None = None

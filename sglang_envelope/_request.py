@@ -41,15 +41,16 @@ class ClientRequest(
     """One native `/generate` request with token input, as the client sent it.
 
     Fields left out by the client keep SGLang's defaults and are left out again
-    when the request is encoded. `sampling_params` is the client's object,
-    unchanged.
+    when the request is encoded; a field the client set is kept as set, an
+    explicit `"stream": false` included. `sampling_params` is the client's
+    object, unchanged.
     """
 
     input_ids: list[TokenId]
     rid: str | None = None
     session_id: str | None = None
     sampling_params: dict[str, Any] | None = None
-    stream: bool | None = False
+    stream: bool | None = None
     return_logprob: bool | None = None
     logprob_start_len: int | None = None
     top_logprobs_num: int | None = None
