@@ -792,6 +792,7 @@ HOSTILE_VALUES: dict[str, tuple[Hostile, ...]] = {
         Hostile(b"-1", -1),
         Hostile(b"1.5", 1.5),
         Hostile(b'"x"', "x"),
+        Hostile(b'""', ""),
         Hostile(b"[]", []),
         Hostile(b"{}", {}),
         Hostile(b'[null, "x", {}]', [None, "x", {}]),
