@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from sglang_envelope._envelope import WorkerEnvelope
+from sglang_envelope._envelope import WorkerEnvelope, _is_utf8
 from sglang_envelope._errors import EnvelopeError
 from sglang_envelope._request import ClientRequest, TokenId
 
@@ -56,9 +56,9 @@ class Bootstrap(msgspec.Struct, frozen=True):
                 raise EnvelopeError(
                     f"bootstrap.{name} must be an integer in [{low}, {high}], got {_show(value)}"
                 )
-        if not isinstance(self.host, str) or not self.host:
+        if not isinstance(self.host, str) or not self.host or not _is_utf8(self.host):
             raise EnvelopeError(
-                f"bootstrap.host must be a non-empty string, got {_show(self.host)}"
+                f"bootstrap.host must be a non-empty UTF-8 string, got {_show(self.host)}"
             )
 
 

@@ -50,6 +50,15 @@ _encoder = msgspec.json.Encoder()
 _wire_decoder = msgspec.json.Decoder(_WireEnvelope)
 
 
+def _is_utf8(text: str) -> bool:
+    """False for text with lone surrogates, which JSON on the wire cannot carry."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def to_worker_envelope(request: ClientRequest, *, rid: str) -> WorkerEnvelope:
     """Wrap `request` for a worker under the frontend's request id `rid`.
 
@@ -57,8 +66,8 @@ def to_worker_envelope(request: ClientRequest, *, rid: str) -> WorkerEnvelope:
     is empty: SGLang aborts requests by rid prefix, so an empty id would match
     every request on the server.
     """
-    if not isinstance(rid, str) or not rid:
-        raise EnvelopeError(f"rid must be a non-empty string, got {rid!r}")
+    if not isinstance(rid, str) or not rid or not _is_utf8(rid):
+        raise EnvelopeError(f"rid must be a non-empty UTF-8 string, got {rid!r:.60}")
     return WorkerEnvelope(rid=rid, request=request)
 
 

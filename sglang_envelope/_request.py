@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from sglang_envelope._errors import EnvelopeError
 from sglang_envelope._rules import DECODE_ERRORS, check_request, reject, translate_validation_error
 
 __all__ = [
@@ -164,8 +165,13 @@ def decode_client_request(
     """Decode and check a client's `/generate` body (JSON bytes or text, or a parsed mapping).
 
     A mapping is held to what JSON can carry (string keys, finite numbers).
-    Raises `RequestRejected` naming the broken rule (`docs/contract.md`).
+    Raises `RequestRejected` naming the broken rule (`docs/contract.md`), and
+    `EnvelopeError` for a bound that is not an integer >= 0.
     """
+    for name, bound in (("max_body_bytes", max_body_bytes), ("max_input_ids", max_input_ids)):
+        if type(bound) is not int or bound < 0:
+            got = "a negative integer" if type(bound) is int else type(bound).__name__
+            raise EnvelopeError(f"{name} must be an integer >= 0, got {got}")
     data = _as_json(body)
     if len(data) > max_body_bytes:
         raise reject("body_too_large", size=len(data), limit=max_body_bytes)

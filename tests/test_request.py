@@ -338,8 +338,9 @@ def test_caller_mistakes_raise_envelope_error(kwargs: dict[str, Any], words: str
         (("h", 80, 1, -2), "bootstrap.prefill_dp_rank must be an integer in"),
         (("h", True, 1), "bootstrap.port must be an integer"),
         (("h", 80, 10**5000), "bootstrap.room must be an integer in [0, 9223372036854775807], got"),
-        (("", 80, 1), "bootstrap.host must be a non-empty string, got ''"),
-        ((None, 80, 1), "bootstrap.host must be a non-empty string, got None"),
+        (("", 80, 1), "bootstrap.host must be a non-empty UTF-8 string, got ''"),
+        ((None, 80, 1), "bootstrap.host must be a non-empty UTF-8 string, got None"),
+        (("\ud800", 80, 1), "bootstrap.host must be a non-empty UTF-8 string"),
     ],
 )
 def test_bootstrap_is_checked_when_made(arguments: tuple[Any, ...], words: str) -> None:
@@ -348,7 +349,21 @@ def test_bootstrap_is_checked_when_made(arguments: tuple[Any, ...], words: str) 
     assert str(caught.value).startswith(words)
 
 
-@pytest.mark.parametrize("rid", ["", None, 7])
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        {"max_body_bytes": None},
+        {"max_input_ids": -1},
+        {"max_body_bytes": 1.5},
+        {"max_input_ids": -(10**5000)},
+    ],
+)
+def test_bounds_must_be_integers(bounds: dict[str, Any]) -> None:
+    with pytest.raises(EnvelopeError, match="must be an integer >= 0"):
+        decode_client_request(SEED, **bounds)
+
+
+@pytest.mark.parametrize("rid", ["", None, 7, "req-\ud800"])
 def test_envelope_needs_a_non_empty_rid(rid: Any) -> None:
     with pytest.raises(EnvelopeError, match="rid"):
         to_worker_envelope(decode_client_request(SEED), rid=rid)
