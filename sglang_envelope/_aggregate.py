@@ -17,14 +17,13 @@ cumulative mode, and the terminal frame.
 
 from __future__ import annotations
 
-import reprlib
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from sglang_envelope._errors import EnvelopeError, LimitExceeded, ResponseError
+from sglang_envelope._errors import EnvelopeError, LimitExceeded, ResponseError, show_value
 from sglang_envelope._frame import (
     abort_error,
     check_consistency,
@@ -216,7 +215,8 @@ class StreamAggregator:
             self._index = index
         elif not _same(index, self._index):
             raise ResponseError(
-                f"its index {_short(index)} differs from the first frame's {_short(self._index)}: "
+                f"its index {show_value(index)} differs from the first frame's "
+                f"{show_value(self._index)}: "
                 "the stream interleaves several generations (n > 1); aggregate one at a time"
             )
         return meta
@@ -442,21 +442,9 @@ def _same(a: object, b: object) -> bool:
         return False
 
 
-def _short(value: object) -> str:
-    """A bounded repr of any value, for messages."""
-    try:
-        return _REPR.repr(value)
-    except ValueError:  # an int too long for str() (over 4300 digits)
-        return f"a {type(value).__name__}"
-
-
-_REPR: Final = reprlib.Repr()
-_REPR.maxlevel = 3
-
-
 def _check_bound(name: str, value: int) -> None:
     if type(value) is not int or value < 1:
-        raise EnvelopeError(f"{name}: expected a positive integer, got {_short(value)}")
+        raise EnvelopeError(f"{name}: expected a positive integer, got {show_value(value)}")
 
 
 def _iterate(items: Iterable[Any], what: str) -> Iterator[Any]:

@@ -9,14 +9,13 @@ leaves output-flat logprobs to decode).
 from __future__ import annotations
 
 import enum
-import reprlib
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import msgspec
 
 from sglang_envelope._envelope import WorkerEnvelope, _is_utf8
-from sglang_envelope._errors import EnvelopeError
+from sglang_envelope._errors import EnvelopeError, show_value
 from sglang_envelope._request import ClientRequest, TokenId
 
 __all__ = ["ROLE_PLANS", "Bootstrap", "EngineBody", "EngineRequest", "Role", "build_engine_request"]
@@ -54,20 +53,13 @@ class Bootstrap(msgspec.Struct, frozen=True):
                 continue
             if type(value) is not int or not low <= value <= high:
                 raise EnvelopeError(
-                    f"bootstrap.{name} must be an integer in [{low}, {high}], got {_show(value)}"
+                    f"bootstrap.{name} must be an integer in [{low}, {high}], "
+                    f"got {show_value(value)}"
                 )
         if not isinstance(self.host, str) or not self.host or not _is_utf8(self.host):
             raise EnvelopeError(
-                f"bootstrap.host must be a non-empty UTF-8 string, got {_show(self.host)}"
+                f"bootstrap.host must be a non-empty UTF-8 string, got {show_value(self.host)}"
             )
-
-
-def _show(value: object) -> str:
-    """A short rendering of a possibly hostile value, for an error message."""
-    try:
-        return reprlib.repr(value)
-    except ValueError:  # an integer too long to print
-        return f"a {type(value).__name__}"
 
 
 _BOOTSTRAP_RANGES = (("port", 1, 65535), ("room", 0, 2**63 - 1), ("prefill_dp_rank", 0, 2**31 - 1))
@@ -191,7 +183,7 @@ def build_engine_request(
         role, plan = _PLANS_BY_NAME[role]
     except (KeyError, TypeError):  # TypeError: an unhashable role
         roles = ", ".join(r.value for r in Role)
-        raise EnvelopeError(f"role must be one of {roles}, got {_show(role)}") from None
+        raise EnvelopeError(f"role must be one of {roles}, got {show_value(role)}") from None
     _check_bootstrap(role, plan, bootstrap)
     if not isinstance(envelope, WorkerEnvelope):
         raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")

@@ -13,6 +13,8 @@ as attributes, so callers never parse messages.
 
 from __future__ import annotations
 
+import reprlib
+
 __all__ = ["EngineError", "EnvelopeError", "LimitExceeded", "RequestRejected", "ResponseError"]
 
 
@@ -66,3 +68,22 @@ class EngineError(ResponseError):
         super().__init__(message)
         self.message = message
         self.code = code
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 3
+_REPR.maxstring = _REPR.maxother = 40
+
+
+def show_value(value: object) -> str:
+    """A short rendering of a possibly hostile value, for an error message.
+
+    Never raises: an int too long for str() (over 4300 digits) is shown by its
+    size, a value whose repr fails by its type.
+    """
+    if type(value) is int and value.bit_length() > 64:
+        return f"an int of {value.bit_length()} bits"
+    try:
+        return _REPR.repr(value)
+    except Exception:  # a failing __repr__, or nesting too deep
+        return f"a {type(value).__name__} object"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import binascii
 import math
-import reprlib
 import sys
 from array import array
 from collections.abc import Callable, Mapping, Sequence
@@ -27,7 +26,7 @@ from typing import Any, ClassVar, Literal, NoReturn
 
 import msgspec
 
-from sglang_envelope._errors import EnvelopeError, LimitExceeded, ResponseError
+from sglang_envelope._errors import EnvelopeError, LimitExceeded, ResponseError, show_value
 
 __all__ = ["FlatTopLogprobs", "decode_flat_top_logprobs", "encode_flat_top_logprobs"]
 
@@ -59,24 +58,11 @@ _SWAP = sys.byteorder == "big"  # the wire is little-endian
 if array("f").itemsize != 4 or array("i").itemsize != 4:  # pragma: no cover
     raise ImportError("sglang_envelope needs 4-byte C float and int")
 
-_REPR = reprlib.Repr()
-_REPR.maxstring = _REPR.maxother = 40
-
-
-def _show(value: object) -> str:
-    """A short rendering of a possibly hostile value for an error message."""
-    if type(value) is int and value.bit_length() > 64:
-        return f"an int of {value.bit_length()} bits"  # str() refuses over 4300 digits
-    try:
-        return _REPR.repr(value)
-    except Exception:  # a failing __repr__
-        return f"a {type(value).__name__} object"
-
 
 def _keys(side: object) -> dict[str, str]:
     keys = _KEYS.get(side) if isinstance(side, str) else None
     if keys is None:
-        raise EnvelopeError(f"side must be 'input' or 'output', got {_show(side)}")
+        raise EnvelopeError(f"side must be 'input' or 'output', got {show_value(side)}")
     return keys
 
 
@@ -148,7 +134,7 @@ def decode_flat_top_logprobs(
         raise LimitExceeded(
             "max_positions",
             MAX_POSITIONS,
-            f"{keys['null_prefix']} ({_show(null_prefix)}) plus rows ({_show(rows)}) "
+            f"{keys['null_prefix']} ({show_value(null_prefix)}) plus rows ({show_value(rows)}) "
             f"exceed {MAX_POSITIONS} positions",
         )
     count = rows * k
@@ -159,7 +145,7 @@ def decode_flat_top_logprobs(
     for suffix, dtype in _DTYPES.items():
         key, marker = field(suffix)
         if type(marker) is not str or marker != dtype:
-            raise ResponseError(f"{key} must be {dtype!r}, got {_show(marker)}")
+            raise ResponseError(f"{key} must be {dtype!r}, got {show_value(marker)}")
     val_raw = _from_b64(*field("val_flat_b64"), count, "f")
     idx_raw = _from_b64(*field("idx_flat_b64"), count, "i")
     return FlatTopLogprobs(
@@ -169,7 +155,7 @@ def decode_flat_top_logprobs(
 
 def _count(key: str, value: object) -> int:
     if type(value) is not int or value < 0:
-        raise ResponseError(f"{key} must be a non-negative integer, got {_show(value)}")
+        raise ResponseError(f"{key} must be a non-negative integer, got {show_value(value)}")
     return value
 
 
@@ -178,18 +164,22 @@ def _shape(key: str, value: object) -> tuple[int, int]:
         rows, k = value
         if type(rows) is int and type(k) is int and rows >= 0 and k >= 0:
             return rows, k
-    raise ResponseError(f"{key} must be [rows, k], two non-negative integers; got {_show(value)}")
+    raise ResponseError(
+        f"{key} must be [rows, k], two non-negative integers; got {show_value(value)}"
+    )
 
 
 def _from_json(key: str, items: object, count: int, types: frozenset[type]) -> tuple[Any, ...]:
     if not isinstance(items, (list, tuple)):
         raise ResponseError(f"{key} must be a list, got {type(items).__name__}")
     if len(items) != count:
-        raise ResponseError(f"{key} must hold rows * k = {_show(count)} numbers, got {len(items)}")
+        raise ResponseError(
+            f"{key} must hold rows * k = {show_value(count)} numbers, got {len(items)}"
+        )
     if not types.issuperset(map(type, items)):
         index, bad = next((i, v) for i, v in enumerate(items) if type(v) not in types)
         expected = " or ".join(sorted(t.__name__ for t in types))
-        raise ResponseError(f"{key}[{index}] must be {expected}, got {_show(bad)}")
+        raise ResponseError(f"{key}[{index}] must be {expected}, got {show_value(bad)}")
     if type(None) in types and None in items:  # orjson's null for NaN and ±Infinity
         return tuple(math.nan if item is None else item for item in items)
     return tuple(items)
@@ -218,8 +208,8 @@ def _from_b64(key: str, text: object, count: int, typecode: str) -> bytes:
     size = 4 * count
     if len(text) != (size + 2) // 3 * 4:
         raise ResponseError(
-            f"{key} must be {_show((size + 2) // 3 * 4)} Base64 characters for rows * k = "
-            f"{_show(count)} 4-byte items, got {len(text)}"
+            f"{key} must be {show_value((size + 2) // 3 * 4)} Base64 characters for rows * k = "
+            f"{show_value(count)} 4-byte items, got {len(text)}"
         )
     try:
         raw = _b64decode(text)
@@ -256,7 +246,7 @@ def encode_flat_top_logprobs(
     keys = _keys(side)
     if type(top_logprobs_num) is not int or top_logprobs_num < 0:
         raise EnvelopeError(
-            f"top_logprobs_num must be a non-negative integer, got {_show(top_logprobs_num)}"
+            f"top_logprobs_num must be a non-negative integer, got {show_value(top_logprobs_num)}"
         )
     if not isinstance(nested, (list, tuple)):
         raise ResponseError(f"nested must be a list of rows, got {type(nested).__name__}")
@@ -308,7 +298,7 @@ def _layout(nested: Sequence[Sequence[object] | None], top_logprobs_num: int) ->
     for index, row in enumerate(nested):
         if row is not None and type(row) not in _SEQUENCES:
             raise ResponseError(
-                f"nested[{index}] must be a list of entries or None, got {_show(row)}"
+                f"nested[{index}] must be a list of entries or None, got {show_value(row)}"
             )
     null_prefix = 0
     while null_prefix < len(nested) and not nested[null_prefix]:
@@ -343,4 +333,4 @@ def _reject(
 ) -> NoReturn:
     """Raise `ResponseError` for the first of `items` that is not `ok`."""
     index, bad = next((i, v) for i, v in enumerate(items) if not ok(v))
-    raise ResponseError(f"{where(index)} must be {expected}, got {_show(bad)}")
+    raise ResponseError(f"{where(index)} must be {expected}, got {show_value(bad)}")

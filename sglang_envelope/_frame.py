@@ -11,7 +11,7 @@ from typing import Any, Final
 
 import msgspec
 
-from sglang_envelope._errors import EngineError, ResponseError
+from sglang_envelope._errors import EngineError, ResponseError, show_value
 
 __all__ = [
     "CONSISTENCY",
@@ -137,7 +137,7 @@ def check_consistency(response: dict[str, Any], meta: dict[str, Any]) -> None:
         if type(array) is not list:
             raise expected(array_path, "an array", array)
         if count != len(array):
-            stated = count if count.bit_length() <= 64 else f"an int of {count.bit_length()} bits"
             raise ResponseError(
-                f"meta_info.{count_key} is {stated} but {array_path} has {len(array)} entries"
+                f"meta_info.{count_key} is {show_value(count)} but {array_path} has "
+                f"{len(array)} entries"
             )
