@@ -46,6 +46,7 @@ from sglang_envelope._flat import (
     decode_flat_top_logprobs,
     encode_flat_top_logprobs,
 )
+from sglang_envelope._finalize import finalize_response
 from sglang_envelope._merge import merge_prefill_logprobs
 from sglang_envelope._sse import SSE_DONE, SseDecoder, encode_sse
 
@@ -84,6 +85,7 @@ __all__ = [
     "aggregate_frames",
     "aggregate_sse",
     "encode_sse",
+    "finalize_response",
     "merge_prefill_logprobs",
     "parse_unary",
     "FlatTopLogprobs",
