@@ -7,9 +7,11 @@ from sglang_envelope._errors import (
     EngineError,
     EnvelopeError,
     LimitExceeded,
+    RejectionCode,
     RequestRejected,
     ResponseError,
 )
+from sglang_envelope._error_response import error_event, error_response
 
 # --- request side (issue 2) ---
 from sglang_envelope._engine import (
@@ -59,9 +61,12 @@ __all__ = [
     "EngineError",
     "EnvelopeError",
     "LimitExceeded",
+    "RejectionCode",
     "RequestRejected",
     "ResponseError",
     "__version__",
+    "error_event",
+    "error_response",
     # request side
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_INPUT_IDS",
