@@ -54,6 +54,7 @@ from sglang_envelope._sse import SSE_DONE, SseDecoder, encode_sse
 
 # --- cancellation (issue 4) ---
 from sglang_envelope._abort import AbortPlan, AbortPolicy, plan_abort
+from sglang_envelope._run_abort import AbortOutcome, AbortSend, run_abort
 
 __version__ = "0.1.0"
 
@@ -97,7 +98,10 @@ __all__ = [
     "decode_flat_top_logprobs",
     "encode_flat_top_logprobs",
     # cancellation
+    "AbortOutcome",
     "AbortPlan",
     "AbortPolicy",
+    "AbortSend",
     "plan_abort",
+    "run_abort",
 ]
