@@ -44,6 +44,7 @@ from sglang_envelope._aggregate import (
     parse_unary,
 )
 from sglang_envelope._flat import (
+    DEFAULT_MAX_NESTED_POSITIONS,
     FlatTopLogprobs,
     decode_flat_top_logprobs,
     encode_flat_top_logprobs,
@@ -85,6 +86,7 @@ __all__ = [
     # response side
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_EVENT_BYTES",
+    "DEFAULT_MAX_NESTED_POSITIONS",
     "SSE_DONE",
     "SseDecoder",
     "StreamAggregator",
