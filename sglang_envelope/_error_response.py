@@ -81,13 +81,16 @@ def _answer(exc: EnvelopeError) -> tuple[int, dict[str, Any]]:
     own_status = _OWN_STATUS.get(cls)
     if own_status is not None:
         status = own_status(exc)
-    error: dict[str, Any] = {"message": _json_text(str(exc)), "type": kind}
     if isinstance(exc, RequestRejected):
-        error["type"] = _json_text(str(exc.code))
-        field = exc.field
-        error["param"] = None if field is None else _json_text(str(field))
-    error["code"] = status
-    error["retryable"] = False
+        kind = _json_text(str(exc.code))
+    error: dict[str, Any] = {
+        "message": _json_text(str(exc)),
+        "type": kind,
+        "code": status,
+        "retryable": False,
+    }
+    if isinstance(exc, RequestRejected):
+        error["param"] = None if exc.field is None else _json_text(str(exc.field))
     return status, {"error": error}
 
 

@@ -29,6 +29,7 @@ from sglang_envelope import (
     error_response,
     parse_unary,
 )
+from sglang_envelope._error_response import ERROR_STATUSES
 from sglang_envelope._rules import RULES
 
 FIXTURE = Path(__file__).parent / "fixtures" / "error_shapes.jsonl"
@@ -219,3 +220,31 @@ def test_any_fields_give_json(message: str, code: str, field: str | None, status
         assert 400 <= got_status < 600
         assert msgspec.json.decode(body)["error"]["code"] == got_status
         assert error_event(exc).startswith(b"data: {")
+
+
+def test_the_documented_table_is_the_code_s() -> None:
+    page = (Path(__file__).parent.parent / "docs" / "errors.md").read_text(encoding="utf-8")
+    table = page.split("<!-- error-statuses:start -->")[1].split("<!-- error-statuses:end -->")[0]
+    rows = {
+        name.strip().strip("`"): (status.strip(), kind.strip())
+        for name, status, kind, _ in (
+            line.strip("|").split("|") for line in table.strip().splitlines()[2:]
+        )
+    }
+    assert list(rows) == [cls.__name__ for cls in ERROR_STATUSES]
+    assert rows["RequestRejected"] == ("400; 413 for `body_too_large`", "its `code`")
+    assert rows["EngineError"] == (
+        "its `code` when in [400, 600), else 500",
+        f"`{ERROR_STATUSES[EngineError].type}`",
+    )
+    for exc in EXAMPLES:
+        status, kind = rows[type(exc).__name__]
+        got_status, body = error_response(exc)
+        got_kind = msgspec.json.decode(body)["error"]["type"]
+        if isinstance(exc, RequestRejected):
+            assert got_kind == exc.code
+            assert got_status == (413 if exc.code == "body_too_large" else 400)
+        elif isinstance(exc, EngineError):
+            assert f"`{got_kind}`" == kind
+        else:
+            assert (str(got_status), f"`{got_kind}`") == (status, kind)
