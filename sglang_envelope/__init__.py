@@ -13,7 +13,7 @@ from sglang_envelope._errors import (
 )
 from sglang_envelope._error_response import error_event, error_response
 
-# --- request side (issue 2) ---
+# --- request side ---
 from sglang_envelope._engine import (
     Bootstrap,
     EngineBody,
@@ -34,7 +34,7 @@ from sglang_envelope._request import (
     decode_client_request,
 )
 
-# --- response side (issue 3) ---
+# --- response side ---
 from sglang_envelope._aggregate import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_EVENT_BYTES,
@@ -53,7 +53,7 @@ from sglang_envelope._finalize import finalize_response
 from sglang_envelope._merge import merge_prefill_logprobs
 from sglang_envelope._sse import SSE_DONE, SseDecoder, encode_sse
 
-# --- cancellation (issue 4) ---
+# --- cancellation ---
 from sglang_envelope._abort import AbortPlan, AbortPolicy, plan_abort
 from sglang_envelope._run_abort import AbortOutcome, AbortSend, run_abort
 

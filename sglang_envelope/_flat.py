@@ -110,7 +110,8 @@ class FlatTopLogprobs(msgspec.Struct, frozen=True):
             )
         for name in ("values", "token_ids"):
             items = getattr(self, name)
-            size = len(items) if isinstance(items, Sequence) else None
+            is_sequence = isinstance(items, Sequence) and not isinstance(items, (str, bytes))
+            size = len(items) if is_sequence else None
             if size != shape[0] * shape[1]:
                 raise EnvelopeError(
                     f"{name} must be a sequence of rows * k = {show_value(shape[0] * shape[1])} "

@@ -31,6 +31,7 @@ from sglang_envelope import (
 )
 from sglang_envelope._error_response import ERROR_STATUSES
 from sglang_envelope._rules import RULES
+from tests.strategies import error_statuses, error_texts
 
 FIXTURE = Path(__file__).parent / "fixtures" / "error_shapes.jsonl"
 CASES = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines()]
@@ -207,12 +208,7 @@ def test_only_library_exceptions_are_answered(exc: Any) -> None:
             write(exc)
 
 
-@given(
-    st.text(),
-    st.text(),
-    st.none() | st.text(),
-    st.none() | st.integers() | st.text(),
-)
+@given(error_texts, error_texts, st.none() | error_texts, error_statuses)
 def test_any_fields_give_json(message: str, code: str, field: str | None, status: Any) -> None:
     """Hand-built exceptions with any text (lone surrogates included) still give JSON."""
     for exc in (RequestRejected(code, field, message), EngineError(message, status)):

@@ -21,8 +21,9 @@ from sglang_envelope import (
     merge_prefill_logprobs,
     to_worker_envelope,
 )
+from sglang_envelope._envelope import _is_utf8
 from sglang_envelope._merge import PROMPT_LOGPROB_GROUPS, UNAVAILABLE_MARKER
-from tests.strategies import final_responses
+from tests.strategies import final_responses, near_final_responses
 
 BOOT = Bootstrap("10.0.0.7", 8998, 7)
 PROMPT_KEYS = sorted(key for data, described in PROMPT_LOGPROB_GROUPS for key in data + described)
@@ -182,3 +183,15 @@ def test_caller_mistakes_name_the_argument(kwargs: dict[str, Any], message: str)
 def test_a_malformed_response_names_the_key(response: Any, message: str) -> None:
     with pytest.raises(ResponseError, match=message):
         finalize_response(response, engine=engine(Role.DECODE), client_rid="c")
+
+
+@given(near_final_responses, st.sampled_from(list(Role)), st.text(min_size=1, max_size=8))
+def test_any_json_raises_only_response_errors(response: Any, role: Role, rid: str) -> None:
+    try:
+        final = finalize_response(response, engine=engine(role, **PROMPT_LOGPROBS), client_rid=rid)
+    except ResponseError:
+        return
+    except EnvelopeError:  # only a rid JSON cannot carry is the caller's mistake
+        assert not _is_utf8(rid)
+        return
+    assert final["meta_info"]["id"] == rid

@@ -533,6 +533,8 @@ def test_a_bad_bound_is_the_callers_mistake(bound: Any) -> None:
         ((0, (2, 1), (0.0,), (1, 2)), r"values must be a sequence of rows \* k = 2 items, got 1"),
         ((0, (1, 1), (0.0,), 3), r"token_ids must be a sequence of rows \* k = 1 items, got 3"),
         ((0, (1, 1), None, (1,)), "values must be a sequence"),
+        ((0, (1, 1), (0.0,), "7"), "token_ids must be a sequence"),
+        ((0, (1, 1), (0.0,), b"7"), "token_ids must be a sequence"),
     ],
 )
 def test_a_flat_built_by_hand_is_checked(fields: tuple[Any, ...], message: str) -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from sglang_envelope import EnvelopeError, ResponseError, merge_prefill_logprobs
 from sglang_envelope._merge import PROMPT_LOGPROB_GROUPS, UNAVAILABLE_MARKER, has_prompt_logprobs
-from tests.strategies import final_responses, json_values, retyped
+from tests.strategies import final_responses, near_final_responses
 
 PROMPT_KEYS = frozenset(
     key for data, described in PROMPT_LOGPROB_GROUPS for key in data + described
@@ -200,10 +200,7 @@ def test_malformed_responses_name_the_key(prefill: Any, decode: Any, message: st
         merge_prefill_logprobs(prefill, decode)
 
 
-near_responses = json_values | final_responses().flatmap(retyped)
-
-
-@given(near_responses, near_responses)
+@given(near_final_responses, near_final_responses)
 def test_any_json_raises_only_envelope_errors(prefill: Any, decode: Any) -> None:
     try:
         merged = merge_prefill_logprobs(prefill, decode)

@@ -32,6 +32,7 @@ from sglang_envelope import (
     run_abort,
     to_worker_envelope,
 )
+from tests.strategies import abort_statuses, run_abort_delays
 
 MAX_REQUESTS = 32
 TEST_TIMEOUT_S = 20.0
@@ -290,13 +291,13 @@ def _as_async(status: Any) -> Callable[[bytes], Awaitable[int]]:
 
 @settings(max_examples=30, deadline=None)
 @given(
-    st.lists(st.sampled_from([0.0, 0.001, 0.002]), max_size=4).map(tuple),
+    run_abort_delays,
     st.sampled_from([0.0, 0.002, 0.004]),
     st.sampled_from([0.0, 0.003, 0.01]),
     st.sampled_from(list(Role)),
     st.booleans(),
     st.booleans(),
-    st.lists(st.sampled_from([200, 204, 404, 503]), min_size=8, max_size=8),
+    st.lists(abort_statuses, min_size=8, max_size=8),
 )
 def test_what_it_did_keeps_the_plan(
     delays: tuple[float, ...],
