@@ -34,10 +34,10 @@ __all__ = ["ERROR_STATUSES", "ErrorStatus", "error_event", "error_response"]
 class ErrorStatus(NamedTuple):
     """How one exception class is answered."""
 
-    #: The HTTP status (the exception's own for an `EngineError`, see `status_of`).
+    #: The HTTP status, unless the exception has its own (`OWN_STATUSES`).
     status: int
-    #: The ``type`` of the error object (a `RequestRejected`'s is its rule code).
-    type: str
+    #: The ``type`` of the error object; None: the exception's rule code.
+    type: str | None
 
 
 #: SGLang's type for every error its /generate writes in a stream.
@@ -45,7 +45,7 @@ SGLANG_ERROR_TYPE: Final = "invalid_request_error"
 
 #: Exception class -> its answer; a class not listed takes its nearest listed base's.
 ERROR_STATUSES: Final[dict[type[EnvelopeError], ErrorStatus]] = {
-    RequestRejected: ErrorStatus(400, "request_rejected"),  # 413 for body_too_large
+    RequestRejected: ErrorStatus(400, None),  # 413 for body_too_large
     EngineError: ErrorStatus(500, SGLANG_ERROR_TYPE),  # SGLang's own status when it gave one
     LimitExceeded: ErrorStatus(502, "limit_exceeded"),
     ResponseError: ErrorStatus(502, "response_error"),
@@ -59,7 +59,8 @@ _ENCODER: Final = msgspec.json.Encoder()
 
 
 def _rejection_status(exc: RequestRejected) -> int:
-    return REJECTION_STATUSES.get(exc.code, 400)
+    code: object = exc.code
+    return REJECTION_STATUSES.get(code, 400) if type(code) is str else 400
 
 
 def _engine_status(exc: EngineError) -> int:
@@ -67,7 +68,8 @@ def _engine_status(exc: EngineError) -> int:
     return code if type(code) is int and 400 <= code < 600 else 500
 
 
-_OWN_STATUS: Final[dict[type[EnvelopeError], Callable[[Any], int]]] = {
+#: Exception class -> its own status, read from the exception.
+OWN_STATUSES: Final[dict[type[EnvelopeError], Callable[[Any], int]]] = {
     RequestRejected: _rejection_status,
     EngineError: _engine_status,
 }
@@ -78,11 +80,11 @@ def _answer(exc: EnvelopeError) -> tuple[int, dict[str, Any]]:
         raise EnvelopeError(f"exc must be an EnvelopeError, got {type(exc).__name__}")
     cls = next(cls for cls in type(exc).__mro__ if cls in ERROR_STATUSES)
     status, kind = ERROR_STATUSES[cls]
-    own_status = _OWN_STATUS.get(cls)
+    own_status = OWN_STATUSES.get(cls)
     if own_status is not None:
         status = own_status(exc)
-    if isinstance(exc, RequestRejected):
-        kind = _json_text(str(exc.code))
+    if kind is None:
+        kind = _json_text(str(getattr(exc, "code", "")))
     error: dict[str, Any] = {
         "message": _json_text(str(exc)),
         "type": kind,

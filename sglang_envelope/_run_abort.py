@@ -62,9 +62,9 @@ async def run_abort(
 ) -> AbortOutcome:
     """Carry out `plan`: post its body with `send`, on its schedule; return what was done.
 
-    - When `plan.wait_for_first_token`, wait until `first_token` is set or
-      `plan.first_token_wait_s` passes (without a `first_token` event, the whole
-      bound: a decode worker's KV transfer must not be cut short).
+    - When `plan.wait_for_first_token`, wait until `first_token` (or
+      `finished`) is set or `plan.first_token_wait_s` passes (without either
+      event, the whole bound: a decode worker's KV transfer must not be cut short).
     - Post `plan.body` with `send(body)`, which returns the HTTP status.
     - For each pause of `plan.retry_delays_s`: sleep, then post again. Stop
       early once `finished` is set (the generation response has ended), once
@@ -81,7 +81,7 @@ async def run_abort(
     start = loop.time()
     deadline = start + float(plan.deadline_s)
     if plan.wait_for_first_token:
-        await _wait(first_token, float(plan.first_token_wait_s))
+        await _wait((first_token, finished), float(plan.first_token_wait_s))
     waited = loop.time() - start if plan.wait_for_first_token else 0.0
     first_token_seen = _is_set(first_token)
     sends: list[AbortSend] = []
@@ -141,14 +141,18 @@ def _is_set(event: asyncio.Event | None) -> bool:
     return event is not None and event.is_set()
 
 
-async def _wait(event: asyncio.Event | None, timeout: float) -> None:
-    """Until `event` is set or `timeout` seconds pass; the whole timeout without an event."""
-    if event is None:
+async def _wait(events: tuple[asyncio.Event | None, ...], timeout: float) -> None:
+    """Until one of `events` is set or `timeout` seconds pass (the whole timeout without one)."""
+    waiting = [event for event in events if event is not None]
+    if any(event.is_set() for event in waiting):
+        return
+    if not waiting:
         await asyncio.sleep(timeout)
         return
-    if event.is_set():
-        return
+    waiters = [asyncio.ensure_future(event.wait()) for event in waiting]
     try:
-        await asyncio.wait_for(event.wait(), timeout)
-    except asyncio.TimeoutError:
-        return
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)

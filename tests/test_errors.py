@@ -201,6 +201,18 @@ def test_a_relayed_error_reads_back_as_an_engine_error(exc: EnvelopeError) -> No
     assert (streamed.value.message, streamed.value.code) == (str(exc), status)
 
 
+def test_hand_built_fields_of_any_type_still_give_json() -> None:
+    weird: list[EnvelopeError] = [
+        RequestRejected(["body_too_large"], {"a": 1}, "m"),  # type: ignore[arg-type]
+        EngineError(b"bytes", [500]),  # type: ignore[arg-type]
+        LimitExceeded(None, None),  # type: ignore[arg-type]
+    ]
+    for exc in weird:
+        status, body = error_response(exc)
+        assert msgspec.json.decode(body)["error"]["code"] == status
+    assert [error_response(exc)[0] for exc in weird] == [400, 500, 502]
+
+
 @pytest.mark.parametrize("exc", [ValueError("x"), None, "error", KeyError("k")])
 def test_only_library_exceptions_are_answered(exc: Any) -> None:
     for write in (error_response, error_event):

@@ -340,3 +340,24 @@ def test_what_it_did_keeps_the_plan(
         )
     elif outcome.stopped == "schedule":
         assert len(outcome.sends) == 1 + len(plan.retry_delays_s)
+
+
+def test_a_generation_that_ends_while_decode_waits_is_not_aborted() -> None:
+    """A decode request that fails before its first token ends the wait at once."""
+    policy = AbortPolicy(first_token_wait_s=30.0, deadline_s=60.0)
+    plan = plan_abort(engine(Role.DECODE, stream=True), first_token_seen=False, policy=policy)
+
+    async def never(body: bytes) -> int:
+        raise AssertionError("sent")
+
+    async def run() -> AbortOutcome:
+        first_token, finished = asyncio.Event(), asyncio.Event()
+        asyncio.get_running_loop().call_later(0.02, finished.set)
+        outcome = await run_abort(plan, never, first_token=first_token, finished=finished)
+        left = [task for task in asyncio.all_tasks() if "Event.wait" in repr(task.get_coro())]
+        assert left == []  # no waiter left behind
+        return outcome
+
+    outcome = asyncio.run(asyncio.wait_for(run(), TEST_TIMEOUT_S))
+    assert outcome.stopped == "finished" and outcome.sends == ()
+    assert 0.01 <= outcome.waited_s < 30.0 and not outcome.first_token_seen
