@@ -23,7 +23,12 @@ from sglang_envelope import (
 )
 from sglang_envelope._envelope import _is_utf8
 from sglang_envelope._merge import PROMPT_LOGPROB_GROUPS, UNAVAILABLE_MARKER
-from tests.strategies import final_responses, near_final_responses
+from tests.strategies import (
+    HOSTILE_KINDS,
+    final_responses,
+    hostile_objects,
+    near_final_responses,
+)
 
 BOOT = Bootstrap("10.0.0.7", 8998, 7)
 PROMPT_KEYS = sorted(key for data, described in PROMPT_LOGPROB_GROUPS for key in data + described)
@@ -195,3 +200,16 @@ def test_any_json_raises_only_response_errors(response: Any, role: Role, rid: st
         assert not _is_utf8(rid)
         return
     assert final["meta_info"]["id"] == rid
+
+
+@pytest.mark.parametrize("kind", HOSTILE_KINDS)
+@pytest.mark.parametrize("role", list(Role))
+def test_hostile_responses_raise_only_library_errors(kind: str, role: Role) -> None:
+    """The hostile-input matrix's responses (deep nesting, huge ints, NaN, ...)."""
+    leg = engine(role, **PROMPT_LOGPROBS)
+    for response in hostile_objects("response", kind):
+        try:
+            final = finalize_response(response, engine=leg, client_rid="c")
+        except EnvelopeError:
+            continue
+        assert final["meta_info"]["id"] == "c"
