@@ -7,11 +7,13 @@ from sglang_envelope._errors import (
     EngineError,
     EnvelopeError,
     LimitExceeded,
+    RejectionCode,
     RequestRejected,
     ResponseError,
 )
+from sglang_envelope._error_response import error_event, error_response
 
-# --- request side (issue 2) ---
+# --- request side ---
 from sglang_envelope._engine import (
     Bootstrap,
     EngineBody,
@@ -32,7 +34,7 @@ from sglang_envelope._request import (
     decode_client_request,
 )
 
-# --- response side (issue 3) ---
+# --- response side ---
 from sglang_envelope._aggregate import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_EVENT_BYTES,
@@ -42,15 +44,18 @@ from sglang_envelope._aggregate import (
     parse_unary,
 )
 from sglang_envelope._flat import (
+    DEFAULT_MAX_NESTED_POSITIONS,
     FlatTopLogprobs,
     decode_flat_top_logprobs,
     encode_flat_top_logprobs,
 )
+from sglang_envelope._finalize import finalize_response
 from sglang_envelope._merge import merge_prefill_logprobs
 from sglang_envelope._sse import SSE_DONE, SseDecoder, encode_sse
 
-# --- cancellation (issue 4) ---
+# --- cancellation ---
 from sglang_envelope._abort import AbortPlan, AbortPolicy, plan_abort
+from sglang_envelope._run_abort import AbortOutcome, AbortSend, run_abort
 
 __version__ = "0.1.0"
 
@@ -58,9 +63,12 @@ __all__ = [
     "EngineError",
     "EnvelopeError",
     "LimitExceeded",
+    "RejectionCode",
     "RequestRejected",
     "ResponseError",
     "__version__",
+    "error_event",
+    "error_response",
     # request side
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_INPUT_IDS",
@@ -78,19 +86,24 @@ __all__ = [
     # response side
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_EVENT_BYTES",
+    "DEFAULT_MAX_NESTED_POSITIONS",
     "SSE_DONE",
     "SseDecoder",
     "StreamAggregator",
     "aggregate_frames",
     "aggregate_sse",
     "encode_sse",
+    "finalize_response",
     "merge_prefill_logprobs",
     "parse_unary",
     "FlatTopLogprobs",
     "decode_flat_top_logprobs",
     "encode_flat_top_logprobs",
     # cancellation
+    "AbortOutcome",
     "AbortPlan",
     "AbortPolicy",
+    "AbortSend",
     "plan_abort",
+    "run_abort",
 ]

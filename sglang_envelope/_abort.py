@@ -23,8 +23,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from sglang_envelope._engine import EngineRequest, Role
-from sglang_envelope._errors import EnvelopeError
+from sglang_envelope._engine import EngineBody, EngineRequest, Role
+from sglang_envelope._errors import EnvelopeError, show_value
 
 __all__ = [
     "ABORT_RULES",
@@ -151,6 +151,8 @@ def _trim(delays: tuple[float, ...], *, wait: float, deadline: float) -> tuple[f
 
 
 _encoder = msgspec.json.Encoder()
+# A Role is a str, so one lookup serves Role.DECODE and "decode" alike.
+_ROLES: Mapping[str, Role] = {role.value: role for role in Role}
 
 
 def plan_abort(
@@ -162,16 +164,36 @@ def plan_abort(
     """The plan for cancelling `engine_request` now.
 
     `first_token_seen` says whether its stream has already yielded a token.
-    Raises `EnvelopeError` when the request's rid is missing or empty: SGLang
-    matches abort rids by prefix, so an empty rid would name every request.
+    Raises `EnvelopeError` when the request's rid is missing or empty (SGLang
+    matches abort rids by prefix, so an empty rid would name every request), and
+    for arguments of the wrong type, naming the argument.
     """
+    if not isinstance(engine_request, EngineRequest):
+        raise EnvelopeError(
+            f"engine_request must be an EngineRequest, got {type(engine_request).__name__}"
+        )
+    if type(first_token_seen) is not bool:
+        raise EnvelopeError(
+            f"first_token_seen must be a bool, got {type(first_token_seen).__name__}"
+        )
+    if not isinstance(policy, AbortPolicy):
+        raise EnvelopeError(f"policy must be an AbortPolicy, got {type(policy).__name__}")
+    role = _ROLES.get(engine_request.role) if isinstance(engine_request.role, str) else None
+    if role is None:
+        raise EnvelopeError(
+            f"engine_request.role must be a Role, got {show_value(engine_request.role)}"
+        )
+    if not isinstance(engine_request.body, EngineBody):
+        raise EnvelopeError(
+            f"engine_request.body must be an EngineBody, got {type(engine_request.body).__name__}"
+        )
     rid = engine_request.body.rid
     if not isinstance(rid, str) or not rid:
         raise EnvelopeError(
             f"rid: expected a non-empty request id to abort, got {rid!r} "
             "(SGLang matches abort rids by prefix; an empty one matches every request)"
         )
-    step = ABORT_RULES[(engine_request.stream, Role(engine_request.role), bool(first_token_seen))]
+    step = ABORT_RULES[(engine_request.stream, role, first_token_seen)]
     deadline = float(policy.deadline_s)
     wait = min(float(policy.first_token_wait_s), deadline) if step.wait_for_first_token else 0.0
     delays = _trim(policy.retry_delays_s, wait=wait, deadline=deadline) if step.repeat else ()

@@ -21,6 +21,7 @@ import msgspec
 from sglang_envelope import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_NESTED_POSITIONS,
     Bootstrap,
     EngineError,
     EnvelopeError,
@@ -204,6 +205,17 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _non_negative_int(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
 def cmd_flat(args: argparse.Namespace) -> int:
     """A response (or bare meta_info) -> `{"<side>_top_logprobs": [...]}`, nested rows."""
     data = _read_bounded(args.file, FLAT_MAX_BYTES)
@@ -221,7 +233,7 @@ def cmd_flat(args: argparse.Namespace) -> int:
     flat = decode_flat_top_logprobs(meta_info, side=args.side)
     if flat is None:
         raise ResponseError(f"meta_info has no {args.side}_top_logprobs_* flat fields")
-    _emit({f"{args.side}_top_logprobs": flat.to_nested()})
+    _emit({f"{args.side}_top_logprobs": flat.to_nested(max_positions=args.max_positions)})
     return EXIT_OK
 
 
@@ -415,6 +427,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_file(flat, "a response with meta_info, or a meta_info object")
     flat.add_argument("--side", choices=["output", "input"], default="output")
+    flat.add_argument(
+        "--max-positions",
+        metavar="N",
+        type=_non_negative_int,
+        default=DEFAULT_MAX_NESTED_POSITIONS,
+        help="most positions (null prefix plus rows) to print; more is refused with "
+        f"limit_exceeded (default {DEFAULT_MAX_NESTED_POSITIONS})",
+    )
     flat.set_defaults(run=cmd_flat)
     return parser
 

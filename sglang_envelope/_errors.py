@@ -8,14 +8,52 @@
 
 `EnvelopeError` is raised directly only for a caller's own mistake, such as
 building a prefill request without a `Bootstrap`. Every error carries its facts
-as attributes, so callers never parse messages.
+as attributes, so callers never parse messages, and survives pickling with them
+(a rejection raised in a process pool arrives as itself).
 """
 
 from __future__ import annotations
 
 import reprlib
+from typing import Any, Literal, cast
 
-__all__ = ["EngineError", "EnvelopeError", "LimitExceeded", "RequestRejected", "ResponseError"]
+__all__ = [
+    "EngineError",
+    "EnvelopeError",
+    "LimitExceeded",
+    "RejectionCode",
+    "RequestRejected",
+    "ResponseError",
+]
+
+RejectionCode = Literal[
+    "body_too_large",
+    "not_json",
+    "not_object",
+    "not_token_input",
+    "orchestrator_field",
+    "unknown_field",
+    "unknown_nested_field",
+    "unknown_sampling_param",
+    "missing_input_ids",
+    "batched_input",
+    "token_id_out_of_range",
+    "too_many_input_ids",
+    "wrong_type",
+    "invalid_value",
+    "invalid_envelope",
+    "flat_with_multi_item",
+    "output_flat_with_stream",
+    "b64_without_flat",
+    "empty_input_ids",
+    "session_id_with_session_params",
+    "parallel_sampling",
+    "unsupported_sampling_param",
+    "max_new_tokens_negative",
+    "min_new_tokens_negative",
+    "min_new_tokens_over_max",
+]
+"""Every `RequestRejected.code`: the codes of the rules in `docs/contract.md`, in order."""
 
 
 class EnvelopeError(ValueError):
@@ -25,16 +63,19 @@ class EnvelopeError(ValueError):
 class RequestRejected(EnvelopeError):
     """A request breaks one of the rules in `docs/contract.md`.
 
-    `code` is the rule's stable snake_case name, `field` the dotted path of the
-    offending field (None when the request as a whole is at fault) and `message`
-    the human text, which is also `str(error)`.
+    `code` is the rule's stable snake_case name (one of `RejectionCode`), `field`
+    the dotted path of the offending field (None when the request as a whole is
+    at fault) and `message` the human text, which is also `str(error)`.
     """
 
-    def __init__(self, code: str, field: str | None, message: str) -> None:
+    def __init__(self, code: RejectionCode | str, field: str | None, message: str) -> None:
         super().__init__(message)
-        self.code = code
+        self.code: RejectionCode = cast(RejectionCode, code)
         self.field = field
         self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.code, self.field, self.message), self.__dict__
 
     def __repr__(self) -> str:
         facts = f"code={self.code!r}, field={self.field!r}, message={self.message!r}"
@@ -56,6 +97,9 @@ class LimitExceeded(ResponseError):
         self.bound = bound
         self.limit = limit
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.bound, self.limit, str(self)), self.__dict__
+
 
 class EngineError(ResponseError):
     """SGLang answered with an error (an error frame, an error body or an abort).
@@ -68,6 +112,9 @@ class EngineError(ResponseError):
         super().__init__(message)
         self.message = message
         self.code = code
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.message, self.code), self.__dict__
 
 
 _REPR = reprlib.Repr()

@@ -28,15 +28,25 @@ import msgspec
 
 from sglang_envelope._errors import EnvelopeError, LimitExceeded, ResponseError, show_value
 
-__all__ = ["FlatTopLogprobs", "decode_flat_top_logprobs", "encode_flat_top_logprobs"]
+__all__ = [
+    "DEFAULT_MAX_NESTED_POSITIONS",
+    "MAX_POSITIONS",
+    "FlatTopLogprobs",
+    "decode_flat_top_logprobs",
+    "encode_flat_top_logprobs",
+]
 
 Side = Literal["input", "output"]
 NestedRows = list[list[tuple[float, int, None]] | None]
 
-#: Most positions (null prefix plus rows) one response may cover. It bounds what
-#: `to_nested()` allocates for counts that no array backs (the null prefix, and
-#: rows when k is 0); 2**24 is above every context length SGLang serves.
+#: Most positions (null prefix plus rows) one response may cover when decoded;
+#: 2**24 is above every context length SGLang serves.
 MAX_POSITIONS = 1 << 24
+
+#: Most positions (null prefix plus rows) `to_nested()` builds by default: a
+#: million-token prompt. The null prefix, and rows when k is 0, are counted, not
+#: stored, so a few bytes can ask for any number of them; this bounds the list.
+DEFAULT_MAX_NESTED_POSITIONS = 1 << 20
 
 # Field suffixes after "{side}_top_logprobs_", in the order SGLang writes them.
 _JSON_FORM = ("val_flat", "idx_flat")
@@ -74,6 +84,7 @@ class FlatTopLogprobs(msgspec.Struct, frozen=True):
     From Base64 they are zero-copy memoryviews of float32 and int32; from JSON,
     tuples of the numbers as sent (a JSON null logprob, orjson's rendering of
     NaN and ±Infinity, reads as NaN). Instances are immutable and unhashable.
+    One built by hand is checked when made: `EnvelopeError` names the field.
     """
 
     null_prefix: int
@@ -83,16 +94,56 @@ class FlatTopLogprobs(msgspec.Struct, frozen=True):
 
     __hash__: ClassVar[None] = None  # type: ignore[assignment]  # memoryviews cannot be hashed
 
+    def __post_init__(self) -> None:
+        if type(self.null_prefix) is not int or self.null_prefix < 0:
+            raise EnvelopeError(
+                f"null_prefix must be an integer >= 0, got {show_value(self.null_prefix)}"
+            )
+        shape = self.shape
+        if not (
+            type(shape) is tuple
+            and len(shape) == 2
+            and all(type(n) is int and n >= 0 for n in shape)
+        ):
+            raise EnvelopeError(
+                f"shape must be a tuple (rows, k) of integers >= 0, got {show_value(shape)}"
+            )
+        for name in ("values", "token_ids"):
+            items = getattr(self, name)
+            is_sequence = isinstance(items, Sequence) and not isinstance(items, (str, bytes))
+            size = len(items) if is_sequence else None
+            if size != shape[0] * shape[1]:
+                raise EnvelopeError(
+                    f"{name} must be a sequence of rows * k = {show_value(shape[0] * shape[1])} "
+                    f"items, got {show_value(items) if size is None else f'{size} items'}"
+                )
+
     def __repr__(self) -> str:
         return f"FlatTopLogprobs(null_prefix={self.null_prefix}, shape={self.shape})"
 
-    def to_nested(self) -> NestedRows:
+    def to_nested(self, *, max_positions: int = DEFAULT_MAX_NESTED_POSITIONS) -> NestedRows:
         """SGLang's nested rows: None per uncovered position, else k `(logprob, token_id, None)`.
 
         A row with no entries (k == 0) is None too, as SGLang's nested format
         has it. The text slot is None, as with `return_text_in_logprobs` off.
+        Raises `LimitExceeded` (``bound="max_nested_positions"``) before
+        building anything when the list would have more than `max_positions`
+        entries (null prefix plus rows); `EnvelopeError` when `max_positions`
+        is not an integer >= 0.
         """
+        if type(max_positions) is not int or max_positions < 0:
+            raise EnvelopeError(
+                f"max_positions must be an integer >= 0, got {show_value(max_positions)}"
+            )
         rows, k = self.shape
+        if self.null_prefix + rows > max_positions:
+            raise LimitExceeded(
+                "max_nested_positions",
+                max_positions,
+                f"the nested rows would hold {show_value(self.null_prefix + rows)} positions "
+                f"(null prefix {show_value(self.null_prefix)} plus {show_value(rows)} rows); "
+                f"the limit is {max_positions}",
+            )
         nested: NestedRows = [None] * self.null_prefix
         if k == 0:
             nested.extend(repeat(None, rows))

@@ -80,7 +80,7 @@ def engine_error(body: dict[str, Any]) -> EngineError | None:
     ``{"error": "<text>"}`` when the request breaks the API contract; and
     ``{"object": "error", "message", "type", "code"}`` from its HTTPException
     handler, which is how a non-streaming abort with a status other than 400
-    arrives.
+    arrives. A missing ``message`` is SGLang's default, the empty string.
     """
     error = body.get("error")
     if error is None:
@@ -95,7 +95,9 @@ def engine_error(body: dict[str, Any]) -> EngineError | None:
 
 
 def _error_from(body: dict[str, Any], prefix: str) -> EngineError:
-    message = body.get("message")
+    # Both keys may be left out, as SGLang's own ErrorBody type allows
+    # (``sglang/api/v1/api_types.py``: ``message: str = ""``); null is not a string.
+    message = body.get("message", "")
     if type(message) is not str:
         raise expected(f"{prefix}message", "a string", message)
     code = body.get("code")

@@ -10,11 +10,18 @@ prompt-side keys whenever logprobs were requested
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from sglang_envelope._frame import expected
 
-__all__ = ["PROMPT_LOGPROB_GROUPS", "UNAVAILABLE_MARKER", "merge_prefill_logprobs"]
+__all__ = [
+    "POSITION_COUNTS",
+    "PROMPT_LOGPROB_GROUPS",
+    "UNAVAILABLE_MARKER",
+    "has_prompt_logprobs",
+    "merge_prefill_logprobs",
+]
 
 PROMPT_LOGPROB_GROUPS: Final[tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = (
     # (keys that hold the logprobs, keys that describe them)
@@ -42,8 +49,30 @@ The flat top-logprob fields are one group: their arrays only make sense with
 the shape, null prefix and dtypes they came with.
 """
 
+
+def _count(value: object) -> int:
+    return value if type(value) is int else 0
+
+
+def _rows(shape: object) -> int:
+    return _count(shape[0]) if type(shape) is list and len(shape) == 2 else 0
+
+
+POSITION_COUNTS: Final[dict[str, Callable[[object], int]]] = {
+    # key that counts covered positions -> how many it counts (0 when malformed)
+    "input_top_logprobs_shape": _rows,
+    "input_top_logprobs_null_prefix": _count,
+}
+"""Keys that count positions a group covers without storing them.
+
+A group whose count is above 0 holds data even when its arrays are empty: the
+flat fields of a one-token prompt are ``shape: [0, k]``, ``null_prefix: 1`` and
+empty values (its only position has no logprob). Counts that are not integers
+count as 0 here; `decode_flat_top_logprobs` is where they are checked.
+"""
+
 UNAVAILABLE_MARKER: Final = "input_logprobs_unavailable_reason"
-"""A decode response's note that it has no prompt-side logprobs."""
+"""A decode response's note that it has no prompt-side logprobs (`finalize_response`)."""
 
 
 def merge_prefill_logprobs(
@@ -51,24 +80,25 @@ def merge_prefill_logprobs(
 ) -> dict[str, Any]:
     """The decode response with the prefill response's prompt-side logprobs.
 
-    For each group of `PROMPT_LOGPROB_GROUPS` whose logprob keys all lack data
-    in the decode response (missing, null or empty) but not in the prefill
-    response, the group's keys are replaced by the prefill response's. When a
-    group was copied, the `UNAVAILABLE_MARKER` key is dropped. Output-side keys and every
-    other key are the decode response's. Returns a new response; the inputs
-    are not changed (values are shared, not copied).
+    For each group of `PROMPT_LOGPROB_GROUPS` that holds no data in the decode
+    response but holds data in the prefill response, the group's keys are
+    replaced by the prefill response's. A group holds data when one of its
+    logprob keys is not missing, null or empty, or when it counts positions it
+    covers (`POSITION_COUNTS`). When a group was copied, the `UNAVAILABLE_MARKER`
+    key is dropped. Output-side keys and every other key are the decode
+    response's. Returns a new response; the inputs are not changed (values are
+    shared, not copied).
     """
     prefill_meta = _meta(prefill_response, "prefill_response")
     decode_meta = _meta(decode_response, "decode_response")
     meta = dict(decode_meta)
     copied = False
     for logprob_keys, described_by in PROMPT_LOGPROB_GROUPS:
-        group = logprob_keys + described_by
-        if any(_holds_data(meta.get(key)) for key in logprob_keys) or not any(
-            _holds_data(prefill_meta.get(key)) for key in logprob_keys
+        if _group_holds_data(meta, logprob_keys, described_by) or not _group_holds_data(
+            prefill_meta, logprob_keys, described_by
         ):
             continue
-        for key in group:
+        for key in logprob_keys + described_by:
             meta.pop(key, None)
             if key in prefill_meta:
                 meta[key] = prefill_meta[key]
@@ -80,6 +110,14 @@ def merge_prefill_logprobs(
     return merged
 
 
+def has_prompt_logprobs(meta: dict[str, Any]) -> bool:
+    """Whether a response's `meta_info` holds prompt-side logprobs in any group."""
+    return any(
+        _group_holds_data(meta, logprob_keys, described_by)
+        for logprob_keys, described_by in PROMPT_LOGPROB_GROUPS
+    )
+
+
 def _meta(response: object, name: str) -> dict[str, Any]:
     if type(response) is not dict:
         raise expected(name, "an object", response)
@@ -87,6 +125,16 @@ def _meta(response: object, name: str) -> dict[str, Any]:
     if type(meta) is not dict:
         raise expected(f"{name}.meta_info", "an object", meta)
     return meta
+
+
+def _group_holds_data(
+    meta: dict[str, Any], logprob_keys: tuple[str, ...], described_by: tuple[str, ...]
+) -> bool:
+    if any(_holds_data(meta.get(key)) for key in logprob_keys):
+        return True
+    return any(
+        POSITION_COUNTS[key](meta.get(key)) > 0 for key in described_by if key in POSITION_COUNTS
+    )
 
 
 def _holds_data(value: object) -> bool:

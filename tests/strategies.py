@@ -1093,3 +1093,19 @@ def hostile_cli_inputs() -> st.SearchStrategy[bytes]:
             + [answer["body"].encode() for answer in SGLANG_ANSWERS]
         ).flatmap(mutated),
     )
+
+
+# --- final answers, errors and carrying out aborts ---
+
+#: Any JSON, or a final response with one value retyped: what a worker may get back.
+near_final_responses = json_values | final_responses().flatmap(retyped)
+
+#: Short seconds for `run_abort` under Hypothesis: real sleeps, a few milliseconds each.
+run_abort_delays = st.lists(st.sampled_from([0.0, 0.001, 0.002]), max_size=4).map(tuple)
+
+#: Statuses `POST /abort_request` may answer: SGLang's 200, and others a proxy may give.
+abort_statuses = st.sampled_from([200, 204, 404, 503])
+
+#: Hand-built exception fields: any text, lone surrogates included, and any status.
+error_texts = st.text()
+error_statuses = st.none() | st.integers() | st.text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -159,3 +160,50 @@ def test_policy_is_frozen() -> None:
     policy = AbortPolicy()
     with pytest.raises(AttributeError):
         policy.deadline_s = 1.0  # type: ignore[misc]
+
+
+def _decode_request() -> EngineRequest:
+    return EngineRequest(Role.DECODE, EngineBody(input_ids=[1], rid="r-1", stream=True))
+
+
+BY_HAND: Any = EngineRequest
+
+
+@pytest.mark.parametrize(
+    ("request_", "first_token_seen", "policy", "message"),
+    [
+        (object(), False, AbortPolicy(), "engine_request must be an EngineRequest, got object"),
+        (None, False, AbortPolicy(), "engine_request must be an EngineRequest, got NoneType"),
+        (_decode_request(), False, object(), "policy must be an AbortPolicy, got object"),
+        (_decode_request(), False, {"deadline_s": 1}, "policy must be an AbortPolicy, got dict"),
+        (_decode_request(), None, AbortPolicy(), "first_token_seen must be a bool, got NoneType"),
+        (
+            lambda: BY_HAND("sideways", EngineBody(input_ids=[1], rid="r")),
+            True,
+            AbortPolicy(),
+            "engine_request.role must be a Role, got 'sideways'",
+        ),
+        (
+            lambda: BY_HAND(Role.DECODE, {"rid": "r"}),
+            True,
+            AbortPolicy(),
+            "engine_request.body must be an EngineBody, got dict",
+        ),
+    ],
+)
+def test_caller_mistakes_name_the_argument(
+    request_: Any, first_token_seen: Any, policy: Any, message: str
+) -> None:
+    """Structs built by hand may be refused when made, or when planned; never with TypeError."""
+    with pytest.raises(EnvelopeError, match=message) as raised:
+        if callable(request_):
+            request_ = request_()
+        plan_abort(request_, first_token_seen=first_token_seen, policy=policy)
+    assert type(raised.value) is EnvelopeError
+
+
+def test_a_role_given_by_its_value_is_planned_as_the_role() -> None:
+    by_value = BY_HAND("decode", EngineBody(input_ids=[1], rid="r-1", stream=True))
+    assert plan_abort(by_value, first_token_seen=False) == plan_abort(
+        _decode_request(), first_token_seen=False
+    )

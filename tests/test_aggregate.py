@@ -408,7 +408,7 @@ def test_counts_must_be_integers() -> None:
             "meta_info.output_top_logprobs: expected an array, got null",
         ),
         ({"error": 3}, "frame 1: error: expected an object or a string, got an integer"),
-        ({"error": {"code": 500}}, "error.message: expected a string, got null"),
+        ({"error": {"message": None}}, "error.message: expected a string, got null"),
     ],
 )
 def test_malformed_frames_name_the_key(bad: Any, message: str) -> None:

@@ -480,3 +480,92 @@ def test_a_bad_top_logprobs_num_is_the_callers_mistake(num: object) -> None:
 
 def test_byteswapping_follows_the_hosts_byte_order() -> None:
     assert _flat._SWAP is (sys.byteorder == "big")
+
+
+# --- what to_nested() may build -------------------------------------------------
+
+#: 146 bytes that ask for 16,777,215 positions: counted, not stored.
+TINY_HUGE = {
+    "output_top_logprobs_val_flat": [],
+    "output_top_logprobs_idx_flat": [],
+    "output_top_logprobs_shape": [0, 5],
+    "output_top_logprobs_null_prefix": 16_777_215,
+}
+
+
+def test_to_nested_refuses_more_positions_than_its_bound_before_building() -> None:
+    flat = decode_flat_top_logprobs(TINY_HUGE, side="output")
+    assert flat is not None
+    with pytest.raises(LimitExceeded) as raised:
+        flat.to_nested()
+    assert (raised.value.bound, raised.value.limit) == (
+        "max_nested_positions",
+        _flat.DEFAULT_MAX_NESTED_POSITIONS,
+    )
+    assert "16777215 positions" in str(raised.value)
+
+
+@pytest.mark.parametrize(("null_prefix", "rows", "k"), [(3, 2, 1), (0, 5, 0), (5, 0, 4)])
+def test_to_nested_builds_up_to_its_bound(null_prefix: int, rows: int, k: int) -> None:
+    flat = FlatTopLogprobs(null_prefix, (rows, k), (-0.5,) * (rows * k), (7,) * (rows * k))
+    assert len(flat.to_nested(max_positions=null_prefix + rows)) == null_prefix + rows
+    with pytest.raises(LimitExceeded, match="the limit is"):
+        flat.to_nested(max_positions=null_prefix + rows - 1)
+
+
+@pytest.mark.parametrize("bound", [-1, 1.5, None, True, "10"])
+def test_a_bad_bound_is_the_callers_mistake(bound: Any) -> None:
+    flat = FlatTopLogprobs(0, (0, 0), (), ())
+    with pytest.raises(EnvelopeError, match="max_positions must be an integer >= 0") as raised:
+        flat.to_nested(max_positions=bound)
+    assert type(raised.value) is EnvelopeError
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ((-1, (0, 0), (), ()), "null_prefix must be an integer >= 0, got -1"),
+        (("1", (0, 0), (), ()), "null_prefix must be an integer >= 0"),
+        ((0, [1, 1], (0.0,), (1,)), r"shape must be a tuple \(rows, k\)"),
+        ((0, (1,), (), ()), r"shape must be a tuple \(rows, k\)"),
+        ((0, (1, -1), (), ()), r"shape must be a tuple \(rows, k\)"),
+        ((0, (1, True), (0.0,), (1,)), r"shape must be a tuple \(rows, k\)"),
+        ((0, (2, 1), (0.0,), (1, 2)), r"values must be a sequence of rows \* k = 2 items, got 1"),
+        ((0, (1, 1), (0.0,), 3), r"token_ids must be a sequence of rows \* k = 1 items, got 3"),
+        ((0, (1, 1), None, (1,)), "values must be a sequence"),
+        ((0, (1, 1), (0.0,), "7"), "token_ids must be a sequence"),
+        ((0, (1, 1), (0.0,), b"7"), "token_ids must be a sequence"),
+    ],
+)
+def test_a_flat_built_by_hand_is_checked(fields: tuple[Any, ...], message: str) -> None:
+    with pytest.raises(EnvelopeError, match=message):
+        FlatTopLogprobs(*fields)
+
+
+def test_the_cli_does_not_print_a_huge_list_for_a_tiny_input(
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    from sglang_envelope._cli import EXIT_BAD_INPUT, main
+
+    path = tmp_path / "tiny.json"
+    path.write_bytes(json.dumps(TINY_HUGE, separators=(",", ":")).encode())  # bare meta_info
+    assert path.stat().st_size == 146
+    assert main(["flat", str(path)]) == EXIT_BAD_INPUT
+    out = capsysbinary.readouterr().out
+    assert len(out) < 1000
+    error = json.loads(out)["error"]
+    assert error["type"] == "limit_exceeded" and error["bound"] == "max_nested_positions"
+    path.write_bytes(json.dumps({**TINY_HUGE, "output_top_logprobs_null_prefix": 5000}).encode())
+    assert main(["flat", str(path), "--max-positions", "4999"]) == EXIT_BAD_INPUT
+    assert json.loads(capsysbinary.readouterr().out)["error"]["limit"] == 4999
+    assert main(["flat", str(path), "--max-positions", "5000"]) == 0
+    assert json.loads(capsysbinary.readouterr().out) == {"output_top_logprobs": [None] * 5000}
+
+
+def test_the_cli_bound_must_be_a_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sglang_envelope._cli import main
+
+    with pytest.raises(SystemExit) as raised:
+        main(["flat", str(tmp_path / "x.json"), "--max-positions", "-1"])
+    assert raised.value.code == 2
+    assert "expected an integer >= 0, got '-1'" in capsys.readouterr().err

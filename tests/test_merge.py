@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_envelope import EnvelopeError, ResponseError, merge_prefill_logprobs
-from sglang_envelope._merge import PROMPT_LOGPROB_GROUPS, UNAVAILABLE_MARKER
-from tests.strategies import final_responses, json_values, retyped
+from sglang_envelope._merge import PROMPT_LOGPROB_GROUPS, UNAVAILABLE_MARKER, has_prompt_logprobs
+from tests.strategies import final_responses, near_final_responses
 
 PROMPT_KEYS = frozenset(
     key for data, described in PROMPT_LOGPROB_GROUPS for key in data + described
@@ -100,6 +102,54 @@ def test_flat_fields_move_as_one_group() -> None:
     assert merged["meta_info"] == {"finish_reason": {"type": "stop"}, **FLAT_B64}
 
 
+def _sglang_input_flat_fields(kind: str) -> list[dict[str, Any]]:
+    """SGLang's own prompt-flat fields for `kind` rows ("all-null": [None], "empty": [])."""
+    fixture = Path(__file__).parent / "fixtures" / "flat_fields.jsonl"
+    cases = [json.loads(line) for line in fixture.read_text(encoding="utf-8").splitlines()]
+    return [
+        case["expected"]
+        for case in cases
+        if case["side"] == "input"
+        and f"/{kind}/" in case["name"]
+        and "error" not in case["expected"]
+    ]
+
+
+@pytest.mark.parametrize("one_token_prompt", _sglang_input_flat_fields("all-null"))
+@pytest.mark.parametrize("decode_side", [*_sglang_input_flat_fields("empty"), {}])
+def test_a_one_token_prompt_s_flat_fields_hold_data(
+    one_token_prompt: dict[str, Any], decode_side: dict[str, Any]
+) -> None:
+    """A one-token prompt's only position has no logprob: SGLang writes shape [0, k],
+    null prefix 1 (more for more such positions) and no values. It covers a position,
+    so it is data, while the decode side's fields for no rows at all (shape [0, k],
+    null prefix 0) are not."""
+    assert one_token_prompt["input_top_logprobs_null_prefix"] >= 1
+    assert one_token_prompt["input_top_logprobs_shape"][0] == 0
+    decode = response(**decode_side, **{UNAVAILABLE_MARKER: "disaggregated_decode"})
+    merged = merge_prefill_logprobs(response(**one_token_prompt), decode)
+    assert merged["meta_info"] == {"finish_reason": {"type": "stop"}, **one_token_prompt}
+    assert has_prompt_logprobs(merged["meta_info"])
+    assert not has_prompt_logprobs(decode["meta_info"])
+
+
+@pytest.mark.parametrize(
+    ("counts", "holds"),
+    [
+        ({"input_top_logprobs_shape": [0, 5], "input_top_logprobs_null_prefix": 0}, False),
+        ({"input_top_logprobs_shape": [0, 5], "input_top_logprobs_null_prefix": 2}, True),
+        ({"input_top_logprobs_shape": [1, 0], "input_top_logprobs_null_prefix": 0}, True),
+        ({"input_top_logprobs_shape": "3", "input_top_logprobs_null_prefix": "3"}, False),
+        ({"input_top_logprobs_shape": [0], "input_top_logprobs_null_prefix": None}, False),
+        ({"input_top_logprobs_null_prefix": 1}, True),
+    ],
+)
+def test_a_group_holds_data_when_it_covers_a_position(counts: dict[str, Any], holds: bool) -> None:
+    assert has_prompt_logprobs(counts) is holds
+    merged = merge_prefill_logprobs(response(**counts), response())
+    assert (merged["meta_info"] == {"finish_reason": {"type": "stop"}, **counts}) is holds
+
+
 def test_a_prefill_response_without_data_changes_nothing() -> None:
     decode = response(input_token_logprobs=[], **{UNAVAILABLE_MARKER: "x"})
     assert merge_prefill_logprobs(response(input_token_logprobs=[]), decode) == decode
@@ -150,10 +200,7 @@ def test_malformed_responses_name_the_key(prefill: Any, decode: Any, message: st
         merge_prefill_logprobs(prefill, decode)
 
 
-near_responses = json_values | final_responses().flatmap(retyped)
-
-
-@given(near_responses, near_responses)
+@given(near_final_responses, near_final_responses)
 def test_any_json_raises_only_envelope_errors(prefill: Any, decode: Any) -> None:
     try:
         merged = merge_prefill_logprobs(prefill, decode)

@@ -1,0 +1,158 @@
+"""Carrying out an abort plan, with the caller's transport.
+
+`run_abort` follows an `AbortPlan` step by step (``docs/cancellation.md``):
+wait for the first token when the plan says so, post the abort, repeat it on
+the retry schedule. The library still opens no socket: `send` is the caller's
+``POST /abort_request``, and the events are set by the caller's stream reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Literal
+
+import msgspec
+
+from sglang_envelope._abort import AbortPlan
+from sglang_envelope._errors import EnvelopeError, show_value
+
+__all__ = ["AbortOutcome", "AbortSend", "StopReason", "run_abort"]
+
+StopReason = Literal["schedule", "first_token", "finished", "deadline"]
+"""Why `run_abort` stopped posting the abort.
+
+- ``"schedule"``: every repeat in the plan was sent;
+- ``"first_token"``: an abort was accepted (2xx) after the first token, which
+  proves SGLang had registered the rid, so it was not lost;
+- ``"finished"``: the generation response had ended, so there is nothing to abort;
+- ``"deadline"``: the next repeat would not have been sent before the plan's deadline.
+"""
+
+
+class AbortSend(msgspec.Struct, frozen=True):
+    """One abort posted: when it went out, and the status `send` returned."""
+
+    #: Seconds after `run_abort` began.
+    at_s: float
+    #: The HTTP status of ``POST /abort_request`` (SGLang answers 200).
+    status: int
+
+
+class AbortOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What `run_abort` did."""
+
+    #: Seconds spent waiting for the first token (0.0 when the plan does not wait).
+    waited_s: float
+    #: Whether the first token had been seen when the first abort went out.
+    first_token_seen: bool
+    #: Every abort posted, in order.
+    sends: tuple[AbortSend, ...]
+    #: Why it stopped.
+    stopped: StopReason
+
+
+async def run_abort(
+    plan: AbortPlan,
+    send: Callable[[bytes], Awaitable[int]],
+    *,
+    first_token: asyncio.Event | None = None,
+    finished: asyncio.Event | None = None,
+) -> AbortOutcome:
+    """Carry out `plan`: post its body with `send`, on its schedule; return what was done.
+
+    - When `plan.wait_for_first_token`, wait until `first_token` (or
+      `finished`) is set or `plan.first_token_wait_s` passes (without either
+      event, the whole bound: a decode worker's KV transfer must not be cut short).
+    - Post `plan.body` with `send(body)`, which returns the HTTP status.
+    - For each pause of `plan.retry_delays_s`: sleep, then post again. Stop
+      early once `finished` is set (the generation response has ended), once
+      an abort posted after the first token was accepted (2xx), or when the
+      next post would go out after `plan.deadline_s`.
+
+    The first abort is always posted and awaited (bound it in `send`); a repeat
+    is given only the time left before the deadline. Times are measured from
+    the call. An exception from `send` propagates. Raises `EnvelopeError` for
+    arguments of the wrong type and when `send` returns anything but an int.
+    """
+    _check(plan, send, first_token, finished)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    deadline = start + float(plan.deadline_s)
+    if plan.wait_for_first_token:
+        await _wait((first_token, finished), float(plan.first_token_wait_s))
+    waited = loop.time() - start if plan.wait_for_first_token else 0.0
+    first_token_seen = _is_set(first_token)
+    sends: list[AbortSend] = []
+    delays = iter(plan.retry_delays_s)
+    stopped: StopReason
+    while True:
+        if _is_set(finished):
+            stopped = "finished"
+            break
+        token_seen = _is_set(first_token)
+        sent_at = loop.time()
+        if sends and sent_at > deadline:  # the sleep overran
+            stopped = "deadline"
+            break
+        pending = send(plan.body)
+        if not inspect.isawaitable(pending):
+            raise EnvelopeError(f"send must return an awaitable, got {type(pending).__name__}")
+        try:
+            status = await (asyncio.wait_for(pending, deadline - sent_at) if sends else pending)
+        except asyncio.TimeoutError:
+            stopped = "deadline"
+            break
+        if type(status) is not int:
+            raise EnvelopeError(
+                f"send must return an HTTP status (an int), got {show_value(status)}"
+            )
+        sends.append(AbortSend(sent_at - start, status))
+        if token_seen and 200 <= status < 300:
+            stopped = "first_token"
+            break
+        delay = next(delays, None)
+        if delay is None:
+            stopped = "schedule"
+            break
+        if loop.time() + delay > deadline:
+            stopped = "deadline"
+            break
+        await asyncio.sleep(delay)
+    return AbortOutcome(
+        waited_s=waited, first_token_seen=first_token_seen, sends=tuple(sends), stopped=stopped
+    )
+
+
+def _check(plan: object, send: object, first_token: object, finished: object) -> None:
+    if not isinstance(plan, AbortPlan):
+        raise EnvelopeError(f"plan must be an AbortPlan, got {type(plan).__name__}")
+    if not callable(send):
+        raise EnvelopeError(f"send must be an async callable, got {type(send).__name__}")
+    for name, event in (("first_token", first_token), ("finished", finished)):
+        if event is not None and not isinstance(event, asyncio.Event):
+            raise EnvelopeError(
+                f"{name} must be an asyncio.Event or None, got {type(event).__name__}"
+            )
+
+
+def _is_set(event: asyncio.Event | None) -> bool:
+    return event is not None and event.is_set()
+
+
+async def _wait(events: tuple[asyncio.Event | None, ...], timeout: float) -> None:
+    """Until one of `events` is set or `timeout` seconds pass (the whole timeout without one)."""
+    waiting = [event for event in events if event is not None]
+    if any(event.is_set() for event in waiting):
+        return
+    if not waiting:
+        await asyncio.sleep(timeout)
+        return
+    waiters = [asyncio.ensure_future(event.wait()) for event in waiting]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)

@@ -1,0 +1,258 @@
+"""The library's exceptions: pickling, their codes, and how they are answered as SGLang answers."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any, get_args
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import sglang_envelope
+from sglang_envelope import (
+    SSE_DONE,
+    EngineError,
+    EnvelopeError,
+    LimitExceeded,
+    RejectionCode,
+    RequestRejected,
+    ResponseError,
+    aggregate_sse,
+    decode_client_request,
+    error_event,
+    error_response,
+    parse_unary,
+)
+from sglang_envelope._error_response import ERROR_STATUSES
+from sglang_envelope._rules import RULES
+from tests.strategies import error_statuses, error_texts
+
+FIXTURE = Path(__file__).parent / "fixtures" / "error_shapes.jsonl"
+CASES = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines()]
+WRITTEN = [case for case in CASES if case["kind"] == "written"]
+READ = [case for case in CASES if case["kind"] == "read"]
+
+#: One instance of every exception class the library exports, with every field set.
+EXAMPLES: list[EnvelopeError] = [
+    EnvelopeError("role 'decode' needs a Bootstrap (host, port, room)"),
+    RequestRejected("orchestrator_field", "routed_dp_rank", "routed_dp_rank is set only by ..."),
+    RequestRejected("body_too_large", None, "request body is 9 bytes; the limit is 1"),
+    ResponseError("frame 2: output_ids: expected an array, got a string"),
+    LimitExceeded("max_bytes", 1024),
+    LimitExceeded("max_positions", 16, "input_top_logprobs_null_prefix (99) exceed 16"),
+    EngineError("The server is overloaded.", 503),
+    EngineError("", None),
+]
+
+
+def facts(exc: BaseException) -> tuple[Any, ...]:
+    return type(exc), str(exc), exc.args, vars(exc)
+
+
+def test_every_exported_exception_has_an_example() -> None:
+    exported = {
+        value
+        for name in sglang_envelope.__all__
+        if isinstance(value := getattr(sglang_envelope, name), type)
+        and issubclass(value, BaseException)
+    }
+    assert exported == {type(exc) for exc in EXAMPLES}
+
+
+@pytest.mark.parametrize("exc", EXAMPLES, ids=repr)
+def test_exceptions_round_trip_through_pickle(exc: EnvelopeError) -> None:
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        copy = pickle.loads(pickle.dumps(exc, protocol))
+        assert facts(copy) == facts(exc)
+        assert repr(copy) == repr(exc)
+
+
+def _raise(index: int) -> None:
+    raise EXAMPLES[index]
+
+
+def _reject(body: bytes) -> None:
+    decode_client_request(body)
+
+
+def test_exceptions_raised_in_a_process_pool_arrive_as_themselves() -> None:
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        for index, exc in enumerate(EXAMPLES):
+            with pytest.raises(type(exc)) as raised:
+                pool.submit(_raise, index).result(timeout=60)
+            assert facts(raised.value) == facts(exc)
+        with pytest.raises(RequestRejected) as rejected:
+            pool.submit(_reject, b'{"input_ids": [1], "routed_dp_rank": 0}').result(timeout=60)
+    assert (rejected.value.code, rejected.value.field) == ("orchestrator_field", "routed_dp_rank")
+
+
+def test_the_rejection_codes_are_the_rules_codes() -> None:
+    """`RejectionCode` lists exactly the codes of `RULES`, in order: a rule added or
+    renamed without the type (or the other way round) fails here."""
+    assert list(get_args(RejectionCode)) == [rule.code for rule in RULES]
+
+
+# --- reading SGLang's error objects -------------------------------------------
+
+
+@pytest.mark.parametrize("case", READ, ids=lambda case: json.dumps(case["error"]))
+def test_error_objects_read_as_sglang_reads_them(case: dict[str, Any]) -> None:
+    """An error object SGLang's own `ErrorBody` accepts is an `EngineError` with its
+    message ("" when absent); a message SGLang refuses is a `ResponseError`. A code
+    SGLang leaves out reads as None here (SGLang's default is 0)."""
+    error, verdict = case["error"], case["verdict"]
+    frame = b"data: " + msgspec.json.encode({"error": error}) + b"\n\n" + SSE_DONE
+    body = msgspec.json.encode({"error": error})
+    readers: list[Callable[[], object]] = [
+        lambda: aggregate_sse([frame]),
+        lambda: parse_unary(body),
+    ]
+    for read in readers:
+        if "refused" in verdict and "message" in error:
+            with pytest.raises(ResponseError, match=r"error\.message: expected a string") as raised:
+                read()
+            assert not isinstance(raised.value, EngineError)
+            continue
+        if "refused" in verdict:  # a code SGLang's u32 refuses; any integer or null is kept
+            code = error["code"]
+            if type(code) is not int and code is not None:
+                with pytest.raises(ResponseError, match=r"error\.code: expected an integer"):
+                    read()
+                continue
+            verdict = {"message": error.get("message", ""), "code": code}
+        with pytest.raises(EngineError) as raised:
+            read()
+        assert raised.value.message == verdict["message"]
+        assert raised.value.code == error.get("code")
+
+
+# --- writing errors as SGLang does --------------------------------------------
+
+
+@pytest.mark.parametrize("case", WRITTEN, ids=lambda c: f"{c['status_code']}-{c['message'][:9]}")
+def test_an_engine_error_is_written_as_sglang_writes_it(case: dict[str, Any]) -> None:
+    """SGLang's own handler, driven with the same message and status: byte-equal SSE
+    frame; unary status equal and SGLang's unary body a subset of ours."""
+    status = case["status_code"] if case["status_code"] is not None else 400
+    exc = EngineError(case["message"], status)
+    assert error_event(exc) + SSE_DONE == case["sse"].encode()
+    got_status, got_body = error_response(exc)
+    assert got_status == case["unary_status"]
+    ours = msgspec.json.decode(got_body)["error"]
+    theirs = json.loads(case["unary_body"])["error"]
+    assert ours | theirs == ours
+    assert ours == json.loads(case["sse"].split("\n\n")[0].removeprefix("data: "))["error"]
+
+
+@pytest.mark.parametrize(
+    ("exc", "status", "error"),
+    [
+        (
+            RequestRejected("orchestrator_field", "routed_dp_rank", "no"),
+            400,
+            {"type": "orchestrator_field", "param": "routed_dp_rank"},
+        ),
+        (
+            RequestRejected("body_too_large", None, "too big"),
+            413,
+            {"type": "body_too_large", "param": None},
+        ),
+        (EngineError("busy", 503), 503, {"type": "invalid_request_error"}),
+        (EngineError("no status", None), 500, {"type": "invalid_request_error"}),
+        (EngineError("not an error status", 200), 500, {"type": "invalid_request_error"}),
+        (EngineError("out of range", 99999), 500, {"type": "invalid_request_error"}),
+        (LimitExceeded("max_bytes", 8), 502, {"type": "limit_exceeded"}),
+        (ResponseError("truncated"), 502, {"type": "response_error"}),
+        (EnvelopeError("a caller's mistake"), 500, {"type": "envelope_error"}),
+    ],
+)
+def test_the_status_table(exc: EnvelopeError, status: int, error: dict[str, Any]) -> None:
+    got_status, body = error_response(exc)
+    expected = {"message": str(exc), **error, "code": status, "retryable": False}
+    assert got_status == status
+    assert msgspec.json.decode(body) == {"error": expected}
+    assert error_event(exc) == b"data: " + body + b"\n\n"
+
+
+class MyRejection(RequestRejected):
+    pass
+
+
+def test_a_subclass_is_answered_as_its_base() -> None:
+    status, body = error_response(MyRejection("body_too_large", None, "x"))
+    assert status == 413 and msgspec.json.decode(body)["error"]["type"] == "body_too_large"
+
+
+@pytest.mark.parametrize("exc", EXAMPLES, ids=repr)
+def test_a_relayed_error_reads_back_as_an_engine_error(exc: EnvelopeError) -> None:
+    """A worker's answer read by the frontend: the message and status survive."""
+    status, body = error_response(exc)
+    with pytest.raises(EngineError) as raised:
+        parse_unary(body)
+    assert (raised.value.message, raised.value.code) == (str(exc), status)
+    with pytest.raises(EngineError) as streamed:
+        aggregate_sse([error_event(exc), SSE_DONE])
+    assert (streamed.value.message, streamed.value.code) == (str(exc), status)
+
+
+def test_hand_built_fields_of_any_type_still_give_json() -> None:
+    weird: list[EnvelopeError] = [
+        RequestRejected(["body_too_large"], {"a": 1}, "m"),  # type: ignore[arg-type]
+        EngineError(b"bytes", [500]),  # type: ignore[arg-type]
+        LimitExceeded(None, None),  # type: ignore[arg-type]
+    ]
+    for exc in weird:
+        status, body = error_response(exc)
+        assert msgspec.json.decode(body)["error"]["code"] == status
+    assert [error_response(exc)[0] for exc in weird] == [400, 500, 502]
+
+
+@pytest.mark.parametrize("exc", [ValueError("x"), None, "error", KeyError("k")])
+def test_only_library_exceptions_are_answered(exc: Any) -> None:
+    for write in (error_response, error_event):
+        with pytest.raises(EnvelopeError, match="exc must be an EnvelopeError, got"):
+            write(exc)
+
+
+@given(error_texts, error_texts, st.none() | error_texts, error_statuses)
+def test_any_fields_give_json(message: str, code: str, field: str | None, status: Any) -> None:
+    """Hand-built exceptions with any text (lone surrogates included) still give JSON."""
+    for exc in (RequestRejected(code, field, message), EngineError(message, status)):
+        got_status, body = error_response(exc)
+        assert 400 <= got_status < 600
+        assert msgspec.json.decode(body)["error"]["code"] == got_status
+        assert error_event(exc).startswith(b"data: {")
+
+
+def test_the_documented_table_is_the_code_s() -> None:
+    page = (Path(__file__).parent.parent / "docs" / "errors.md").read_text(encoding="utf-8")
+    table = page.split("<!-- error-statuses:start -->")[1].split("<!-- error-statuses:end -->")[0]
+    rows = {
+        name.strip().strip("`"): (status.strip(), kind.strip())
+        for name, status, kind, _ in (
+            line.strip("|").split("|") for line in table.strip().splitlines()[2:]
+        )
+    }
+    assert list(rows) == [cls.__name__ for cls in ERROR_STATUSES]
+    assert rows["RequestRejected"] == ("400; 413 for `body_too_large`", "its `code`")
+    assert rows["EngineError"] == (
+        "its `code` when in [400, 600), else 500",
+        f"`{ERROR_STATUSES[EngineError].type}`",
+    )
+    for exc in EXAMPLES:
+        status, kind = rows[type(exc).__name__]
+        got_status, body = error_response(exc)
+        got_kind = msgspec.json.decode(body)["error"]["type"]
+        if isinstance(exc, RequestRejected):
+            assert got_kind == exc.code
+            assert got_status == (413 if exc.code == "body_too_large" else 400)
+        elif isinstance(exc, EngineError):
+            assert f"`{got_kind}`" == kind
+        else:
+            assert (str(got_status), f"`{got_kind}`") == (status, kind)
