@@ -176,6 +176,9 @@ TOP_LEVEL: tuple[Body, ...] = (
     {"input_ids": "abc"},
     {"input_ids": [1, -1]},
     {"input_ids": [[1, 2], [3]]},
+    {"input_ids": [[1, 2], [3]], "sampling_params": {"temperature": -1}},
+    {"sampling_params": {"n": 2, "top_p": 0}},
+    {"sampling_params": {"n": 2, "stop": ["s"] * 33}, "priority": 2**63},
     {"session_id": 5},
     {"extra_key": 5},
 )

@@ -21,7 +21,8 @@ The stages, in the order SGLang runs them:
   `_create_tokenized_object` (which builds `SamplingParams(**sampling_params)`
   and runs its `normalize(tokenizer)` and `verify(vocab_size)`), called on a
   `TokenizerManager` made without its `__init__`, holding only the attributes
-  those methods read, with SGLang's default `ServerArgs` published.
+  those methods read, with SGLang's default `ServerArgs` published. A batch
+  (or `n` > 1) is checked item by item (`obj[i]`), as `_handle_batch_request` does.
 
 The deployment is fixed: a byte-level stand-in tokenizer (`encode` gives the
 UTF-8 bytes), `VOCAB_SIZE`, a context of `CONTEXT_LEN` tokens, default server
@@ -201,18 +202,23 @@ class Release:
                 step(*args)
             except Exception as error:
                 return _failure(stage, error)
-        if not obj.is_single:
-            return None  # a batch: the corpus sends single requests only
-        input_ids = list(obj.input_ids or [])
-        later: Steps = (
-            ("_validate_one_request", manager._validate_one_request, (obj, input_ids)),
-            ("_create_tokenized_object", manager._create_tokenized_object, (obj, None, input_ids)),
-        )
-        for stage, step, args in later:
-            try:
-                step(*args)
-            except (ValueError, TypeError, OverflowError) as error:
-                return _failure(_sampling_stage(error) or stage, error)
+        # A batch (or n > 1) is checked item by item, as `_handle_batch_request` does.
+        items = [obj] if obj.is_single else [obj[i] for i in range(obj.batch_size)]
+        for item in items:
+            input_ids = list(item.input_ids or [])
+            later: Steps = (
+                ("_validate_one_request", manager._validate_one_request, (item, input_ids)),
+                (
+                    "_create_tokenized_object",
+                    manager._create_tokenized_object,
+                    (item, None, input_ids),
+                ),
+            )
+            for stage, step, args in later:
+                try:
+                    step(*args)
+                except (ValueError, TypeError, OverflowError) as error:
+                    return _failure(_sampling_stage(error) or stage, error)
         return None
 
     def http(self, body: dict[str, Any]) -> Verdict:
