@@ -100,6 +100,16 @@ class InstalledFields(msgspec.Struct, frozen=True, kw_only=True):
     generate_req_input_fields: tuple[str, ...]
     sampling_params_fields: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        if type(self.version) is not str:
+            got = show_value(self.version)
+            raise EnvelopeError(f"InstalledFields.version must be a string, got {got}")
+        for name in ("generate_req_input_fields", "sampling_params_fields"):
+            names = getattr(self, name)
+            if type(names) is not tuple or not all(type(item) is str for item in names):
+                got = show_value(names)
+                raise EnvelopeError(f"InstalledFields.{name} must be a tuple of strings, got {got}")
+
 
 def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:
     if type(value) is not str or value not in allowed:

@@ -77,6 +77,25 @@ def test_a_bad_value_is_refused_naming_the_field(kwargs: dict[str, object], fiel
         Target(**kwargs)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"version": 23}, "version"),
+        ({"generate_req_input_fields": ["rid"]}, "generate_req_input_fields"),
+        ({"sampling_params_fields": ("n", 1)}, "sampling_params_fields"),
+        ({"sampling_params_fields": "n"}, "sampling_params_fields"),
+    ],
+)
+def test_installed_fields_built_by_hand_are_checked(kwargs: dict[str, object], field: str) -> None:
+    good: dict[str, object] = {
+        "version": "0.5.23",
+        "generate_req_input_fields": ("rid",),
+        "sampling_params_fields": ("n",),
+    }
+    with pytest.raises(EnvelopeError, match=rf"^InstalledFields\.{field} must be"):
+        InstalledFields(**{**good, **kwargs})  # type: ignore[arg-type]
+
+
 def test_the_message_lists_what_is_allowed() -> None:
     with pytest.raises(EnvelopeError) as caught:
         Target(sglang="0.6.0")
