@@ -164,7 +164,8 @@ holds this module to that snapshot, and the snapshot to the committed fixtures.
   empty when the request alone decides), and the function it is in (`via`);
 - `tokenizer_manager_checks`: the tokenizer manager's checks that depend on the
   request alone, in its order, and `priority_range` (inclusive; None: any int);
-- `limits`: SGLang's named limits that the checks' conditions use.
+- `limits`: SGLang's named limits that the checks' conditions use;
+- `features`: what comes and goes between releases, each read from the code.
 """
 
 from __future__ import annotations
@@ -228,13 +229,16 @@ def render_doc(snapshot: Snapshot) -> str:
             cells = [_has(name in get(tables[v])) if v in among else "no gate" for v in versions]
             rows.append(_row(f"{label} `{name}`", cells))
 
+    for feature, label in FEATURE_NAMES.items():
+        cells = []
+        for v in versions:
+            value = tables[v]["features"][feature]
+            cells.append(_names(value) if isinstance(value, list) else _has(value))
+        rows.append(_row(label, cells))
     count("`GenerateReqInput` fields", "generate_req_input_fields")
     presence("field", lambda t: t["generate_req_input_fields"], gated=False)
     count("`SamplingParams` arguments", "sampling_params_fields")
     presence("sampling argument", lambda t: t["sampling_params_fields"], gated=False)
-    rows.append(
-        _row("HTTP contract gate on `/generate`", [_has(bool(tables[v]["gate"])) for v in versions])
-    )
     rows.append(
         _row(
             "gate: top-level fields type-checked",
@@ -284,6 +288,16 @@ def render_doc(snapshot: Snapshot) -> str:
         lines += _release_section(v, tables[v])
     return "\n".join(lines).rstrip("\n") + "\n"
 
+
+FEATURE_NAMES = {
+    "output_flat": "output-flat (`return_flat_raw_output_top_logprobs`)",
+    "flat_fields_builders": "tokenizer manager's flat-field builders",
+    "watermark_top_level": "`watermark` at the top level",
+    "watermark_in_sampling_params": "`watermark` in `sampling_params`",
+    "mm_processor_kwargs": "`mm_processor_kwargs`",
+    "gate": "HTTP contract gate wired into `/generate`",
+    "priority_range_checked": "`priority` range checked",
+}
 
 STEP_NAMES = {
     "init_checks": "`SamplingParams(**sampling_params)`",

@@ -21,6 +21,9 @@ JSON object:
 - `tokenizer_manager_checks`: the raises of the tokenizer manager's
   `_set_default_priority`, `_validate_one_request` and `_create_tokenized_object`
   that depend on the request alone, and `priority_range` read from the first.
+- `features`: what comes and goes between releases (output-flat, the flat
+  field builders of the tokenizer manager, `watermark` at the top level and in
+  `sampling_params`, `mm_processor_kwargs`, the gate, the priority range).
 
     PYTHONPATH=/tmp/sglang-oracle/releases/0.5.22 \\
         /tmp/sglang-oracle/bin/python scripts/oracle_release_contract.py
@@ -501,6 +504,27 @@ def gate_contract(package: Path) -> dict[str, Any] | None:
     }
 
 
+def features(contract: dict[str, Any], tokenizer_manager: ModuleType) -> dict[str, Any]:
+    """The request features that come and go between releases, as this release has them."""
+    fields = contract["generate_req_input_fields"]
+    builders = sorted(
+        name
+        for name, value in vars(tokenizer_manager).items()
+        if inspect.isfunction(value)
+        and name.startswith("_build_flat_")
+        and name.endswith("top_logprobs_fields")
+    )
+    return {
+        "output_flat": "return_flat_raw_output_top_logprobs" in fields,
+        "flat_fields_builders": builders,
+        "watermark_top_level": "watermark" in fields,
+        "watermark_in_sampling_params": "watermark" in contract["sampling_params_fields"],
+        "mm_processor_kwargs": "mm_processor_kwargs" in fields,
+        "gate": contract["gate"] is not None,
+        "priority_range_checked": contract["priority_range"] is not None,
+    }
+
+
 def _modules() -> Iterator[ModuleType]:
     for name in (
         "sglang.srt.managers.io_struct",
@@ -524,6 +548,7 @@ def main() -> None:
         "gate": gate_contract(package),
         **tokenizer_manager_contract(tokenizer_manager.TokenizerManager),
     }
+    contract["features"] = features(contract, tokenizer_manager)
     print(json.dumps(contract))
 
 

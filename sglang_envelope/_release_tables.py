@@ -23,7 +23,8 @@ holds this module to that snapshot, and the snapshot to the committed fixtures.
   empty when the request alone decides), and the function it is in (`via`);
 - `tokenizer_manager_checks`: the tokenizer manager's checks that depend on the
   request alone, in its order, and `priority_range` (inclusive; None: any int);
-- `limits`: SGLang's named limits that the checks' conditions use.
+- `limits`: SGLang's named limits that the checks' conditions use;
+- `features`: what comes and goes between releases, each read from the code.
 """
 
 from __future__ import annotations
@@ -476,6 +477,17 @@ TABLES: dict[str, dict[str, Any]] = {
             },
         ),
         "priority_range": None,
+        "features": {
+            "output_flat": False,
+            "flat_fields_builders": (
+                "_build_flat_input_top_logprobs_fields",
+            ),
+            "watermark_top_level": False,
+            "watermark_in_sampling_params": False,
+            "mm_processor_kwargs": False,
+            "gate": False,
+            "priority_range_checked": False,
+        },
     },
     "0.5.22": {
         "sglang": "0.5.22",
@@ -1104,6 +1116,17 @@ TABLES: dict[str, dict[str, Any]] = {
         "priority_range": (
             -9223372036854775808, 9223372036854775807,
         ),
+        "features": {
+            "output_flat": True,
+            "flat_fields_builders": (
+                "_build_flat_top_logprobs_fields",
+            ),
+            "watermark_top_level": True,
+            "watermark_in_sampling_params": True,
+            "mm_processor_kwargs": False,
+            "gate": True,
+            "priority_range_checked": True,
+        },
     },
     "0.5.23": {
         "sglang": "0.5.23",
@@ -1737,6 +1760,17 @@ TABLES: dict[str, dict[str, Any]] = {
         "priority_range": (
             -9223372036854775808, 9223372036854775807,
         ),
+        "features": {
+            "output_flat": True,
+            "flat_fields_builders": (
+                "_build_flat_top_logprobs_fields",
+            ),
+            "watermark_top_level": True,
+            "watermark_in_sampling_params": True,
+            "mm_processor_kwargs": True,
+            "gate": True,
+            "priority_range_checked": True,
+        },
     },
 }
 # fmt: on

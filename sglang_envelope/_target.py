@@ -27,6 +27,7 @@ __all__ = [
     "TRANSPORTS",
     "UNKNOWN_FIELD_POLICIES",
     "Check",
+    "Features",
     "Gate",
     "InstalledFields",
     "ReleaseTables",
@@ -42,7 +43,7 @@ TRANSPORTS = ("http", "engine")
 UNKNOWN_FIELD_POLICIES = ("reject", "pass")
 
 
-class Check(msgspec.Struct, frozen=True, kw_only=True):
+class Check(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One of SGLang's checks, as its source writes it.
 
     `message` is SGLang's text as a `str.format` template; `fields` are the
@@ -58,7 +59,7 @@ class Check(msgspec.Struct, frozen=True, kw_only=True):
     via: str | None
 
 
-class Gate(msgspec.Struct, frozen=True, kw_only=True):
+class Gate(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The HTTP contract gate a release wires into `/generate`."""
 
     fields: tuple[str, ...]
@@ -68,7 +69,19 @@ class Gate(msgspec.Struct, frozen=True, kw_only=True):
     watermark_keys: tuple[str, ...]
 
 
-class ReleaseTables(msgspec.Struct, frozen=True, kw_only=True):
+class Features(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What comes and goes between releases, as one release has it."""
+
+    output_flat: bool
+    flat_fields_builders: tuple[str, ...]
+    watermark_top_level: bool
+    watermark_in_sampling_params: bool
+    mm_processor_kwargs: bool
+    gate: bool
+    priority_range_checked: bool
+
+
+class ReleaseTables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One SGLang release's request contract (see `_release_tables.py`)."""
 
     sglang: str
@@ -82,6 +95,7 @@ class ReleaseTables(msgspec.Struct, frozen=True, kw_only=True):
     tokenizer_manager_checks: tuple[Check, ...]
     priority_range: tuple[int, int] | None
     limits: dict[str, int]
+    features: Features
 
 
 _TABLES: dict[str, ReleaseTables] = {

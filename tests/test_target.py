@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 from pathlib import Path
@@ -43,6 +44,20 @@ def test_every_release_and_transport_makes_a_target_with_that_releases_tables(
     assert list(target.tables.sampling_params_fields) == list(
         TABLES[release]["sampling_params_fields"]
     )
+
+
+@pytest.mark.parametrize("release", KNOWN_RELEASES)
+def test_the_typed_tables_hold_every_generated_table(release: str) -> None:
+    tables = Target(sglang=release).tables
+    assert json.loads(msgspec.json.encode(tables)) == json.loads(json.dumps(TABLES[release]))
+
+
+def test_features_say_which_release_has_what() -> None:
+    old, middle, new = (Target(sglang=r).tables.features for r in KNOWN_RELEASES)
+    assert (old.output_flat, middle.output_flat, new.output_flat) == (False, True, True)
+    assert (old.gate, middle.gate, new.gate) == (False, True, True)
+    assert (old.mm_processor_kwargs, new.mm_processor_kwargs) == (False, True)
+    assert not old.watermark_top_level and middle.watermark_in_sampling_params
 
 
 def test_known_releases_are_oldest_first() -> None:
