@@ -1109,3 +1109,20 @@ abort_statuses = st.sampled_from([200, 204, 404, 503])
 #: Hand-built exception fields: any text, lone surrogates included, and any status.
 error_texts = st.text()
 error_statuses = st.none() | st.integers() | st.text()
+
+
+# --- targets: SGLang releases and transports ---------------------------------------------
+
+
+def target_values() -> st.SearchStrategy[object]:
+    """Values for a `Target` field: the allowed strings, near misses and other types."""
+    return st.one_of(
+        st.sampled_from(["0.5.21", "0.5.22", "0.5.23", "http", "engine", "reject", "pass"]),
+        st.sampled_from(["0.5.20", "0.5.24", "0.5.23 ", "HTTP", "grpc", "", "allow"]),
+        st.text(max_size=12),
+        st.integers(),
+        st.floats(allow_nan=True),
+        st.none(),
+        st.lists(st.text(max_size=3), max_size=3),
+        st.binary(max_size=5),
+    )

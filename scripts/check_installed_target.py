@@ -1,0 +1,91 @@
+"""Check `Target.installed()` against the real SGLang of every release in the oracle.
+
+For each release, runs this file again with the oracle's interpreter, that
+release's code and this working tree on PYTHONPATH, and `--inside`: there,
+`Target.installed()` reads the installed SGLang, and its field lists must be
+exactly the generated tables of the same release. Prints one line a release;
+exits non-zero on any difference. Run from the repository root:
+
+    /tmp/dev/bin/python scripts/check_installed_target.py [--oracle-python PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_ORACLE_PYTHON = "/tmp/sglang-oracle/bin/python"
+DEFAULT_RELEASES_DIR = "/tmp/sglang-oracle/releases"
+
+
+def inside() -> None:
+    """Runs in the oracle: compare `Target.installed()` with the release's tables."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    sys.path.insert(0, str(ROOT))
+    from sglang_envelope._target import Target
+
+    target = Target.installed()
+    fields = target.installed_fields
+    assert fields is not None
+    tables = Target(sglang=target.sglang).tables
+    report = {
+        "installed": fields.version,
+        "release": target.sglang,
+        "generate_req_input_fields": fields.generate_req_input_fields
+        == tables.generate_req_input_fields,
+        "sampling_params_fields": fields.sampling_params_fields == tables.sampling_params_fields,
+    }
+    print(json.dumps(report))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--oracle-python", default=os.environ.get("SGLANG_ORACLE_PYTHON", DEFAULT_ORACLE_PYTHON)
+    )
+    parser.add_argument(
+        "--releases-dir",
+        type=Path,
+        default=Path(os.environ.get("SGLANG_ORACLE_RELEASES", DEFAULT_RELEASES_DIR)),
+    )
+    args = parser.parse_args(argv)
+    if args.inside:
+        inside()
+        return
+    sys.path.insert(0, str(ROOT))
+    from sglang_envelope._target import KNOWN_RELEASES
+
+    failed = False
+    for release in KNOWN_RELEASES:
+        folder = args.releases_dir / release
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(folder) if folder.is_dir() else ""
+        done = subprocess.run(
+            [args.oracle_python, __file__, "--inside"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"{release}: {done.stderr[-2000:]}")
+        report = json.loads(done.stdout.splitlines()[-1])
+        ok = report["release"] == release and report["generate_req_input_fields"]
+        ok = ok and report["sampling_params_fields"]
+        failed = failed or not ok
+        print(f"{release}: {'ok' if ok else 'DIFFERS'} {report}")
+    if failed:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
