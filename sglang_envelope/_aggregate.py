@@ -539,13 +539,16 @@ def _field(frame: dict[str, Any], meta: dict[str, Any], path: str) -> Any:
 def _not_extending(previous: dict[str, Any], frame: dict[str, Any]) -> str | None:
     """Why `frame` cannot follow `previous` in a cumulative stream, or None if it can."""
     for path, key, in_meta, kind in _ROWS:
-        before: Any = (previous["meta_info"] if in_meta else previous).get(key, UNSET)
-        now: Any = (frame["meta_info"] if in_meta else frame).get(key, UNSET)
-        if type(before) is not kind or type(now) is not kind:
-            continue
-        if len(now) < len(before) or not _same(now[: len(before)], before):
+        before = (previous["meta_info"] if in_meta else previous).get(key, UNSET)
+        now = (frame["meta_info"] if in_meta else frame).get(key, UNSET)
+        if type(before) is kind and type(now) is kind and not _begins_with(now, before):
             return f"this frame's {path} does not begin with the previous frame's"
     return None
+
+
+def _begins_with(value: Any, start: Any) -> bool:
+    """Whether a string or array `value` begins with `start` (of the same type)."""
+    return len(value) >= len(start) and _same(value[: len(start)], start)
 
 
 class _SseAggregation:
