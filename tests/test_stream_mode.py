@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -110,7 +111,11 @@ def test_frames_without_counts_that_fit_both_modes_differently_are_refused() -> 
         {"text": "The", "meta_info": {"finish_reason": None}},
         {"text": "The answer", "meta_info": {"finish_reason": {"type": "stop"}}},
     ]
-    for run in (lambda: aggregate_frames(frames), lambda: aggregate_sse([transcript(frames)])):
+    runs: list[Callable[[], object]] = [
+        lambda: aggregate_frames(frames),
+        lambda: aggregate_sse([transcript(frames)]),
+    ]
+    for run in runs:
         with pytest.raises(ResponseError) as caught:
             run()
         message = str(caught.value)
@@ -139,7 +144,11 @@ def test_a_stream_that_fits_neither_mode_names_both_readings() -> None:
         {"output_ids": [1], "meta_info": {"finish_reason": None, "completion_tokens": 1}},
         {"output_ids": [2, 3], "meta_info": {"finish_reason": None, "completion_tokens": 4}},
     ]
-    for run in (lambda: aggregate_frames(frames), lambda: aggregate_sse([transcript(frames)])):
+    runs: list[Callable[[], object]] = [
+        lambda: aggregate_frames(frames),
+        lambda: aggregate_sse([transcript(frames)]),
+    ]
+    for run in runs:
         with pytest.raises(ResponseError, match="frame 2: it fits neither stream mode") as caught:
             run()
         message = str(caught.value)

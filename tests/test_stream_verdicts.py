@@ -54,9 +54,9 @@ def by_frames(chunks: list[bytes], incremental: bool | None, **bounds: int) -> d
 
 
 def frames_of(tokens: int) -> list[dict[str, Any]]:
-    frames = []
+    frames: list[dict[str, Any]] = []
     for i in range(tokens):
-        meta = {
+        meta: dict[str, Any] = {
             "finish_reason": None,
             "completion_tokens": i + 1,
             "output_top_logprobs": [[[-1.0, i, None]]],
@@ -67,7 +67,8 @@ def frames_of(tokens: int) -> list[dict[str, Any]]:
 
 
 def cumulative_of(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out, text, ids, tops = [], "", [], []
+    out: list[dict[str, Any]] = []
+    text, ids, tops = "", list[Any](), list[Any]()
     for frame in frames:
         text += frame["text"]
         ids = ids + frame["output_ids"]
