@@ -41,7 +41,6 @@ from sglang_envelope._sse import (
     BytesLike,
     Payload,
     SseDecoder,
-    as_frame,
     decode_frame,
 )
 
@@ -88,27 +87,80 @@ _READINGS: Final = {
     False: "read cumulatively (each frame holds everything so far)",
 }
 
-_DECODER: Final = msgspec.json.Decoder()
-
-
-# A typed view of an intermediate cumulative frame: only what aggregation reads
-# of it. msgspec skips every other field without building it, but also without
-# checking its UTF-8 or the range of its numbers, so a view is trusted only
-# for bytes `_plain` passes. gc=False: views are transient and hold no cycles.
-_CumulativeMeta = msgspec.defstruct(
-    "_CumulativeMeta", [("finish_reason", dict[str, Any] | None, None)], gc=False
+# Typed views of an intermediate frame, built from DELTA_FIELDS.
+#
+# An incremental view declares every key SGLang writes in a frame and refuses
+# any other (forbid_unknown_fields), so msgspec checks every byte exactly as
+# the full decoder does, while building structs instead of dicts and keeping
+# the delta lists; a frame with another key is decoded in full instead.
+#
+# A cumulative view reads only the finish reason, error and index: msgspec
+# skips every other field without building it, but also without checking its
+# UTF-8 or the range of its numbers, so it is trusted only for bytes `_plain`
+# passes. gc=False: views are transient and hold no cycles.
+_SGLANG_META_KEYS: Final = (
+    # tokenizer_manager._handle_batch_output and add_logprob_to_meta_info
+    "id",
+    "prompt_tokens",
+    "weight_version",
+    "num_retractions",
+    "reasoning_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "cached_tokens_details",
+    "e2e_latency",
+    "queue_time",
+    "dp_rank",
+    "input_token_logprobs",
+    "input_top_logprobs",
+    "input_token_ids_logprobs",
+    "output_token_logprobs_length",
+    "output_token_sampling_mask_length",
 )
-_CumulativeFrame = msgspec.defstruct(
-    "_CumulativeFrame",
+_SGLANG_TOP_KEYS: Final = ("prompt_token_ids",)
+
+
+def _view(name: str, fields: list[tuple[str, Any, Any]], *, strict: bool) -> Any:
+    return msgspec.defstruct(name, fields, gc=False, forbid_unknown_fields=strict)
+
+
+def _delta_fields(in_meta: bool) -> list[tuple[str, Any, Any]]:
+    return [
+        (key, (str if kind is str else list[Any]) | UnsetType, UNSET)
+        for _, key, meta, kind in _ROWS
+        if meta is in_meta
+    ]
+
+
+def _other_fields(keys: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
+    return [(key, Any, UNSET) for key in keys]
+
+
+_FINISH: Final = ("finish_reason", dict[str, Any] | None, None)
+_COMMON: Final = [("error", Any, None), ("object", Any, None), ("index", Any, UNSET)]
+_IncrementalMeta = _view(
+    "_IncrementalMeta",
+    [_FINISH, *_delta_fields(True), *_other_fields(_SGLANG_META_KEYS)],
+    strict=True,
+)
+_IncrementalFrame = _view(
+    "_IncrementalFrame",
     [
-        ("error", Any, None),
-        ("object", Any, None),
-        ("index", Any, UNSET),
-        ("meta_info", _CumulativeMeta | UnsetType, UNSET),
+        *_COMMON,
+        ("meta_info", _IncrementalMeta | UnsetType, UNSET),
+        *_delta_fields(False),
+        *_other_fields(_SGLANG_TOP_KEYS),
     ],
-    gc=False,
+    strict=True,
 )
-_VIEW_DECODER: Final = msgspec.json.Decoder(_CumulativeFrame)
+_CumulativeMeta = _view("_CumulativeMeta", [_FINISH], strict=False)
+_CumulativeFrame = _view(
+    "_CumulativeFrame",
+    [*_COMMON, ("meta_info", _CumulativeMeta | UnsetType, UNSET)],
+    strict=False,
+)
+_INCREMENTAL_DECODER: Final = msgspec.json.Decoder(_IncrementalFrame)
+_CUMULATIVE_DECODER: Final = msgspec.json.Decoder(_CumulativeFrame)
 _NOT_TERMINAL: Final = b'"finish_reason":null'  # as SGLang writes an intermediate frame
 # Digits become 0, "E" becomes "e" and "+" becomes "-", so that three byte
 # searches find every number msgspec's full decoder could refuse: an exponent
@@ -346,11 +398,13 @@ class StreamAggregator:
     def _add_deltas(self, payloads: list[Payload], at: int) -> int:
         """Add incremental frames from `at`; return where to go on.
 
-        Each frame is decoded in full, once. An intermediate frame in SGLang's
-        shape has its deltas appended here; any other frame (the terminal one,
-        an error, an oddity) goes through `add` and ends the run.
+        A frame that may be intermediate is read through the incremental view,
+        which checks every byte; one that may be terminal (its bytes lack
+        SGLang's ``"finish_reason":null``), or that the view cannot read (an
+        unknown key, an error, a wrong type), is decoded in full, once, and
+        goes through `add`, which ends the run.
         """
-        decode = _DECODER.decode
+        decode = _INCREMENTAL_DECODER.decode
         pieces = self._pieces
         index = self._index
         # The straight-line reads below cost a quarter of a loop over
@@ -366,68 +420,52 @@ class StreamAggregator:
         add_mask_lp = pieces["meta_info.output_token_sampling_logprobs"].extend
         seen = [False] * 7
         end = len(payloads)
-        frame: Any = None
         try:
             while at < end:
                 payload = payloads[at]
                 at += 1
-                try:
-                    frame = as_frame(decode(payload))
-                except (msgspec.DecodeError, RecursionError):
-                    frame = decode_frame(payload)  # raises the error feed() raises
-                meta = frame.get("meta_info")
+                if type(payload) is memoryview:
+                    payload = bytes(payload)
+                frame: Any = None
+                if _NOT_TERMINAL in payload:
+                    try:
+                        frame = decode(payload)
+                    except (msgspec.DecodeError, RecursionError):
+                        frame = None
                 if (
-                    type(meta) is not dict
-                    or meta.get("finish_reason") is not None
-                    or "error" in frame
-                    or "object" in frame
+                    frame is None
+                    or frame.error is not None
+                    or frame.object is not None
+                    or frame.meta_info is UNSET
+                    or frame.meta_info.finish_reason is not None
+                    or not (frame.index is index or _same(frame.index, index))
                 ):
-                    self.add(frame)
+                    frame = None  # free the view before the full decode
+                    self.add(decode_frame(payload))
                     return at
-                if (value := frame.get("index", UNSET)) is not index and not _same(value, index):
-                    self.add(frame)
-                    return at
-                t = frame.get("text", UNSET)
-                i = frame.get("output_ids", UNSET)
-                a = meta.get("output_token_logprobs", UNSET)
-                b = meta.get("output_top_logprobs", UNSET)
-                c = meta.get("output_token_ids_logprobs", UNSET)
-                d = meta.get("output_token_sampling_mask", UNSET)
-                e = meta.get("output_token_sampling_logprobs", UNSET)
-                if not (
-                    (t is UNSET or type(t) is str)
-                    and (i is UNSET or type(i) is list)
-                    and (a is UNSET or type(a) is list)
-                    and (b is UNSET or type(b) is list)
-                    and (c is UNSET or type(c) is list)
-                    and (d is UNSET or type(d) is list)
-                    and (e is UNSET or type(e) is list)
-                ):
-                    self.add(frame)  # raises the type error
-                    return at
-                if t is not UNSET:
-                    add_text(t)
-                    seen[0] = True
-                if i is not UNSET:
-                    add_ids(i)
-                    seen[1] = True
-                if a is not UNSET:
-                    add_token(a)
-                    seen[2] = True
-                if b is not UNSET:
-                    add_top(b)
-                    seen[3] = True
-                if c is not UNSET:
-                    add_ids_lp(c)
-                    seen[4] = True
-                if d is not UNSET:
-                    add_mask(d)
-                    seen[5] = True
-                if e is not UNSET:
-                    add_mask_lp(e)
-                    seen[6] = True
                 self._count += 1
-                self._last = frame
+                meta = frame.meta_info
+                if (value := frame.text) is not UNSET:
+                    add_text(value)
+                    seen[0] = True
+                if (value := frame.output_ids) is not UNSET:
+                    add_ids(value)
+                    seen[1] = True
+                if (value := meta.output_token_logprobs) is not UNSET:
+                    add_token(value)
+                    seen[2] = True
+                if (value := meta.output_top_logprobs) is not UNSET:
+                    add_top(value)
+                    seen[3] = True
+                if (value := meta.output_token_ids_logprobs) is not UNSET:
+                    add_ids_lp(value)
+                    seen[4] = True
+                if (value := meta.output_token_sampling_mask) is not UNSET:
+                    add_mask(value)
+                    seen[5] = True
+                if (value := meta.output_token_sampling_logprobs) is not UNSET:
+                    add_mask_lp(value)
+                    seen[6] = True
             return at
         finally:
             self._present.update(
@@ -444,7 +482,7 @@ class StreamAggregator:
         ``"finish_reason":null``) is decoded in full at once, and so is
         anything a view cannot read; these go through `add` and end the run.
         """
-        view_decode = _VIEW_DECODER.decode
+        view_decode = _CUMULATIVE_DECODER.decode
         index = self._index
         for at in range(start, len(payloads)):
             payload = payloads[at]
