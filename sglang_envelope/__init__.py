@@ -41,6 +41,8 @@ from sglang_envelope._aggregate import (
     aggregate_sse,
     parse_unary,
 )
+from sglang_envelope._async import aggregate_sse_async, aiter_frames
+from sglang_envelope._response_types import GenerateResponse, MetaInfo
 from sglang_envelope._flat import (
     FlatTopLogprobs,
     decode_flat_top_logprobs,
@@ -79,10 +81,14 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_EVENT_BYTES",
     "SSE_DONE",
+    "GenerateResponse",
+    "MetaInfo",
     "SseDecoder",
     "StreamAggregator",
     "aggregate_frames",
     "aggregate_sse",
+    "aggregate_sse_async",
+    "aiter_frames",
     "encode_sse",
     "merge_prefill_logprobs",
     "parse_unary",

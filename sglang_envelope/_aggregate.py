@@ -22,7 +22,7 @@ after a scan of its bytes shows that the full decoder would accept it too.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -36,6 +36,7 @@ from sglang_envelope._frame import (
     engine_error,
     expected,
 )
+from sglang_envelope._response_types import GenerateResponse
 from sglang_envelope._sse import (
     DEFAULT_MAX_EVENT_BYTES,
     BytesLike,
@@ -170,7 +171,7 @@ _NUMBER_SHAPES: Final = bytes.maketrans(b"123456789E+", b"000000000e-")
 _RISKY_NUMBERS: Final = (b"0e000", b"0e-000", b"0" * 200)
 
 
-def _plain(data: bytes) -> bool:
+def _plain(data: bytes | bytearray) -> bool:
     """True when the full JSON decoder accepts whatever a typed view skipped in `data`.
 
     A skipped field is not checked for valid UTF-8 or for numbers out of range;
@@ -222,7 +223,7 @@ class StreamAggregator:
         self._index: Any = UNSET  # the first frame's "index" (UNSET when it has none)
         self._last: dict[str, Any] | None = None
         self._terminal: dict[str, Any] | None = None
-        self._result: dict[str, Any] | None = None
+        self._result: GenerateResponse | None = None
         # Per DELTA_FIELDS path: its pieces (text) or items so far, and whether any frame had it.
         self._pieces: dict[str, list[Any]] = {path: [] for path, _ in DELTA_FIELDS}
         self._present: set[str] = set()
@@ -290,7 +291,7 @@ class StreamAggregator:
             )
         return self._assemble(self._last, copy=True)
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> GenerateResponse:
         """The final response; `ResponseError` if the terminal frame never came.
 
         An abort (``finish_reason.type == "abort"``) with a ``status_code`` in
@@ -424,10 +425,8 @@ class StreamAggregator:
             while at < end:
                 payload = payloads[at]
                 at += 1
-                if type(payload) is memoryview:
-                    payload = bytes(payload)
                 frame: Any = None
-                if _NOT_TERMINAL in payload:
+                if _NOT_TERMINAL in _searchable(payload):
                     try:
                         frame = decode(payload)
                     except (msgspec.DecodeError, RecursionError):
@@ -486,11 +485,11 @@ class StreamAggregator:
         index = self._index
         for at in range(start, len(payloads)):
             payload = payloads[at]
-            data = payload if type(payload) is bytes else bytes(payload)
+            data = _searchable(payload)
             view: Any = None
             if _NOT_TERMINAL in data:
                 try:
-                    view = view_decode(data)
+                    view = view_decode(payload)
                 except (msgspec.DecodeError, RecursionError):
                     view = None
             if (
@@ -502,7 +501,8 @@ class StreamAggregator:
                 or not (view.index is index or _same(view.index, index))
                 or not _plain(data)
             ):
-                self.add(decode_frame(data))
+                view = None  # free the view before the full decode
+                self.add(decode_frame(payload))
                 return at + 1
             self._count += 1
         return len(payloads)
@@ -525,7 +525,7 @@ class StreamAggregator:
         response["meta_info"] = meta
         return response
 
-    def _finish(self, *, said_done: bool) -> dict[str, Any]:
+    def _finish(self, *, said_done: bool) -> GenerateResponse:
         if self._result is not None:
             return self._result
         terminal = self._terminal
@@ -550,8 +550,8 @@ class StreamAggregator:
             )
         if not aborted:
             check_consistency(response, response["meta_info"])
-        self._result = response
-        return response
+        self._result = cast(GenerateResponse, response)
+        return self._result
 
 
 # The paths StreamAggregator._add_deltas reads, in its order.
@@ -566,6 +566,18 @@ _FAST_PATHS: Final = (
 )
 if tuple(path for path, _ in DELTA_FIELDS) != _FAST_PATHS:  # pragma: no cover
     raise AssertionError("StreamAggregator._add_deltas must read exactly DELTA_FIELDS")
+
+
+def _searchable(payload: Payload) -> bytes | bytearray:
+    """Bytes to search in place of `payload`, without a copy.
+
+    A memoryview payload (`SseDecoder` keeps a one-line event's data so) is a
+    slice of its line, which adds only ``data:`` and a space: the same search
+    and the same `_plain` verdict.
+    """
+    if type(payload) is memoryview:
+        return cast("bytes | bytearray", payload.obj)
+    return payload
 
 
 def _field(frame: dict[str, Any], meta: dict[str, Any], path: str) -> Any:
@@ -621,7 +633,7 @@ class _SseAggregation:
         self._aggregator._add_payloads(self._decoder._feed_raw(data))
         self._decoder.raise_pending()
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> GenerateResponse:
         """The final response, once the stream has ended."""
         self._decoder.close()
         return self._aggregator._finish(said_done=self._decoder.done)
@@ -629,7 +641,7 @@ class _SseAggregation:
 
 def aggregate_frames(
     frames: Iterable[dict[str, Any]], *, incremental: bool | None = None
-) -> dict[str, Any]:
+) -> GenerateResponse:
     """The final response of a stream's decoded frames (see `StreamAggregator`)."""
     aggregator = StreamAggregator(incremental=incremental)
     for frame in _iterate(frames, "aggregate_frames frames"):
@@ -643,7 +655,7 @@ def aggregate_sse(
     incremental: bool | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-) -> dict[str, Any]:
+) -> GenerateResponse:
     """The final response of a raw SSE stream, read chunk by chunk.
 
     The stream mode is detected unless `incremental` forces it (see
@@ -661,7 +673,7 @@ def aggregate_sse(
     return aggregation.finish()
 
 
-def parse_unary(body: BytesLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
+def parse_unary(body: BytesLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> GenerateResponse:
     """The response of a non-streaming /generate, returned as sent.
 
     An SGLang error body raises `EngineError`. A JSON array (SGLang's answer to
@@ -690,7 +702,7 @@ def parse_unary(body: BytesLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[
         raise ResponseError("the response body has no meta_info")
     if type(meta) is not dict:
         raise expected("meta_info", "an object", meta)
-    return response
+    return cast(GenerateResponse, response)
 
 
 def _same(a: object, b: object) -> bool:

@@ -7,7 +7,7 @@ import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import pytest
@@ -18,6 +18,7 @@ from sglang_envelope import (
     SSE_DONE,
     EngineError,
     EnvelopeError,
+    GenerateResponse,
     LimitExceeded,
     ResponseError,
     StreamAggregator,
@@ -68,7 +69,7 @@ def test_sglangs_own_streams_and_bodies(case: dict[str, Any]) -> None:
     body = case["body"].encode()
     expected = case["expected"]
 
-    def run() -> dict[str, Any]:
+    def run() -> GenerateResponse:
         if case["kind"] == "unary":
             return parse_unary(body)
         return aggregate_sse(chunkings_of(body, 97), incremental=case["incremental"])
@@ -532,7 +533,7 @@ def test_parse_unary_refuses_what_is_not_one_response(body: bytes, message: str)
 
 def test_parse_unary_bound_is_checked_before_parsing() -> None:
     body = b'{"meta_info": {}}'
-    assert parse_unary(body, max_bytes=len(body)) == {"meta_info": {}}
+    assert parse_unary(body, max_bytes=len(body)) == cast(GenerateResponse, {"meta_info": {}})
     with pytest.raises(LimitExceeded) as caught:
         parse_unary(b"x" * 100, max_bytes=99)  # not JSON, but never parsed
     assert (caught.value.bound, caught.value.limit) == ("max_bytes", 99)

@@ -15,6 +15,7 @@ from sglang_envelope import (
     SSE_DONE,
     EngineError,
     EnvelopeError,
+    GenerateResponse,
     LimitExceeded,
     SseDecoder,
     StreamAggregator,
@@ -27,7 +28,7 @@ from tests.strategies import SKIPPED_VALUES, chunkings, nested_lists, stream_eve
 Verdict = tuple[str, Any]
 
 
-def verdict(run: Callable[[], dict[str, Any]]) -> Verdict:
+def verdict(run: Callable[[], object]) -> Verdict:
     """("ok", the response) or ("raised", the exception's type)."""
     try:
         return ("ok", run())
@@ -35,7 +36,7 @@ def verdict(run: Callable[[], dict[str, Any]]) -> Verdict:
         return ("raised", type(exc))
 
 
-def by_frames(chunks: list[bytes], incremental: bool | None, **bounds: int) -> dict[str, Any]:
+def by_frames(chunks: list[bytes], incremental: bool | None, **bounds: int) -> GenerateResponse:
     """The long way: SseDecoder.feed, then StreamAggregator.add on each frame."""
     limit = bounds.get("max_bytes")
     decoder = SseDecoder(max_event_bytes=bounds.get("max_event_bytes", 64 * 2**20))

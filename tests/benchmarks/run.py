@@ -42,6 +42,7 @@ from sglang_envelope import (
     decode_flat_top_logprobs,
     encode_flat_top_logprobs,
     encode_sse,
+    parse_unary,
     to_worker_envelope,
 )
 
@@ -245,12 +246,20 @@ def main() -> None:
 
     frames = 2000
     transcript, payloads = incremental_transcript(frames)
+
+    def decode_each() -> None:
+        decode = msgspec.json.decode
+        for payload in payloads:
+            decode(payload)
+
+    work, floor = alternate(lambda: aggregate_sse(chunks(transcript)), decode_each, rounds)
+    row(f"incremental SSE, {frames} frames", work, floor, "<= 1.5x", work / floor <= 1.5)
     work, floor = alternate(
         lambda: aggregate_sse(chunks(transcript)),
         lambda: [msgspec.json.decode(p) for p in payloads],
         rounds,
     )
-    row(f"incremental SSE, {frames} frames", work, floor, "<= 1.5x", work / floor <= 1.5)
+    row("  floor keeping the decoded frames", work, floor, "(reference)", True)
     big, _ = incremental_transcript(4 * frames, seed=2)
     small_s, big_s = alternate(
         lambda: aggregate_sse(chunks(transcript)), lambda: aggregate_sse(chunks(big)), rounds
@@ -261,7 +270,7 @@ def main() -> None:
     cum_frames = 300 if args.quick else 600
     transcript, payloads = cumulative_transcript(cum_frames)
     work, floor = alternate(
-        lambda: aggregate_sse(chunks(transcript), incremental=False),
+        lambda: aggregate_sse(chunks(transcript)),
         lambda: [msgspec.json.decode(p) for p in payloads],
         rounds,
     )
@@ -300,6 +309,18 @@ def main() -> None:
             )
         )
 
+    terminal_mib = 4 if args.quick else 16
+    stream_peak, unary_peak, size = terminal_frame_memory(terminal_mib)
+    rows.append(
+        (
+            f"peak memory, a {size / 2**20:.0f} MiB terminal frame",
+            f"{stream_peak / 2**20:9.1f} MiB",
+            f"{unary_peak / 2**20:9.1f} MiB",
+            f"{stream_peak / unary_peak:6.2f}x",
+            f"<= 1.1x parse_unary's {'ok' if stream_peak <= 1.1 * unary_peak else 'MISSED'}",
+        )
+    )
+
     machine = f"{platform.machine()}, {os.cpu_count()} cpus"
     print(f"Python {platform.python_version()} on {machine}; msgspec {msgspec.__version__}")
     header = ("workload", "time", "floor", "ratio", "goal")
@@ -326,6 +347,31 @@ def peak_memory(stream_mib: int, *, logprobs: bool) -> tuple[int, int, int]:
     tracemalloc.stop()
     del decoded
     return peak, len(encoded), objects
+
+
+def terminal_frame_memory(mib: int) -> tuple[int, int, int]:
+    """Peak bytes of aggregate_sse on an incremental stream whose terminal frame is `mib` MiB,
+    peak bytes of parse_unary on that frame alone, and the frame's size."""
+    rng = random.Random(6)
+    first = frame(0, rng, last=False)
+    terminal = frame(1, rng, last=True)
+    one = msgspec.json.encode(terminal["meta_info"]["output_top_logprobs"][0])
+    rows = mib * 2**20 // (len(one) + 1)
+    terminal["meta_info"]["output_top_logprobs"] *= rows
+    terminal["meta_info"]["completion_tokens"] = 2
+    body = msgspec.json.encode(terminal)
+    stream = encode_sse(first) + b"data: " + body + b"\n\n" + SSE_DONE
+    peaks = []
+    runs: list[Callable[[], object]] = [
+        lambda: aggregate_sse(chunks(stream), max_bytes=2 * len(stream)),
+        lambda: parse_unary(body, max_bytes=2 * len(body)),
+    ]
+    for run in runs:
+        tracemalloc.start()
+        run()
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    return peaks[0], peaks[1], len(body)
 
 
 if __name__ == "__main__":
