@@ -330,15 +330,7 @@ class StreamAggregator:
 
     def _collect(self, frame: dict[str, Any], meta: dict[str, Any]) -> None:
         """Check the types of a frame's delta fields, then append them."""
-        found: list[tuple[str, Any]] = []
-        for path, key, in_meta, kind in _ROWS:
-            value = (meta if in_meta else frame).get(key, UNSET)
-            if value is UNSET:
-                continue
-            if type(value) is not kind:
-                raise expected(path, _TYPE_NAMES[kind], value)
-            found.append((path, value))
-        for path, value in found:
+        for path, value in _deltas(frame, meta):
             self._present.add(path)
             if type(value) is str:
                 self._pieces[path].append(value)
@@ -360,7 +352,7 @@ class StreamAggregator:
             array = _field(frame, meta, path)
             if type(count) is not int or type(array) is not list or unless in meta:
                 continue
-            total = len(self._pieces[path])
+            total = self._total(path)
             if fits[True] is None and count != total:
                 shown = show_value(count)
                 fits[True] = f"meta_info.{count_key} is {shown} but {path} has {total} entries"
@@ -378,10 +370,17 @@ class StreamAggregator:
             )
         if fits[True] is not None:
             self._mode = False
-            self._pieces = {path: [] for path, _ in DELTA_FIELDS}  # deltas are not needed
-            self._present.clear()
+            self._forget_deltas()  # a cumulative stream's answer is its terminal frame
         elif fits[False] is not None:
             self._mode = True
+
+    def _total(self, path: str) -> int:
+        """How many entries the `DELTA_FIELDS` array at `path` has so far, read incrementally."""
+        return len(self._pieces[path])
+
+    def _forget_deltas(self) -> None:
+        self._pieces = {path: [] for path, _ in DELTA_FIELDS}
+        self._present.clear()
 
     def _add_payloads(self, payloads: list[Payload]) -> None:
         """`add` for frames still in JSON, each decoded once, in order."""
@@ -528,6 +527,17 @@ class StreamAggregator:
     def _finish(self, *, said_done: bool) -> GenerateResponse:
         if self._result is not None:
             return self._result
+        terminal, aborted = self._terminal_frame(said_done)
+        response = terminal if self._mode is False else self._assemble(terminal, copy=False)
+        if self._mode is None and not _same(response, terminal):
+            raise self._ambiguous()
+        if not aborted:
+            check_consistency(response, response["meta_info"])
+        self._result = cast(GenerateResponse, response)
+        return self._result
+
+    def _terminal_frame(self, said_done: bool) -> tuple[dict[str, Any], bool]:
+        """The terminal frame and whether it is an abort; raise if there is no answer."""
         terminal = self._terminal
         if terminal is None:
             end = "said data: [DONE]" if said_done else "ended"
@@ -541,17 +551,14 @@ class StreamAggregator:
         aborted = finish.get("type") == "abort"
         if aborted and (error := abort_error(finish)) is not None:
             raise error
-        response = terminal if self._mode is False else self._assemble(terminal, copy=False)
-        if self._mode is None and not _same(response, terminal):
-            raise ResponseError(
-                f"the stream's {self._count} frames fit both stream modes, which give different "
-                f"answers: {_READINGS[True]} and {_READINGS[False]}; no frame carries a "
-                "meta_info.completion_tokens that tells them apart: pass incremental=True or False"
-            )
-        if not aborted:
-            check_consistency(response, response["meta_info"])
-        self._result = cast(GenerateResponse, response)
-        return self._result
+        return terminal, aborted
+
+    def _ambiguous(self) -> ResponseError:
+        return ResponseError(
+            f"the stream's {self._count} frames fit both stream modes, which give different "
+            f"answers: {_READINGS[True]} and {_READINGS[False]}; no frame carries a "
+            "meta_info.completion_tokens that tells them apart: pass incremental=True or False"
+        )
 
 
 # The paths StreamAggregator._add_deltas reads, in its order.
@@ -566,6 +573,19 @@ _FAST_PATHS: Final = (
 )
 if tuple(path for path, _ in DELTA_FIELDS) != _FAST_PATHS:  # pragma: no cover
     raise AssertionError("StreamAggregator._add_deltas must read exactly DELTA_FIELDS")
+
+
+def _deltas(frame: dict[str, Any], meta: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The `DELTA_FIELDS` a frame carries, as (path, value), once all are of the right type."""
+    found: list[tuple[str, Any]] = []
+    for path, key, in_meta, kind in _ROWS:
+        value = (meta if in_meta else frame).get(key, UNSET)
+        if value is UNSET:
+            continue
+        if type(value) is not kind:
+            raise expected(path, _TYPE_NAMES[kind], value)
+        found.append((path, value))
+    return found
 
 
 def _searchable(payload: Payload) -> bytes | bytearray:
@@ -607,11 +627,11 @@ class _SseAggregation:
     __slots__ = ("_aggregator", "_decoder", "_max_bytes", "_seen", "_what")
 
     def __init__(
-        self, what: str, incremental: bool | None, max_bytes: int, max_event_bytes: int
+        self, what: str, aggregator: StreamAggregator, max_bytes: int, max_event_bytes: int
     ) -> None:
         _check_bound("max_bytes", max_bytes)
         self._decoder = SseDecoder(max_event_bytes=max_event_bytes)
-        self._aggregator = StreamAggregator(incremental=incremental)
+        self._aggregator = aggregator
         self._max_bytes = max_bytes
         self._seen = 0
         self._what = what
@@ -633,10 +653,10 @@ class _SseAggregation:
         self._aggregator._add_payloads(self._decoder._feed_raw(data))
         self._decoder.raise_pending()
 
-    def finish(self) -> GenerateResponse:
-        """The final response, once the stream has ended."""
+    def close(self) -> bool:
+        """Check the stream ended between events; return whether it said ``[DONE]``."""
         self._decoder.close()
-        return self._aggregator._finish(said_done=self._decoder.done)
+        return self._decoder.done
 
 
 def aggregate_frames(
@@ -667,10 +687,11 @@ def aggregate_sse(
     whatever the chunking, and the verdict is the one `SseDecoder.feed` and
     `StreamAggregator.add` give on the same bytes.
     """
-    aggregation = _SseAggregation("aggregate_sse", incremental, max_bytes, max_event_bytes)
+    aggregator = StreamAggregator(incremental=incremental)
+    aggregation = _SseAggregation("aggregate_sse", aggregator, max_bytes, max_event_bytes)
     for chunk in _iterate(chunks, "aggregate_sse chunks"):
         aggregation.feed(chunk)
-    return aggregation.finish()
+    return aggregator._finish(said_done=aggregation.close())
 
 
 def parse_unary(body: BytesLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> GenerateResponse:

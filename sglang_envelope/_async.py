@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
-from sglang_envelope._aggregate import DEFAULT_MAX_BYTES, _SseAggregation
+from sglang_envelope._aggregate import DEFAULT_MAX_BYTES, StreamAggregator, _SseAggregation
 from sglang_envelope._errors import EnvelopeError
 from sglang_envelope._response_types import GenerateResponse
 from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, SseDecoder
@@ -51,10 +51,11 @@ async def aggregate_sse_async(
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> GenerateResponse:
     """`aggregate_sse` for an async iterable of chunks: the same answer and the same errors."""
-    aggregation = _SseAggregation("aggregate_sse_async", incremental, max_bytes, max_event_bytes)
+    aggregator = StreamAggregator(incremental=incremental)
+    aggregation = _SseAggregation("aggregate_sse_async", aggregator, max_bytes, max_event_bytes)
     async for chunk in _aiterate(chunks, "aggregate_sse_async chunks"):
         aggregation.feed(chunk)
-    return aggregation.finish()
+    return aggregator._finish(said_done=aggregation.close())
 
 
 def _aiterate(items: AsyncIterable[Any], what: str) -> AsyncIterator[Any]:
