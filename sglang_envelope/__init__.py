@@ -41,6 +41,7 @@ from sglang_envelope._aggregate import (
     aggregate_sse,
     parse_unary,
 )
+from sglang_envelope._aggregate_bytes import aggregate_sse_bytes, aggregate_sse_bytes_async
 from sglang_envelope._async import aggregate_sse_async, aiter_frames
 from sglang_envelope._response_types import GenerateResponse, MetaInfo
 from sglang_envelope._flat import (
@@ -88,6 +89,8 @@ __all__ = [
     "aggregate_frames",
     "aggregate_sse",
     "aggregate_sse_async",
+    "aggregate_sse_bytes",
+    "aggregate_sse_bytes_async",
     "aiter_frames",
     "encode_sse",
     "merge_prefill_logprobs",
