@@ -1,12 +1,11 @@
 """The final response of a stream as JSON bytes, without its deltas as Python objects.
 
 A frontend answering a unary client needs bytes. `aggregate_sse_bytes` reads
-the stream as `aggregate_sse` does (same decoder, same mode detection, same
-bounds and verdicts), but keeps each delta field as the JSON text of its
-entries, appended to one ``bytearray`` per field, instead of as lists of
-Python objects: each intermediate frame is decoded, checked and dropped, and
-its deltas re-encoded. At the end the terminal frame is encoded with
-placeholders where the delta fields go, and the buffers are spliced in.
+the stream as `aggregate_sse` does (the same decoder, typed views, mode
+detection, bounds and verdicts), but after each chunk of the stream it
+encodes the deltas that chunk brought, once, and drops their objects: only the
+JSON text of the deltas lives to the end. The terminal frame is then encoded
+with placeholders where the delta fields go, and the texts are spliced in.
 """
 
 from __future__ import annotations
@@ -23,14 +22,12 @@ from sglang_envelope._aggregate import (
     DEFAULT_MAX_BYTES,
     DELTA_FIELDS,
     StreamAggregator,
-    _deltas,
     _iterate,
-    _same,
     _SseAggregation,
 )
 from sglang_envelope._async import _aiterate
 from sglang_envelope._frame import check_consistency
-from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Payload, decode_frame
+from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Payload
 
 __all__ = ["aggregate_sse_bytes", "aggregate_sse_bytes_async"]
 
@@ -41,72 +38,47 @@ _TEXT: Final = "text"  # the one string field of DELTA_FIELDS: its pieces join w
 
 
 class _BytesAggregator(StreamAggregator):
-    """A `StreamAggregator` whose deltas are JSON text, one buffer per field."""
+    """A `StreamAggregator` that turns its deltas into JSON text after each chunk.
 
-    __slots__ = ("_buffers", "_counts")
+    Frames are read exactly as `StreamAggregator` reads them; the deltas one
+    chunk of the stream brought are then encoded at once and the objects
+    dropped, so only the JSON text of the deltas lives to the end.
+    """
+
+    __slots__ = ("_chunks", "_counts")
 
     def __init__(self, *, incremental: bool | None) -> None:
         super().__init__(incremental=incremental)
-        self._buffers = {path: bytearray() for path, _ in DELTA_FIELDS}
-        self._counts = dict.fromkeys(self._buffers, 0)
+        self._chunks: dict[str, list[bytes]] = {path: [] for path, _ in DELTA_FIELDS}
+        self._counts = dict.fromkeys(self._chunks, 0)
 
-    def _collect(self, frame: dict[str, Any], meta: dict[str, Any]) -> None:
-        for path, value in _deltas(frame, meta):
-            self._append(path, value)
+    def _add_payloads(self, payloads: list[Payload]) -> None:
+        super()._add_payloads(payloads)
+        self._flush()
 
-    def _append(self, path: str, value: Any) -> None:
-        """Append a delta value of the right type (a string, or a list) to its buffer."""
-        self._present.add(path)
-        if not value:
-            return
-        encoded = _ENCODE(value)  # "..." or [...]: the part inside is what joins
-        buffer = self._buffers[path]
-        if buffer and path != _TEXT:
-            buffer += b","
-        buffer += memoryview(encoded)[1:-1]
-        self._counts[path] += len(value)
+    def _flush(self) -> None:
+        """Move the deltas collected so far from objects to JSON text."""
+        for path, pieces in self._pieces.items():
+            if not pieces:
+                continue
+            value: Any = "".join(pieces) if path == _TEXT else pieces
+            self._counts[path] += len(value)  # entries, or characters of the text
+            if value:
+                # Inside the "" or [], copied to its exact size: the encoder's
+                # buffer has room to spare.
+                self._chunks[path].append(_ENCODE(value)[1:-1])
+            pieces.clear()
 
     def _total(self, path: str) -> int:
-        return self._counts[path]
+        return self._counts[path] + len(self._pieces[path])
 
     def _forget_deltas(self) -> None:
         super()._forget_deltas()
-        self._buffers = {path: bytearray() for path, _ in DELTA_FIELDS}
-        self._counts = dict.fromkeys(self._buffers, 0)
-
-    def _add_deltas(self, payloads: list[Payload], at: int) -> int:
-        """Add incremental frames from `at`; return where to go on.
-
-        Each frame is decoded in full once, its deltas appended as JSON and the
-        frame dropped; any frame but an intermediate one in SGLang's shape goes
-        through `add`, which ends the run.
-        """
-        decode = _DECODER.decode
-        index = self._index
-        end = len(payloads)
-        while at < end:
-            payload = payloads[at]
-            at += 1
-            try:
-                frame: Any = decode(payload)
-            except (msgspec.DecodeError, RecursionError):
-                frame = None
-            meta = frame.get("meta_info") if type(frame) is dict else None
-            if (
-                type(meta) is not dict
-                or meta.get("finish_reason") is not None
-                or "error" in frame
-                or "object" in frame
-                or not _same(frame.get("index", UNSET), index)
-            ):
-                frame = meta = None  # free it before the full path decodes again
-                self.add(decode_frame(payload))
-                return at
-            self._collect(frame, meta)  # a delta of the wrong type raises as in add()
-            self._count += 1
-        return at
+        self._chunks = {path: [] for path, _ in DELTA_FIELDS}
+        self._counts = dict.fromkeys(self._chunks, 0)
 
     def _finish_bytes(self, said_done: bool) -> bytes:
+        self._flush()
         terminal, aborted = self._terminal_frame(said_done)
         if self._mode is False:
             if not aborted:
@@ -126,17 +98,22 @@ class _BytesAggregator(StreamAggregator):
             check_consistency(response, meta)
         for number, path in enumerate(spliced):
             _, key, in_meta, _ = next(row for row in _ROWS if row[0] == path)
-            (meta if in_meta else response)[key] = msgspec.Raw(_MARK + b"%d" % number + _MARK)
+            (meta if in_meta else response)[key] = msgspec.Raw(b"%b%d%b" % (_MARK, number, _MARK))
         # The JSON around the placeholders, and at odd places their numbers, in key order.
         skeleton = _ENCODE(response).split(_MARK)
-        parts: list[bytes | bytearray] = []
+        parts: list[bytes] = []
         for at, piece in enumerate(skeleton):
             if at % 2 == 0:
                 parts.append(piece)
                 continue
             path = spliced[int(piece)]
             quote = b'"' if path == _TEXT else b""
-            parts += [quote or b"[", self._buffers[path], quote or b"]"]
+            parts.append(quote or b"[")
+            for number, chunk in enumerate(self._chunks[path]):
+                if number and not quote:
+                    parts.append(b",")
+                parts.append(chunk)
+            parts.append(quote or b"]")
         self._forget_deltas()  # the parts hold the buffers until the join
         return b"".join(parts)
 
