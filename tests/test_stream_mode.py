@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from sglang_envelope import (
     SSE_DONE,
+    EngineError,
     EnvelopeError,
     ResponseError,
     StreamAggregator,
@@ -185,3 +186,17 @@ def test_cumulative_view_waits_for_the_mode() -> None:
 def test_a_forced_mode_is_known_from_the_start(incremental: bool) -> None:
     assert StreamAggregator(incremental=incremental).incremental is incremental
     assert StreamAggregator().incremental is None
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in SGLANG_ANSWERS if c["kind"] == "sse"], ids=lambda case: case["name"]
+)
+def test_every_golden_stream_without_a_mode(case: dict[str, Any]) -> None:
+    """Errors and aborts included: detection gives SGLang's own answer for each golden stream."""
+    chunks = [case["body"].encode()]
+    if "error" in case["expected"]:
+        with pytest.raises(EngineError) as caught:
+            aggregate_sse(chunks)
+        assert caught.value.message == case["expected"]["error"]["message"]
+    else:
+        assert aggregate_sse(chunks) == case["expected"]
