@@ -26,7 +26,8 @@ from sglang_envelope._aggregate import (
     _SseAggregation,
 )
 from sglang_envelope._async import _aiterate
-from sglang_envelope._frame import check_consistency
+from sglang_envelope._errors import ResponseError, show_value
+from sglang_envelope._frame import CONSISTENCY, check_consistency, expected
 from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Payload
 
 __all__ = ["aggregate_sse_bytes", "aggregate_sse_bytes_async"]
@@ -88,17 +89,14 @@ class _BytesAggregator(StreamAggregator):
             raise self._ambiguous()
         response = dict(terminal)
         meta = response["meta_info"] = dict(terminal["meta_info"])
+        if not aborted:
+            self._check_counts(meta)
         spliced: list[str] = []
         for path, key, in_meta, _ in _ROWS:
             if path in self._present:
-                # A stand-in of the right length for the count checks, then a placeholder.
-                (meta if in_meta else response)[key] = [None] * self._counts[path]
+                placeholder = msgspec.Raw(b"%b%d%b" % (_MARK, len(spliced), _MARK))
+                (meta if in_meta else response)[key] = placeholder
                 spliced.append(path)
-        if not aborted:
-            check_consistency(response, meta)
-        for number, path in enumerate(spliced):
-            _, key, in_meta, _ = next(row for row in _ROWS if row[0] == path)
-            (meta if in_meta else response)[key] = msgspec.Raw(b"%b%d%b" % (_MARK, number, _MARK))
         # The JSON around the placeholders, and at odd places their numbers, in key order.
         skeleton = _ENCODE(response).split(_MARK)
         parts: list[bytes] = []
@@ -116,6 +114,20 @@ class _BytesAggregator(StreamAggregator):
             parts.append(quote or b"]")
         self._forget_deltas()  # the parts hold the buffers until the join
         return b"".join(parts)
+
+    def _check_counts(self, meta: dict[str, Any]) -> None:
+        """`check_consistency` on the answer, with the arrays' lengths for the arrays."""
+        for count_key, path, unless in CONSISTENCY:
+            count = meta.get(count_key)
+            if count is None or path not in self._present or (unless and unless in meta):
+                continue
+            if type(count) is not int:
+                raise expected(f"meta_info.{count_key}", "an integer", count)
+            if count != self._counts[path]:
+                raise ResponseError(
+                    f"meta_info.{count_key} is {show_value(count)} but {path} has "
+                    f"{self._counts[path]} entries"
+                )
 
     def _readings_agree(self, terminal: dict[str, Any]) -> bool:
         """Whether the incremental reading equals the terminal frame (the cumulative one)."""

@@ -333,13 +333,16 @@ def main() -> None:
 
     terminal_mib = 4 if args.quick else 16
     stream_peak, unary_peak, size = terminal_frame_memory(terminal_mib)
+    # The stream holds the event's bytes until its blank line; parse_unary's body is the
+    # caller's, allocated before tracing: the floor is parse_unary's peak plus the frame.
+    held = unary_peak + size
     rows.append(
         (
             f"peak memory, a {size / 2**20:.0f} MiB terminal frame",
             f"{stream_peak / 2**20:9.1f} MiB",
-            f"{unary_peak / 2**20:9.1f} MiB",
-            f"{stream_peak / unary_peak:6.2f}x",
-            f"<= 1.1x parse_unary's {'ok' if stream_peak <= 1.1 * unary_peak else 'MISSED'}",
+            f"{held / 2**20:9.1f} MiB",
+            f"{stream_peak / held:6.2f}x",
+            f"decoded once: <= 1.1x parse_unary + frame {'ok' if stream_peak <= 1.1 * held else 'MISSED'}",
         )
     )
 
