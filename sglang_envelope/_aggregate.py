@@ -21,6 +21,7 @@ after a scan of its bytes shows that the full decoder would accept it too.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from typing import Any, Final, cast
 
@@ -163,12 +164,14 @@ _CumulativeFrame = _view(
 _INCREMENTAL_DECODER: Final = msgspec.json.Decoder(_IncrementalFrame)
 _CUMULATIVE_DECODER: Final = msgspec.json.Decoder(_CumulativeFrame)
 _NOT_TERMINAL: Final = b'"finish_reason":null'  # as SGLang writes an intermediate frame
-# Digits become 0, "E" becomes "e" and "+" becomes "-", so that three byte
-# searches find every number msgspec's full decoder could refuse: an exponent
-# of three digits or more, or a run of 200 digits (an integer over 4,300
-# digits, or a float past 1.8e308 without such an exponent).
+# Digits become 0, "E" becomes "e" and "+" becomes "-", so that two searches
+# find every number msgspec's full decoder could refuse: an exponent of three
+# digits or more, or a run of 200 digits (an integer over 4,300 digits, or a
+# float past 1.8e308 without such an exponent). The regular expression, with
+# its literal first byte, scans faster than a substring search for "0e000".
 _NUMBER_SHAPES: Final = bytes.maketrans(b"123456789E+", b"000000000e-")
-_RISKY_NUMBERS: Final = (b"0e000", b"0e-000", b"0" * 200)
+_BIG_EXPONENT: Final = re.compile(rb"e-?000")
+_LONG_DIGITS: Final = b"0" * 200
 
 
 def _plain(data: bytes | bytearray) -> bool:
@@ -184,7 +187,7 @@ def _plain(data: bytes | bytearray) -> bool:
         except UnicodeDecodeError:
             return False
     shapes = data.translate(_NUMBER_SHAPES)
-    return not any(risky in shapes for risky in _RISKY_NUMBERS)
+    return _LONG_DIGITS not in shapes and _BIG_EXPONENT.search(shapes) is None
 
 
 class StreamAggregator:
