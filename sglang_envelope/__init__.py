@@ -43,6 +43,9 @@ from sglang_envelope._aggregate import (
     aggregate_sse,
     parse_unary,
 )
+from sglang_envelope._aggregate_bytes import aggregate_sse_bytes, aggregate_sse_bytes_async
+from sglang_envelope._async import aggregate_sse_async, aiter_frames
+from sglang_envelope._response_types import GenerateResponse, MetaInfo
 from sglang_envelope._flat import (
     DEFAULT_MAX_NESTED_POSITIONS,
     FlatTopLogprobs,
@@ -88,10 +91,16 @@ __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
     "DEFAULT_MAX_NESTED_POSITIONS",
     "SSE_DONE",
+    "GenerateResponse",
+    "MetaInfo",
     "SseDecoder",
     "StreamAggregator",
     "aggregate_frames",
     "aggregate_sse",
+    "aggregate_sse_async",
+    "aggregate_sse_bytes",
+    "aggregate_sse_bytes_async",
+    "aiter_frames",
     "encode_sse",
     "finalize_response",
     "merge_prefill_logprobs",

@@ -8,30 +8,43 @@ SGLang streams in one of two modes (``srt/managers/tokenizer_manager.py``):
   requires): the fields in `DELTA_FIELDS` hold only what is new and are
   concatenated; every other field is the last frame's.
 
-The terminal frame is the one whose ``meta_info.finish_reason`` is not null.
-`aggregate_sse` decodes in full only what the answer needs: the delta fields
-of each intermediate frame in incremental mode (a typed view skips the rest
-without building it), nothing but the finish reason of intermediate frames in
-cumulative mode, and the terminal frame.
+The mode is read from the frames unless the caller gives it (see
+`StreamAggregator`). The terminal frame is the one whose
+``meta_info.finish_reason`` is not null.
+
+`aggregate_sse` decodes every frame once. Once the mode is known, an
+incremental frame is decoded in full and its deltas appended without a
+second look; an intermediate cumulative frame, whose content the answer does
+not need, is read through a typed view that builds only its finish reason,
+after a scan of its bytes shows that the full decoder would accept it too.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from sglang_envelope._errors import EnvelopeError, LimitExceeded, ResponseError, show_value
 from sglang_envelope._frame import (
+    CONSISTENCY,
     abort_error,
     check_consistency,
     decode_json,
     engine_error,
     expected,
 )
-from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Payload, SseDecoder
+from sglang_envelope._response_types import GenerateResponse
+from sglang_envelope._sse import (
+    DEFAULT_MAX_EVENT_BYTES,
+    BytesLike,
+    Payload,
+    SseDecoder,
+    decode_frame,
+)
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -71,14 +84,46 @@ _ROWS: Final = tuple(
 )
 _TYPE_NAMES: Final[dict[type, str]] = {str: "a string", list: "an array"}
 
+_READINGS: Final = {
+    True: "read incrementally (frames hold deltas)",
+    False: "read cumulatively (each frame holds everything so far)",
+}
 
-# Typed views of an intermediate frame, built from DELTA_FIELDS: only the
-# fields aggregation reads. msgspec skips every other field without building
-# it. A frame a view cannot read (an error, a wrong type) is decoded in full,
-# so the full path gives the answer or the message. gc=False: views are
-# transient and hold no cycles.
-def _view(name: str, fields: list[tuple[str, Any, Any]]) -> Any:
-    return msgspec.defstruct(name, fields, gc=False)
+# Typed views of an intermediate frame, built from DELTA_FIELDS.
+#
+# An incremental view declares every key SGLang writes in a frame and refuses
+# any other (forbid_unknown_fields), so msgspec checks every byte exactly as
+# the full decoder does, while building structs instead of dicts and keeping
+# the delta lists; a frame with another key is decoded in full instead.
+#
+# A cumulative view reads only the finish reason, error and index: msgspec
+# skips every other field without building it, but also without checking its
+# UTF-8 or the range of its numbers, so it is trusted only for bytes `_plain`
+# passes. gc=False: views are transient and hold no cycles.
+_SGLANG_META_KEYS: Final = (
+    # tokenizer_manager._handle_batch_output and add_logprob_to_meta_info
+    "id",
+    "prompt_tokens",
+    "weight_version",
+    "num_retractions",
+    "reasoning_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "cached_tokens_details",
+    "e2e_latency",
+    "queue_time",
+    "dp_rank",
+    "input_token_logprobs",
+    "input_top_logprobs",
+    "input_token_ids_logprobs",
+    "output_token_logprobs_length",
+    "output_token_sampling_mask_length",
+)
+_SGLANG_TOP_KEYS: Final = ("prompt_token_ids",)
+
+
+def _view(name: str, fields: list[tuple[str, Any, Any]], *, strict: bool) -> Any:
+    return msgspec.defstruct(name, fields, gc=False, forbid_unknown_fields=strict)
 
 
 def _delta_fields(in_meta: bool) -> list[tuple[str, Any, Any]]:
@@ -89,21 +134,60 @@ def _delta_fields(in_meta: bool) -> list[tuple[str, Any, Any]]:
     ]
 
 
+def _other_fields(keys: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
+    return [(key, Any, UNSET) for key in keys]
+
+
 _FINISH: Final = ("finish_reason", dict[str, Any] | None, None)
 _COMMON: Final = [("error", Any, None), ("object", Any, None), ("index", Any, UNSET)]
-_IncrementalMeta = _view("_IncrementalMeta", [_FINISH, *_delta_fields(True)])
+_IncrementalMeta = _view(
+    "_IncrementalMeta",
+    [_FINISH, *_delta_fields(True), *_other_fields(_SGLANG_META_KEYS)],
+    strict=True,
+)
 _IncrementalFrame = _view(
     "_IncrementalFrame",
-    [*_COMMON, ("meta_info", _IncrementalMeta | UnsetType, UNSET), *_delta_fields(False)],
+    [
+        *_COMMON,
+        ("meta_info", _IncrementalMeta | UnsetType, UNSET),
+        *_delta_fields(False),
+        *_other_fields(_SGLANG_TOP_KEYS),
+    ],
+    strict=True,
 )
-_CumulativeMeta = _view("_CumulativeMeta", [_FINISH])
+_CumulativeMeta = _view("_CumulativeMeta", [_FINISH], strict=False)
 _CumulativeFrame = _view(
-    "_CumulativeFrame", [*_COMMON, ("meta_info", _CumulativeMeta | UnsetType, UNSET)]
+    "_CumulativeFrame",
+    [*_COMMON, ("meta_info", _CumulativeMeta | UnsetType, UNSET)],
+    strict=False,
 )
-_VIEW_DECODERS: Final = {
-    True: msgspec.json.Decoder(_IncrementalFrame),
-    False: msgspec.json.Decoder(_CumulativeFrame),
-}
+_INCREMENTAL_DECODER: Final = msgspec.json.Decoder(_IncrementalFrame)
+_CUMULATIVE_DECODER: Final = msgspec.json.Decoder(_CumulativeFrame)
+_NOT_TERMINAL: Final = b'"finish_reason":null'  # as SGLang writes an intermediate frame
+# Digits become 0, "E" becomes "e" and "+" becomes "-", so that two searches
+# find every number msgspec's full decoder could refuse: an exponent of three
+# digits or more, or a run of 200 digits (an integer over 4,300 digits, or a
+# float past 1.8e308 without such an exponent). The regular expression, with
+# its literal first byte, scans faster than a substring search for "0e000".
+_NUMBER_SHAPES: Final = bytes.maketrans(b"123456789E+", b"000000000e-")
+_BIG_EXPONENT: Final = re.compile(rb"e-?000")
+_LONG_DIGITS: Final = b"0" * 200
+
+
+def _plain(data: bytes | bytearray) -> bool:
+    """True when the full JSON decoder accepts whatever a typed view skipped in `data`.
+
+    A skipped field is not checked for valid UTF-8 or for numbers out of range;
+    anything else a view accepts, the full decoder accepts too. False may be
+    a false alarm: the caller then decodes in full.
+    """
+    if not data.isascii():
+        try:
+            data.decode()
+        except UnicodeDecodeError:
+            return False
+    shapes = data.translate(_NUMBER_SHAPES)
+    return _LONG_DIGITS not in shapes and _BIG_EXPONENT.search(shapes) is None
 
 
 class StreamAggregator:
@@ -115,35 +199,50 @@ class StreamAggregator:
     sent it so far, for a frontend that reads an incremental stream but must
     give its clients SGLang's default semantics.
 
+    ``incremental=None`` (the default) reads the mode from the frames: a frame
+    whose ``meta_info.completion_tokens`` (or another count of
+    `sglang_envelope._frame.CONSISTENCY`) fits only one reading settles it, and
+    `incremental` says which once it is known. ``True`` or ``False`` forces a
+    mode.
+
     After an exception from `add`, discard the aggregator.
     """
 
     __slots__ = (
         "_count",
-        "_incremental",
+        "_fits",
         "_index",
         "_last",
+        "_mode",
         "_pieces",
         "_present",
         "_result",
         "_terminal",
     )
 
-    def __init__(self, *, incremental: bool = True) -> None:
-        self._incremental = bool(incremental)  # a key of _VIEW_DECODERS
+    def __init__(self, *, incremental: bool | None = None) -> None:
+        self._mode: bool | None = None if incremental is None else bool(incremental)
         self._count = 0  # frames added
         self._index: Any = UNSET  # the first frame's "index" (UNSET when it has none)
         self._last: dict[str, Any] | None = None
         self._terminal: dict[str, Any] | None = None
-        self._result: dict[str, Any] | None = None
+        self._result: GenerateResponse | None = None
         # Per DELTA_FIELDS path: its pieces (text) or items so far, and whether any frame had it.
         self._pieces: dict[str, list[Any]] = {path: [] for path, _ in DELTA_FIELDS}
         self._present: set[str] = set()
+        # While the mode is unknown: why each reading was ruled out (None: it still fits).
+        self._fits: dict[bool, str | None] = {True: None, False: None}
 
     @property
-    def incremental(self) -> bool:
-        """Whether frames are read as incremental deltas."""
-        return self._incremental
+    def incremental(self) -> bool | None:
+        """Whether frames are read as incremental deltas; None while the mode is not known.
+
+        A forced mode is known from the start. A detected one is known from the
+        first frame that fits only one reading (with SGLang's frames, the first
+        frame after one that carried tokens), and stays None to the end of a
+        stream that fits both readings the same way (a single frame, say).
+        """
+        return self._mode
 
     @property
     def finished(self) -> bool:
@@ -154,7 +253,8 @@ class StreamAggregator:
         """Add the next frame; raise `EngineError` for an error frame.
 
         A frame after the terminal one, a frame that is not a JSON object with
-        a ``meta_info`` object, or a delta field of the wrong type raises
+        a ``meta_info`` object, a delta field of the wrong type, or, while the
+        mode is being detected, a frame that fits neither mode raises
         `ResponseError`.
         """
         number = self._count + 1
@@ -162,8 +262,10 @@ class StreamAggregator:
             if type(frame) is not dict:
                 raise expected("frame", "an object", frame)
             meta = self._admit(frame, number)
-            if self._incremental:
+            if self._mode is not False:
                 self._collect(frame, meta)
+            if self._mode is None:
+                self._detect(frame, meta)
         except ResponseError as exc:
             if type(exc) is ResponseError:
                 raise ResponseError(f"frame {number}: {exc}") from exc
@@ -178,20 +280,28 @@ class StreamAggregator:
 
         In cumulative mode that is the last frame added. In incremental mode
         it is the last frame with each delta field holding all its deltas so
-        far, in new lists and strings the caller may keep.
+        far, in new lists and strings the caller may keep. While the mode is
+        not known, only after the first frame (which both modes read alike).
         """
         if self._last is None:
             raise EnvelopeError("cumulative() needs at least one frame")
-        if not self._incremental:
+        if self._mode is False:
             return self._last
+        if self._mode is None and self._count > 1:
+            raise EnvelopeError(
+                "cumulative(): the stream mode is not known yet (no frame has told the two "
+                "apart); pass incremental=True or False to StreamAggregator"
+            )
         return self._assemble(self._last, copy=True)
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> GenerateResponse:
         """The final response; `ResponseError` if the terminal frame never came.
 
         An abort (``finish_reason.type == "abort"``) with a ``status_code`` in
         [400, 600) raises `EngineError`; any other abort is returned as it
-        stands, without the consistency checks.
+        stands, without the consistency checks. A stream whose mode was never
+        told apart must give the same answer read either way, or it is a
+        `ResponseError`.
         """
         return self._finish(said_done=False)
 
@@ -223,26 +333,83 @@ class StreamAggregator:
 
     def _collect(self, frame: dict[str, Any], meta: dict[str, Any]) -> None:
         """Check the types of a frame's delta fields, then append them."""
-        found: list[tuple[str, Any]] = []
-        for path, key, in_meta, kind in _ROWS:
-            value = (meta if in_meta else frame).get(key, UNSET)
-            if value is UNSET:
-                continue
-            if type(value) is not kind:
-                raise expected(path, _TYPE_NAMES[kind], value)
-            found.append((path, value))
-        for path, value in found:
+        for path, value in _deltas(frame, meta):
             self._present.add(path)
             if type(value) is str:
                 self._pieces[path].append(value)
             else:
                 self._pieces[path].extend(value)
 
+    def _detect(self, frame: dict[str, Any], meta: dict[str, Any]) -> None:
+        """Rule out the readings this frame contradicts; settle the mode if one is left.
+
+        SGLang counts every output token so far in both modes
+        (``completion_tokens`` is the length of the output ids sent up to
+        this frame; likewise the ``*_length`` keys), so a count is the total
+        of the deltas read incrementally and the frame's own array read
+        cumulatively. A cumulative frame also extends the previous one.
+        """
+        fits = self._fits
+        for count_key, path, unless in CONSISTENCY:
+            count = meta.get(count_key)
+            array = _field(frame, meta, path)
+            if type(count) is not int or type(array) is not list or unless in meta:
+                continue
+            total = self._total(path)
+            if fits[True] is None and count != total:
+                shown = show_value(count)
+                fits[True] = f"meta_info.{count_key} is {shown} but {path} has {total} entries"
+            if fits[False] is None and count != len(array):
+                fits[False] = (
+                    f"meta_info.{count_key} is {show_value(count)} but this frame's {path} "
+                    f"has {len(array)} entries"
+                )
+        if fits[False] is None and self._last is not None:
+            fits[False] = _not_extending(self._last, frame)
+        if fits[True] is not None and fits[False] is not None:
+            raise ResponseError(
+                f"it fits neither stream mode: {_READINGS[True]}, {fits[True]}; "
+                f"{_READINGS[False]}, {fits[False]}"
+            )
+        if fits[True] is not None:
+            self._mode = False
+            self._forget_deltas()  # a cumulative stream's answer is its terminal frame
+        elif fits[False] is not None:
+            self._mode = True
+
+    def _total(self, path: str) -> int:
+        """How many entries the `DELTA_FIELDS` array at `path` has so far, read incrementally."""
+        return len(self._pieces[path])
+
+    def _forget_deltas(self) -> None:
+        self._pieces = {path: [] for path, _ in DELTA_FIELDS}
+        self._present.clear()
+
     def _add_payloads(self, payloads: list[Payload]) -> None:
-        """`add` for frames still in JSON, decoding in each only what aggregation reads."""
-        decode = _VIEW_DECODERS[self._incremental].decode
-        incremental = self._incremental
+        """`add` for frames still in JSON, each decoded once, in order."""
+        at = 0
+        while at < len(payloads):
+            known = self._count > 0 and self._terminal is None
+            if known and self._mode is True:
+                at = self._add_deltas(payloads, at)
+            elif known and self._mode is False:
+                at = self._add_cumulative(payloads, at)
+            else:  # the first frame, a frame while the mode is unknown, or one too many
+                self.add(decode_frame(payloads[at]))
+                at += 1
+
+    def _add_deltas(self, payloads: list[Payload], at: int) -> int:
+        """Add incremental frames from `at`; return where to go on.
+
+        A frame that may be intermediate is read through the incremental view,
+        which checks every byte; one that may be terminal (its bytes lack
+        SGLang's ``"finish_reason":null``), or that the view cannot read (an
+        unknown key, an error, a wrong type), is decoded in full, once, and
+        goes through `add`, which ends the run.
+        """
+        decode = _INCREMENTAL_DECODER.decode
         pieces = self._pieces
+        index = self._index
         # The straight-line reads below cost a quarter of a loop over
         # DELTA_FIELDS; _FAST_PATHS (checked against the table at import) lists them.
         text = pieces["text"]
@@ -255,54 +422,92 @@ class StreamAggregator:
         add_mask = pieces["meta_info.output_token_sampling_mask"].extend
         add_mask_lp = pieces["meta_info.output_token_sampling_logprobs"].extend
         seen = [False] * 7
-        for payload in payloads:
-            try:
-                frame: Any = decode(payload)
-            except (msgspec.DecodeError, RecursionError):
-                frame = None
+        end = len(payloads)
+        try:
+            while at < end:
+                payload = payloads[at]
+                at += 1
+                frame: Any = None
+                if _NOT_TERMINAL in _searchable(payload):
+                    try:
+                        frame = decode(payload)
+                    except (msgspec.DecodeError, RecursionError):
+                        frame = None
+                if (
+                    frame is None
+                    or frame.error is not None
+                    or frame.object is not None
+                    or frame.meta_info is UNSET
+                    or frame.meta_info.finish_reason is not None
+                    or not (frame.index is index or _same(frame.index, index))
+                ):
+                    frame = None  # free the view before the full decode
+                    self.add(decode_frame(payload))
+                    return at
+                self._count += 1
+                meta = frame.meta_info
+                if (value := frame.text) is not UNSET:
+                    add_text(value)
+                    seen[0] = True
+                if (value := frame.output_ids) is not UNSET:
+                    add_ids(value)
+                    seen[1] = True
+                if (value := meta.output_token_logprobs) is not UNSET:
+                    add_token(value)
+                    seen[2] = True
+                if (value := meta.output_top_logprobs) is not UNSET:
+                    add_top(value)
+                    seen[3] = True
+                if (value := meta.output_token_ids_logprobs) is not UNSET:
+                    add_ids_lp(value)
+                    seen[4] = True
+                if (value := meta.output_token_sampling_mask) is not UNSET:
+                    add_mask(value)
+                    seen[5] = True
+                if (value := meta.output_token_sampling_logprobs) is not UNSET:
+                    add_mask_lp(value)
+                    seen[6] = True
+            return at
+        finally:
+            self._present.update(
+                path for path, was_seen in zip(_FAST_PATHS, seen, strict=True) if was_seen
+            )
+            if len(text) - text_start > 1:  # one string per chunk: the pieces are freed as we go
+                text[text_start:] = ["".join(text[text_start:])]
+
+    def _add_cumulative(self, payloads: list[Payload], start: int) -> int:
+        """Add cumulative frames from `start`; return where to go on.
+
+        An intermediate frame is read through a typed view when its bytes are
+        `_plain`; a frame that may be the terminal one (its bytes lack SGLang's
+        ``"finish_reason":null``) is decoded in full at once, and so is
+        anything a view cannot read; these go through `add` and end the run.
+        """
+        view_decode = _CUMULATIVE_DECODER.decode
+        index = self._index
+        for at in range(start, len(payloads)):
+            payload = payloads[at]
+            data = _searchable(payload)
+            view: Any = None
+            if _NOT_TERMINAL in data:
+                try:
+                    view = view_decode(payload)
+                except (msgspec.DecodeError, RecursionError):
+                    view = None
             if (
-                frame is None
-                or frame.error is not None
-                or frame.object is not None
-                or frame.meta_info is UNSET
-                or frame.meta_info.finish_reason is not None
-                or not (frame.index is self._index or _same(frame.index, self._index))
-                or self._count == 0
-                or self._terminal is not None
+                view is None
+                or view.error is not None
+                or view.object is not None
+                or view.meta_info is UNSET
+                or view.meta_info.finish_reason is not None
+                or not (view.index is index or _same(view.index, index))
+                or not _plain(data)
             ):
-                # The first frame, the terminal one, errors and oddities take the full path.
-                self.add(decode_json(payload, f"frame {self._count + 1}"))
-                continue
+                view = None  # free the view before the full decode
+                self.add(decode_frame(payload))
+                return at + 1
             self._count += 1
-            if not incremental:
-                continue
-            meta = frame.meta_info
-            if (value := frame.text) is not UNSET:
-                add_text(value)
-                seen[0] = True
-            if (value := frame.output_ids) is not UNSET:
-                add_ids(value)
-                seen[1] = True
-            if (value := meta.output_token_logprobs) is not UNSET:
-                add_token(value)
-                seen[2] = True
-            if (value := meta.output_top_logprobs) is not UNSET:
-                add_top(value)
-                seen[3] = True
-            if (value := meta.output_token_ids_logprobs) is not UNSET:
-                add_ids_lp(value)
-                seen[4] = True
-            if (value := meta.output_token_sampling_mask) is not UNSET:
-                add_mask(value)
-                seen[5] = True
-            if (value := meta.output_token_sampling_logprobs) is not UNSET:
-                add_mask_lp(value)
-                seen[6] = True
-        self._present.update(
-            path for path, was_seen in zip(_FAST_PATHS, seen, strict=True) if was_seen
-        )
-        if len(text) - text_start > 1:  # one string per chunk: the pieces are freed as we go
-            text[text_start:] = ["".join(text[text_start:])]
+        return len(payloads)
 
     def _assemble(self, last: dict[str, Any], *, copy: bool) -> dict[str, Any]:
         """`last` with every delta field holding its concatenation."""
@@ -322,9 +527,20 @@ class StreamAggregator:
         response["meta_info"] = meta
         return response
 
-    def _finish(self, *, said_done: bool) -> dict[str, Any]:
+    def _finish(self, *, said_done: bool) -> GenerateResponse:
         if self._result is not None:
             return self._result
+        terminal, aborted = self._terminal_frame(said_done)
+        response = terminal if self._mode is False else self._assemble(terminal, copy=False)
+        if self._mode is None and not _same(response, terminal):
+            raise self._ambiguous()
+        if not aborted:
+            check_consistency(response, response["meta_info"])
+        self._result = cast(GenerateResponse, response)
+        return self._result
+
+    def _terminal_frame(self, said_done: bool) -> tuple[dict[str, Any], bool]:
+        """The terminal frame and whether it is an abort; raise if there is no answer."""
         terminal = self._terminal
         if terminal is None:
             end = "said data: [DONE]" if said_done else "ended"
@@ -334,20 +550,21 @@ class StreamAggregator:
                 f"the stream {end} after {self._count} frames without a terminal frame "
                 "(one whose meta_info.finish_reason is not null)"
             )
-        response = self._assemble(terminal, copy=False) if self._incremental else terminal
-        meta = response["meta_info"]
-        finish = meta["finish_reason"]
-        if finish.get("type") == "abort":
-            error = abort_error(finish)
-            if error is not None:
-                raise error
-        else:
-            check_consistency(response, meta)
-        self._result = response
-        return response
+        finish = terminal["meta_info"]["finish_reason"]
+        aborted = finish.get("type") == "abort"
+        if aborted and (error := abort_error(finish)) is not None:
+            raise error
+        return terminal, aborted
+
+    def _ambiguous(self) -> ResponseError:
+        return ResponseError(
+            f"the stream's {self._count} frames fit both stream modes, which give different "
+            f"answers: {_READINGS[True]} and {_READINGS[False]}; no frame carries a "
+            "meta_info.completion_tokens that tells them apart: pass incremental=True or False"
+        )
 
 
-# The paths StreamAggregator._add_payloads reads, in its order.
+# The paths StreamAggregator._add_deltas reads, in its order.
 _FAST_PATHS: Final = (
     "text",
     "output_ids",
@@ -358,12 +575,96 @@ _FAST_PATHS: Final = (
     "meta_info.output_token_sampling_logprobs",
 )
 if tuple(path for path, _ in DELTA_FIELDS) != _FAST_PATHS:  # pragma: no cover
-    raise AssertionError("StreamAggregator._add_payloads must read exactly DELTA_FIELDS")
+    raise AssertionError("StreamAggregator._add_deltas must read exactly DELTA_FIELDS")
+
+
+def _deltas(frame: dict[str, Any], meta: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The `DELTA_FIELDS` a frame carries, as (path, value), once all are of the right type."""
+    found: list[tuple[str, Any]] = []
+    for path, key, in_meta, kind in _ROWS:
+        value = (meta if in_meta else frame).get(key, UNSET)
+        if value is UNSET:
+            continue
+        if type(value) is not kind:
+            raise expected(path, _TYPE_NAMES[kind], value)
+        found.append((path, value))
+    return found
+
+
+def _searchable(payload: Payload) -> bytes | bytearray:
+    """Bytes to search in place of `payload`, without a copy.
+
+    A memoryview payload (`SseDecoder` keeps a one-line event's data so) is a
+    slice of its line, which adds only ``data:`` and a space: the same search
+    and the same `_plain` verdict.
+    """
+    if type(payload) is memoryview:
+        return cast("bytes | bytearray", payload.obj)
+    return payload
+
+
+def _field(frame: dict[str, Any], meta: dict[str, Any], path: str) -> Any:
+    """The value at a `DELTA_FIELDS` path of a frame (UNSET when absent)."""
+    parent, _, key = path.rpartition(".")
+    return (meta if parent else frame).get(key, UNSET)
+
+
+def _not_extending(previous: dict[str, Any], frame: dict[str, Any]) -> str | None:
+    """Why `frame` cannot follow `previous` in a cumulative stream, or None if it can."""
+    for path, key, in_meta, kind in _ROWS:
+        before = (previous["meta_info"] if in_meta else previous).get(key, UNSET)
+        now = (frame["meta_info"] if in_meta else frame).get(key, UNSET)
+        if type(before) is kind and type(now) is kind and not _begins_with(now, before):
+            return f"this frame's {path} does not begin with the previous frame's"
+    return None
+
+
+def _begins_with(value: Any, start: Any) -> bool:
+    """Whether a string or array `value` begins with `start` (of the same type)."""
+    return len(value) >= len(start) and _same(value[: len(start)], start)
+
+
+class _SseAggregation:
+    """The sans-I/O core of `aggregate_sse` and its async twin: feed chunks, then finish."""
+
+    __slots__ = ("_aggregator", "_decoder", "_max_bytes", "_seen", "_what")
+
+    def __init__(
+        self, what: str, aggregator: StreamAggregator, max_bytes: int, max_event_bytes: int
+    ) -> None:
+        _check_bound("max_bytes", max_bytes)
+        self._decoder = SseDecoder(max_event_bytes=max_event_bytes)
+        self._aggregator = aggregator
+        self._max_bytes = max_bytes
+        self._seen = 0
+        self._what = what
+
+    def feed(self, chunk: BytesLike) -> None:
+        """Read the next chunk; bytes past `max_bytes` raise `LimitExceeded` unread."""
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            raise EnvelopeError(f"{self._what} chunk: expected bytes, got {type(chunk).__name__}")
+        self._seen += len(chunk)
+        over = self._seen - self._max_bytes
+        if over > 0:
+            # The bytes within the bound still count, so that the first fault in
+            # the stream is the one raised, however it was cut into chunks.
+            self._read(chunk[: len(chunk) - over])
+            raise _too_big(self._max_bytes, "the stream")
+        self._read(chunk)
+
+    def _read(self, data: BytesLike) -> None:
+        self._aggregator._add_payloads(self._decoder._feed_raw(data))
+        self._decoder.raise_pending()
+
+    def close(self) -> bool:
+        """Check the stream ended between events; return whether it said ``[DONE]``."""
+        self._decoder.close()
+        return self._decoder.done
 
 
 def aggregate_frames(
-    frames: Iterable[dict[str, Any]], *, incremental: bool = True
-) -> dict[str, Any]:
+    frames: Iterable[dict[str, Any]], *, incremental: bool | None = None
+) -> GenerateResponse:
     """The final response of a stream's decoded frames (see `StreamAggregator`)."""
     aggregator = StreamAggregator(incremental=incremental)
     for frame in _iterate(frames, "aggregate_frames frames"):
@@ -374,35 +675,29 @@ def aggregate_frames(
 def aggregate_sse(
     chunks: Iterable[BytesLike],
     *,
-    incremental: bool = True,
+    incremental: bool | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-) -> dict[str, Any]:
+) -> GenerateResponse:
     """The final response of a raw SSE stream, read chunk by chunk.
 
-    `LimitExceeded` when the stream passes `max_bytes` or one event passes
-    `max_event_bytes`, raised before the excess is parsed. `ResponseError`
-    when the stream ends inside an event, ends or says ``[DONE]`` without a
-    terminal frame, or sends anything after its terminal frame or ``[DONE]``.
+    The stream mode is detected unless `incremental` forces it (see
+    `StreamAggregator`). `LimitExceeded` when the stream passes `max_bytes` or
+    one event passes `max_event_bytes`, raised before the excess is parsed.
+    `ResponseError` when the stream ends inside an event, ends or says
+    ``[DONE]`` without a terminal frame, or sends anything after its terminal
+    frame or ``[DONE]``. The first fault in the stream is the one raised,
+    whatever the chunking, and the verdict is the one `SseDecoder.feed` and
+    `StreamAggregator.add` give on the same bytes.
     """
-    _check_bound("max_bytes", max_bytes)
-    decoder = SseDecoder(max_event_bytes=max_event_bytes)
     aggregator = StreamAggregator(incremental=incremental)
-    add = aggregator._add_payloads
-    feed = decoder._feed_raw
-    seen = 0
+    aggregation = _SseAggregation("aggregate_sse", aggregator, max_bytes, max_event_bytes)
     for chunk in _iterate(chunks, "aggregate_sse chunks"):
-        if not isinstance(chunk, bytes):
-            chunk = _as_bytes(chunk, "aggregate_sse chunk")
-        seen += len(chunk)
-        if seen > max_bytes:
-            raise _too_big(max_bytes, "the stream")
-        add(feed(chunk))
-    decoder.close()
-    return aggregator._finish(said_done=decoder.done)
+        aggregation.feed(chunk)
+    return aggregator._finish(said_done=aggregation.close())
 
 
-def parse_unary(body: BytesLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
+def parse_unary(body: BytesLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> GenerateResponse:
     """The response of a non-streaming /generate, returned as sent.
 
     An SGLang error body raises `EngineError`. A JSON array (SGLang's answer to
@@ -431,7 +726,7 @@ def parse_unary(body: BytesLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[
         raise ResponseError("the response body has no meta_info")
     if type(meta) is not dict:
         raise expected("meta_info", "an object", meta)
-    return response
+    return cast(GenerateResponse, response)
 
 
 def _same(a: object, b: object) -> bool:

@@ -200,7 +200,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
             response = parse_unary(body, max_bytes=limit)
         else:
             chunks = _chunks(args.file, stream, first)
-            response = aggregate_sse(chunks, incremental=not args.cumulative, max_bytes=limit)
+            response = aggregate_sse(chunks, incremental=args.incremental, max_bytes=limit)
     _emit(response)
     return EXIT_OK
 
@@ -402,11 +402,20 @@ def build_parser() -> argparse.ArgumentParser:
         "(input whose first non-blank byte is '{'), and print the final response.",
     )
     _add_file(aggregate, "the SSE transcript or JSON body")
-    aggregate.add_argument(
-        "--cumulative",
+    mode = aggregate.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--incremental",
+        dest="incremental",
         action="store_true",
-        help="frames hold everything so far (SGLang's default mode); "
-        "without it, frames are incremental deltas",
+        default=None,
+        help="frames are deltas (SGLang's incremental_streaming_output); "
+        "without --incremental or --cumulative the mode is read from the frames",
+    )
+    mode.add_argument(
+        "--cumulative",
+        dest="incremental",
+        action="store_false",
+        help="frames hold everything so far (SGLang's default mode)",
     )
     aggregate.add_argument(
         "--max-bytes",

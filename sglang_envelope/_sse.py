@@ -18,10 +18,17 @@ from typing import Any, Final, TypeAlias
 
 import msgspec
 
-from sglang_envelope._errors import EnvelopeError, LimitExceeded, ResponseError
+from sglang_envelope._errors import EnvelopeError, LimitExceeded, ResponseError, show_value
 from sglang_envelope._frame import decode_json, json_type
 
-__all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSE_DONE", "SseDecoder", "encode_sse"]
+__all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
+    "SSE_DONE",
+    "SseDecoder",
+    "as_frame",
+    "decode_frame",
+    "encode_sse",
+]
 
 DEFAULT_MAX_EVENT_BYTES: Final = 64 * 1024 * 1024
 """The default bound on one event: 64 MiB, the size of a long cumulative frame."""
@@ -40,6 +47,18 @@ _DONE: Final = b"[DONE]"
 _DATA_PREFIX: Final = b"data: "
 _SLICE: Final = 256 * 1024  # larger chunks are read in slices, to bound the copies split makes
 _ENCODER: Final = msgspec.json.Encoder()
+
+
+def decode_frame(payload: Payload) -> dict[str, Any]:
+    """The frame one event's data holds; `ResponseError` unless it is a JSON object."""
+    return as_frame(decode_json(payload, "SSE event data"))
+
+
+def as_frame(value: Any) -> dict[str, Any]:
+    """`value`, decoded from one event's data, if it is a JSON object; else `ResponseError`."""
+    if type(value) is not dict:
+        raise ResponseError(f"SSE event data: expected a JSON object, got {json_type(value)}")
+    return value
 
 
 def encode_sse(frame: dict[str, Any]) -> bytes:
@@ -71,8 +90,12 @@ class SseDecoder:
     after it, so more means the stream is not what it seems. An event larger
     than `max_event_bytes` (its lines with their line ends, each counted as
     one byte, up to the blank line that ends it) raises `LimitExceeded` as soon
-    as the bound is passed, before it is parsed. After an error the decoder is
-    unusable.
+    as the bound is passed, before it is parsed.
+
+    Errors come in stream order, whatever the chunking: when a call finds a
+    fault after some complete events, it returns the frames of those events
+    and raises the fault at the next `feed` or `close`. After an error the
+    decoder is unusable.
     """
 
     __slots__ = (
@@ -80,6 +103,7 @@ class SseDecoder:
         "_data",
         "_done",
         "_event_bytes",
+        "_failed",
         "_head",
         "_max_event_bytes",
         "_partial",
@@ -88,7 +112,7 @@ class SseDecoder:
     def __init__(self, *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         if type(max_event_bytes) is not int or max_event_bytes < 1:
             raise EnvelopeError(
-                f"max_event_bytes: expected a positive integer, got {max_event_bytes!r}"
+                f"max_event_bytes: expected a positive integer, got {show_value(max_event_bytes)}"
             )
         self._max_event_bytes = max_event_bytes
         self._data: Payload | None = None  # the data of the event being read, if any
@@ -97,6 +121,7 @@ class SseDecoder:
         self._head: bytes | None = b""  # bytes that may yet be a BOM; None once past it
         self._after_cr = False  # the last chunk ended in CR, so a leading LF pairs with it
         self._done = False
+        self._failed: EnvelopeError | None = None  # a fault found after events still returned
 
     @property
     def done(self) -> bool:
@@ -107,12 +132,13 @@ class SseDecoder:
         """Return the frames completed by `data`, in order."""
         frames = []
         for payload in self._feed_raw(data):
-            frame = decode_json(payload, "SSE event data")
-            if type(frame) is not dict:
-                raise ResponseError(
-                    f"SSE event data: expected a JSON object, got {json_type(frame)}"
-                )
-            frames.append(frame)
+            try:
+                frames.append(decode_frame(payload))
+            except ResponseError as exc:
+                if not frames:
+                    raise
+                self._failed = exc  # raised by the next call, after the frames before it
+                break
         return frames
 
     def close(self) -> None:
@@ -122,6 +148,7 @@ class SseDecoder:
         blank line, or if it stopped in the middle of a line that is not a
         comment.
         """
+        self.raise_pending()
         unfinished = bytes(self._head or b"") + self._partial
         if self._data is not None or (unfinished and not unfinished.startswith(b":")):
             raise ResponseError(
@@ -129,40 +156,56 @@ class SseDecoder:
                 "after the last blank line)"
             )
 
+    def raise_pending(self) -> None:
+        """Raise the fault a previous call found after the events it returned, if any."""
+        if self._failed is not None:
+            raise self._failed
+
     def _feed_raw(self, data: BytesLike) -> list[Payload]:
         """Return the data of each event completed by `data`, JSON not decoded.
 
-        ``[DONE]`` is not returned: it sets `done` instead.
+        ``[DONE]`` is not returned: it sets `done` instead. A fault after some
+        events is kept for the next call (see the class docstring).
         """
+        self.raise_pending()
         if not isinstance(data, bytes):
             if not isinstance(data, (bytearray, memoryview)):
                 raise EnvelopeError(f"SseDecoder.feed: expected bytes, got {type(data).__name__}")
             data = bytes(data)
-        if len(data) > _SLICE:
-            view = memoryview(data)
-            payloads: list[Payload] = []
-            for start in range(0, len(data), _SLICE):
-                payloads += self._feed_raw(bytes(view[start : start + _SLICE]))
-            return payloads
+        payloads: list[Payload] = []
+        try:
+            if len(data) > _SLICE:
+                view = memoryview(data)
+                for start in range(0, len(data), _SLICE):
+                    self._slice(bytes(view[start : start + _SLICE]), payloads)
+            else:
+                self._slice(data, payloads)
+        except EnvelopeError as exc:
+            if not payloads:
+                raise
+            self._failed = exc
+        return payloads
+
+    def _slice(self, data: bytes, payloads: list[Payload]) -> None:
+        """Read at most _SLICE bytes, appending the data of each event they complete."""
         if self._head is not None:
             data = self._skip_bom(data)
         if not data:
-            return []
+            return
         if self._after_cr and data[0] == 10:
             data = data[1:]
         self._after_cr = False
         if b"\r" in data:
             self._after_cr = data[-1] == 13
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        return self._lines(data)
+        self._lines(data, payloads)
 
-    def _lines(self, data: bytes) -> list[Payload]:
+    def _lines(self, data: bytes, payloads: list[Payload]) -> None:
         lines: list[Any] = data.split(b"\n")  # bytes, and a bytearray first if a line was open
         last = lines.pop()  # the start of the next line, or b"" when data ends with LF
-        payloads: list[Payload] = []
         if not lines:
             self._keep(last)
-            return payloads
+            return
         start = 0
         event_open = self._data is not None or bool(self._event_bytes or self._partial)
         if self._partial:  # the line the last chunk began
@@ -178,7 +221,6 @@ class SseDecoder:
             end = self._sglang_shaped(lines, start, len(data), payloads)
             self._read(lines[end:] if end else lines, payloads)
         self._keep(last)
-        return payloads
 
     def _sglang_shaped(
         self, lines: list[bytes], start: int, size: int, payloads: list[Payload]
@@ -194,18 +236,20 @@ class SseDecoder:
         found = [line[6:] for line in events if line.startswith(_DATA_PREFIX)]
         if len(found) != len(events):
             return start
-        if (
-            size > self._max_event_bytes
-            and max(map(len, events), default=0) >= self._max_event_bytes
-        ):
-            raise self._too_big()
+        too_big = None
+        if size > self._max_event_bytes:
+            limit = self._max_event_bytes
+            too_big = next((i for i, line in enumerate(events) if len(line) >= limit), None)
+            found = found[:too_big]  # the events before the oversized one still count
         if self._done or _DONE in found:
             at = 0 if self._done else found.index(_DONE)
             payloads += found[:at]
             for _ in found[at:]:
                 self._set_done()
-            return end
-        payloads += found
+        else:
+            payloads += found
+        if too_big is not None:
+            raise self._too_big()
         return end
 
     def _read(self, lines: list[Any], payloads: list[Payload]) -> None:

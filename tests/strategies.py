@@ -1126,3 +1126,112 @@ def target_values() -> st.SearchStrategy[object]:
         st.lists(st.text(max_size=3), max_size=3),
         st.binary(max_size=5),
     )
+
+
+# --- stream modes and verdicts ---
+
+_PIECE_TEXT = st.text(alphabet=st.characters(codec="utf-8"), max_size=3)
+
+
+@st.composite
+def sglang_generations(draw: st.DrawFn) -> dict[str, Any]:
+    """One generation as SGLang answers it, in the three forms its /generate gives.
+
+    `unary` is the non-streaming response; `cumulative` and `incremental` the
+    frames of the same generation streamed in each mode, cut at random frame
+    boundaries. As in ``tokenizer_manager._handle_batch_output``: every frame's
+    ``completion_tokens`` and ``output_token_logprobs_length`` count all output
+    tokens sent so far, in both modes; an incremental frame holds the new part
+    of ``text``, ``output_ids`` and the ``_INCREMENTAL_STREAMING_META_INFO_KEYS``
+    lists, a cumulative one all of it; only the terminal frame has a finish
+    reason and ``e2e_latency``. The scheduler sends the first token at once
+    and an intermediate frame only with new tokens (``output_streamer.accept``),
+    so every frame but the terminal one carries at least one token.
+    """
+    count = draw(st.integers(0, 8))
+    ids = draw(st.lists(_token_ids, min_size=count, max_size=count))
+    texts = (
+        draw(st.lists(_PIECE_TEXT, min_size=count, max_size=count)) if draw(st.booleans()) else None
+    )
+    token_logprobs = top_logprobs = None
+    if draw(st.booleans()):
+        token_logprobs = [[draw(st.floats(-40, 0)), token, None] for token in ids]
+        if draw(st.booleans()):
+            top_logprobs = [draw(_top_rows) for _ in ids]
+    ends = sorted(set(draw(st.lists(st.integers(1, count), max_size=4)))) if count else []
+    if not ends or ends[-1] != count or draw(st.booleans()):
+        ends.append(count)  # the terminal frame, with or without tokens of its own
+    finish = draw(_finish_reasons.filter(lambda reason: reason["type"] != "abort"))
+    base = {"id": "rid-1", "prompt_tokens": draw(st.integers(0, 99)), "cached_tokens": 0}
+
+    def frame(start: int, end: int, *, last: bool) -> dict[str, Any]:
+        meta: dict[str, Any] = {**base, "finish_reason": finish if last else None}
+        meta["completion_tokens"] = end
+        if last:
+            meta["e2e_latency"] = 0.5
+        if token_logprobs is not None:
+            meta["output_token_logprobs"] = token_logprobs[start:end]
+            meta["output_token_logprobs_length"] = end
+        if top_logprobs is not None:
+            meta["output_top_logprobs"] = top_logprobs[start:end]
+        out: dict[str, Any] = {} if texts is None else {"text": "".join(texts[start:end])}
+        out["output_ids"] = ids[start:end]
+        out["meta_info"] = meta
+        return out
+
+    starts = [0, *ends[:-1]]
+    last = len(ends) - 1
+    return {
+        "unary": frame(0, count, last=True),
+        "cumulative": [frame(0, end, last=i == last) for i, end in enumerate(ends)],
+        "incremental": [
+            frame(start, end, last=i == last)
+            for i, (start, end) in enumerate(zip(starts, ends, strict=True))
+        ],
+    }
+
+
+SKIPPED_VALUES: tuple[bytes, ...] = (
+    b'"\xff"',
+    b'"\xed\xa0\x80"',
+    b'"caf\xc3\xa9"',
+    b"1e400",
+    b"-1E+400",
+    b"1e-400",
+    b"1" * 5000,
+    b"9" * 400,
+    b"1" * 400 + b".0",
+    b"1" * 290 + b"e99",
+    b"0." + b"1" * 300,
+    b"1.5e308",
+    b"[" * 3000 + b"]" * 3000,
+    b'"\\ud800"',
+    b'"\\u00e9"',
+    b"nul",
+)
+"""JSON values (some of them invalid) that a typed view skips without checking them all."""
+
+
+@st.composite
+def stream_events(draw: st.DrawFn) -> list[bytes]:
+    """Raw SSE events, good and bad, in any order: the faults that must be raised in order."""
+    good = [
+        b'{"output_ids": [1], "meta_info": {"finish_reason": null, "completion_tokens": 1}}',
+        b'{"output_ids": [2], "meta_info": {"finish_reason": null, "completion_tokens": 2}}',
+        b'{"output_ids": [3], "meta_info": {"finish_reason": {"type": "stop"}, '
+        b'"completion_tokens": 3}}',
+    ]
+    kinds = [
+        *good,
+        b'{"error": {"message": "boom", "type": "x", "code": 503, "retryable": false}}',
+        b"[DONE]",
+        b"{nope",
+        b"[1]",
+        b'{"meta_info": {"finish_reason": null, "x": 1e400}}',
+        b"x" * 300,  # over the bound the tests set
+        b'{"meta_info": {"finish_reason": null, "x": "\xff"}}',
+    ]
+    events = draw(st.lists(st.sampled_from(kinds), max_size=8))
+    if draw(st.booleans()):
+        events = good[:2] + events
+    return [b"data: " + event + b"\n\n" for event in events]

@@ -7,7 +7,7 @@ import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import pytest
@@ -18,6 +18,7 @@ from sglang_envelope import (
     SSE_DONE,
     EngineError,
     EnvelopeError,
+    GenerateResponse,
     LimitExceeded,
     ResponseError,
     StreamAggregator,
@@ -68,7 +69,7 @@ def test_sglangs_own_streams_and_bodies(case: dict[str, Any]) -> None:
     body = case["body"].encode()
     expected = case["expected"]
 
-    def run() -> dict[str, Any]:
+    def run() -> GenerateResponse:
         if case["kind"] == "unary":
             return parse_unary(body)
         return aggregate_sse(chunkings_of(body, 97), incremental=case["incremental"])
@@ -92,7 +93,7 @@ def test_sglangs_incremental_abort_repeats_the_last_output() -> None:
     """An abort frame from _handle_abort_req carries the whole text and the last output id;
     aggregation concatenates it as SGLang's own coalescing does (see docs/responses.md)."""
     case = next(c for c in oracle_cases() if c["name"] == "abort_queue_incremental")
-    result = aggregate_sse([case["body"].encode()])
+    result = aggregate_sse([case["body"].encode()], incremental=True)
     assert result["output_ids"][-1] == result["output_ids"][-2]
     assert result["meta_info"]["completion_tokens"] == len(result["output_ids"]) - 1
 
@@ -106,9 +107,9 @@ def test_incremental_frames_aggregate_to_the_response(
 ) -> None:
     frames = data.draw(incremental_splits(response))
     expected = copy.deepcopy(response)
-    assert aggregate_frames(copy.deepcopy(frames)) == expected
+    assert aggregate_frames(copy.deepcopy(frames), incremental=True) == expected
     stream = data.draw(sse_transcripts(frames))
-    assert aggregate_sse(data.draw(chunkings(stream))) == expected
+    assert aggregate_sse(data.draw(chunkings(stream)), incremental=True) == expected
 
 
 @given(final_responses(), st.data())
@@ -127,7 +128,7 @@ def test_cumulative_view_of_an_incremental_stream(
 ) -> None:
     """After each frame, cumulative() is that frame with every delta so far."""
     frames = data.draw(incremental_splits(response))
-    aggregator = StreamAggregator()
+    aggregator = StreamAggregator(incremental=True)
     for seen, current in enumerate(frames, start=1):
         aggregator.add(current)
         expected = copy.deepcopy(current)
@@ -144,7 +145,7 @@ def test_cumulative_view_of_an_incremental_stream(
 
 
 def test_cumulative_view_is_a_copy() -> None:
-    aggregator = StreamAggregator()
+    aggregator = StreamAggregator(incremental=True)
     aggregator.add(frame([1]))
     first = aggregator.cumulative()
     aggregator.add(frame([2], STOP))
@@ -190,7 +191,7 @@ def test_unknown_keys_survive_and_other_keys_are_the_last_frames() -> None:
             },
         },
     ]
-    result = aggregate_frames(frames)
+    result = aggregate_frames(frames, incremental=True)
     assert result == {
         "text": "ab",
         "output_ids": [1, 2],
@@ -209,7 +210,10 @@ def test_a_delta_key_any_frame_had_is_in_the_result() -> None:
         {"output_ids": [1], "meta_info": {"finish_reason": None, "output_top_logprobs": []}},
         {"output_ids": [2], "meta_info": {"finish_reason": STOP}},
     ]
-    for result in (aggregate_frames(frames), aggregate_sse([transcript(frames)])):
+    for result in (
+        aggregate_frames(frames, incremental=True),
+        aggregate_sse([transcript(frames)], incremental=True),
+    ):
         assert result == {
             "output_ids": [1, 2],
             "meta_info": {"finish_reason": STOP, "output_top_logprobs": []},
@@ -217,7 +221,7 @@ def test_a_delta_key_any_frame_had_is_in_the_result() -> None:
 
 
 def test_result_is_computed_once() -> None:
-    aggregator = StreamAggregator()
+    aggregator = StreamAggregator(incremental=True)
     aggregator.add(frame([1], STOP, completion_tokens=1))
     assert aggregator.result() is aggregator.result()
 
@@ -232,11 +236,11 @@ def test_a_stream_without_its_terminal_frame_is_an_error(
     frames = data.draw(incremental_splits(response))[:-1]
     expected = "before any frame" if not frames else "without a terminal frame"
     with pytest.raises(ResponseError, match=expected):
-        aggregate_frames(frames)
+        aggregate_frames(frames, incremental=True)
     with pytest.raises(ResponseError, match=rf"said data: \[DONE\] .*{expected}"):
-        aggregate_sse([transcript(frames)])
+        aggregate_sse([transcript(frames)], incremental=True)
     with pytest.raises(ResponseError, match=rf"the stream ended .*{expected}"):
-        aggregate_sse([transcript(frames, done=False)])
+        aggregate_sse([transcript(frames, done=False)], incremental=True)
 
 
 @given(final_responses(), st.data())
@@ -249,28 +253,28 @@ def test_a_frame_after_the_terminal_one_is_an_error(
         [*frames, frame([9])] if moved is None else [*frames[:moved], frames[-1], *frames[moved:-1]]
     )
     with pytest.raises(ResponseError, match="came after the terminal frame"):
-        aggregate_frames(extra)
+        aggregate_frames(extra, incremental=True)
     with pytest.raises(ResponseError, match="came after the terminal frame"):
-        aggregate_sse([transcript(extra)])
+        aggregate_sse([transcript(extra)], incremental=True)
 
 
 def test_an_empty_stream_is_an_error() -> None:
     for chunks in ([], [b""], [b": nothing\n\n"]):
         with pytest.raises(ResponseError, match="ended before any frame"):
-            aggregate_sse(chunks)
+            aggregate_sse(chunks, incremental=True)
     with pytest.raises(ResponseError, match=r"said data: \[DONE\] before any frame"):
-        aggregate_sse([SSE_DONE])
+        aggregate_sse([SSE_DONE], incremental=True)
 
 
 def test_a_stream_cut_inside_an_event_is_an_error() -> None:
     stream = transcript([frame([1], STOP)], done=False)
     with pytest.raises(ResponseError, match="ended inside an event"):
-        aggregate_sse([stream[:-1]])
+        aggregate_sse([stream[:-1]], incremental=True)
 
 
 def test_data_after_done_is_an_error() -> None:
     with pytest.raises(ResponseError, match=r"after data: \[DONE\]"):
-        aggregate_sse([transcript([frame([1], STOP)]) + b"data: {}\n\n"])
+        aggregate_sse([transcript([frame([1], STOP)]) + b"data: {}\n\n"], incremental=True)
 
 
 # --- engine errors ---
@@ -319,7 +323,7 @@ def test_an_abort_is_what_the_non_streaming_path_makes_of_it(
 
 def test_an_abort_without_a_message_uses_sglangs_default() -> None:
     with pytest.raises(EngineError, match=r"^Aborted$"):
-        aggregate_frames([frame([1], {"type": "abort", "status_code": 503})])
+        aggregate_frames([frame([1], {"type": "abort", "status_code": 503})], incremental=True)
 
 
 @pytest.mark.parametrize(
@@ -337,7 +341,7 @@ def test_an_abort_without_a_message_uses_sglangs_default() -> None:
 )
 def test_a_malformed_abort_is_a_response_error(reason: dict[str, Any], message: str) -> None:
     with pytest.raises(ResponseError, match=message) as caught:
-        aggregate_frames([frame([1], reason)])
+        aggregate_frames([frame([1], reason)], incremental=True)
     assert type(caught.value) is ResponseError
 
 
@@ -360,7 +364,7 @@ def test_output_token_logprobs_length_must_count_the_entries() -> None:
         ResponseError,
         match=r"output_token_logprobs_length is 2 but meta_info\.output_token_logprobs has 1",
     ):
-        aggregate_sse([transcript(frames)])
+        aggregate_sse([transcript(frames)], incremental=True)
 
 
 def test_a_lost_frame_breaks_the_counts() -> None:
@@ -369,20 +373,20 @@ def test_a_lost_frame_breaks_the_counts() -> None:
         frame([2], completion_tokens=2),
         frame([3], STOP, completion_tokens=3),
     ]
-    assert aggregate_frames(frames)["output_ids"] == [1, 2, 3]
+    assert aggregate_frames(frames, incremental=True)["output_ids"] == [1, 2, 3]
     with pytest.raises(ResponseError, match="completion_tokens is 3 but output_ids has 2"):
-        aggregate_frames([frames[0], frames[2]])
+        aggregate_frames([frames[0], frames[2]], incremental=True)
 
 
 def test_beam_search_sums_completion_tokens_over_beams() -> None:
     beams = [{"output_ids": [1, 2]}, {"output_ids": [3, 4, 5]}]
     result = frame([1, 2], STOP, completion_tokens=5, beam_results=beams)
-    assert aggregate_frames([result]) == result
+    assert aggregate_frames([result], incremental=True) == result
 
 
 def test_counts_must_be_integers() -> None:
     with pytest.raises(ResponseError, match="completion_tokens: expected an integer, got a string"):
-        aggregate_frames([frame([1], STOP, completion_tokens="1")])
+        aggregate_frames([frame([1], STOP, completion_tokens="1")], incremental=True)
 
 
 # --- frames that are not frames ---
@@ -413,9 +417,11 @@ def test_counts_must_be_integers() -> None:
 )
 def test_malformed_frames_name_the_key(bad: Any, message: str) -> None:
     with pytest.raises(ResponseError, match=message):
-        aggregate_frames([bad])
+        aggregate_frames([bad], incremental=True)
+    if type(bad) is not dict:  # the SSE path says what SseDecoder.feed says
+        message = "SSE event data: expected a JSON object, got an array"
     with pytest.raises(ResponseError, match=message.removeprefix("frame 1: ")):
-        aggregate_sse([b"data: " + msgspec.json.encode(bad) + b"\n\n"])
+        aggregate_sse([b"data: " + msgspec.json.encode(bad) + b"\n\n"], incremental=True)
 
 
 @pytest.mark.parametrize("incremental", [True, False])
@@ -429,7 +435,7 @@ def test_interleaved_generations_are_refused(incremental: bool) -> None:
 
 def test_one_generation_of_a_batch_is_fine() -> None:
     frames = [dict(frame([1]), index=3), dict(frame([2], STOP), index=3)]
-    assert aggregate_sse([transcript(frames)])["index"] == 3
+    assert aggregate_sse([transcript(frames)], incremental=True)["index"] == 3
 
 
 # --- bounds ---
@@ -439,9 +445,9 @@ def test_one_generation_of_a_batch_is_fine() -> None:
 def test_max_bytes_is_exact(response: dict[str, Any], data: st.DataObject) -> None:
     stream = transcript(data.draw(incremental_splits(response)))
     chunks = data.draw(chunkings(stream))
-    assert aggregate_sse(chunks, max_bytes=len(stream)) == response
+    assert aggregate_sse(chunks, max_bytes=len(stream), incremental=True) == response
     with pytest.raises(LimitExceeded) as caught:
-        aggregate_sse(chunks, max_bytes=len(stream) - 1)
+        aggregate_sse(chunks, max_bytes=len(stream) - 1, incremental=True)
     assert (caught.value.bound, caught.value.limit) == ("max_bytes", len(stream) - 1)
 
 
@@ -451,29 +457,29 @@ def test_max_bytes_stops_before_parsing_the_excess() -> None:
         yield b"data: {not json"  # never parsed: the bound is passed first
 
     with pytest.raises(LimitExceeded, match="larger than max_bytes"):
-        aggregate_sse(chunks(), max_bytes=60)
+        aggregate_sse(chunks(), max_bytes=60, incremental=True)
 
 
 def test_max_event_bytes_is_passed_on() -> None:
     stream = transcript([frame([1]), frame(list(range(50)), STOP)])
     with pytest.raises(LimitExceeded) as caught:
-        aggregate_sse([stream], max_event_bytes=100)
+        aggregate_sse([stream], max_event_bytes=100, incremental=True)
     assert (caught.value.bound, caught.value.limit) == ("max_event_bytes", 100)
 
 
 @pytest.mark.parametrize("bad", [0, -5, 2.0, "1"])
 def test_bounds_must_be_positive_integers(bad: Any) -> None:
     with pytest.raises(EnvelopeError, match="max_bytes"):
-        aggregate_sse([], max_bytes=bad)
+        aggregate_sse([], max_bytes=bad, incremental=True)
     with pytest.raises(EnvelopeError, match="max_bytes"):
         parse_unary(b"{}", max_bytes=bad)
 
 
 def test_chunks_must_be_bytes() -> None:
     with pytest.raises(EnvelopeError, match="expected bytes, got str"):
-        aggregate_sse(["data: {}\n\n"])  # type: ignore[list-item]
+        aggregate_sse(["data: {}\n\n"], incremental=True)  # type: ignore[list-item]
     stream = transcript([frame([1], STOP)])
-    assert aggregate_sse([memoryview(stream)]) == frame([1], STOP)
+    assert aggregate_sse([memoryview(stream)], incremental=True) == frame([1], STOP)
 
 
 # --- parse_unary ---
@@ -527,7 +533,7 @@ def test_parse_unary_refuses_what_is_not_one_response(body: bytes, message: str)
 
 def test_parse_unary_bound_is_checked_before_parsing() -> None:
     body = b'{"meta_info": {}}'
-    assert parse_unary(body, max_bytes=len(body)) == {"meta_info": {}}
+    assert parse_unary(body, max_bytes=len(body)) == cast(GenerateResponse, {"meta_info": {}})
     with pytest.raises(LimitExceeded) as caught:
         parse_unary(b"x" * 100, max_bytes=99)  # not JSON, but never parsed
     assert (caught.value.bound, caught.value.limit) == ("max_bytes", 99)

@@ -562,12 +562,14 @@ _TWO_FRAMES = (
 
 
 @pytest.mark.parametrize(
-    ("incremental", "text"), [("yes", "ab"), (1, "ab"), (None, "b"), (0, "b"), ("", "b")]
+    ("incremental", "text"),
+    [("yes", "ab"), (1, "ab"), (None, "ab"), (0, "b"), ("", "b")],  # None: "b" cannot extend "a"
 )
 def test_any_incremental_flag_reads_as_a_bool(incremental: Any, text: str) -> None:
     # aggregate_sse looked its typed views up by the flag itself: KeyError for "yes".
     assert aggregate_sse([_TWO_FRAMES], incremental=incremental)["text"] == text
-    assert StreamAggregator(incremental=incremental).incremental is bool(incremental)
+    mode = None if incremental is None else bool(incremental)  # None: detected from the frames
+    assert StreamAggregator(incremental=incremental).incremental is mode
 
 
 @pytest.mark.parametrize("frames", [None, 7, 1.5])

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import http.server
 import json
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sglang_envelope import SseDecoder, StreamAggregator, aggregate_sse
+from sglang_envelope import (
+    GenerateResponse,
+    ResponseError,
+    SseDecoder,
+    StreamAggregator,
+    aggregate_sse,
+    aggregate_sse_async,
+    aiter_frames,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sse_responses.jsonl"
 
@@ -101,3 +110,77 @@ def test_sse_over_a_loopback_socket(server: tuple[str, int]) -> None:
     assert reads > 1  # the stream did arrive in pieces
     assert aggregator.result() == expected
     assert aggregate_sse(post_and_read(*server)) == expected
+
+
+# --- the same stream, read by asyncio's own streams ---
+
+
+async def serve_transcript(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, transcript: bytes
+) -> None:
+    """An HTTP/1.0 SSE answer in writes of irregular size, drained one by one."""
+    await reader.readuntil(b"\r\n\r\n")
+    writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+    rng = random.Random(11)
+    at = 0
+    while at < len(transcript):
+        size = rng.choice([1, 2, 3, 5, 8, 13, 37, 500])
+        writer.write(transcript[at : at + size])
+        await writer.drain()
+        at += size
+    writer.close()
+
+
+async def read_body(port: int) -> AsyncIterator[bytes]:
+    """The response body of POST /generate as the loopback socket delivers it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(b"POST /generate HTTP/1.0\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.0 200") and b"text/event-stream" in head
+        while chunk := await reader.read(37):
+            yield chunk
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def against_a_loopback_server(
+    transcript: bytes, client: Callable[[int], Awaitable[Any]]
+) -> Any:
+    server = await asyncio.start_server(
+        lambda r, w: serve_transcript(r, w, transcript), "127.0.0.1", 0
+    )
+    try:
+        port = server.sockets[0].getsockname()[1]
+        return await asyncio.wait_for(client(port), timeout=10)
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+def test_async_readers_over_a_loopback_socket() -> None:
+    transcript, expected = sglang_transcript()
+    decoder = SseDecoder()
+    frames = decoder.feed(transcript)
+    decoder.close()
+
+    async def both(port: int) -> tuple[list[dict[str, Any]], GenerateResponse]:
+        read = [frame async for frame in aiter_frames(read_body(port))]
+        return read, await aggregate_sse_async(read_body(port))
+
+    read, response = asyncio.run(against_a_loopback_server(transcript, both))
+    assert read == frames
+    assert response == expected
+
+
+def test_async_errors_over_a_loopback_socket() -> None:
+    transcript = sglang_transcript()[0]
+    cut = transcript[: len(transcript) // 2]
+
+    async def aggregate(port: int) -> GenerateResponse:
+        return await aggregate_sse_async(read_body(port))
+
+    with pytest.raises(ResponseError, match=r"without a terminal frame|inside an event"):
+        asyncio.run(against_a_loopback_server(cut, aggregate))

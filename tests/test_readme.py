@@ -21,8 +21,10 @@ def _examples() -> dict[str, Any]:
     return namespace
 
 
-def _response(finish: dict[str, Any] | None) -> dict[str, Any]:
-    return {"text": "hi", "output_ids": [7], "meta_info": {"id": "r1", "finish_reason": finish}}
+def _response(finish: dict[str, Any] | None, tokens: int = 1) -> dict[str, Any]:
+    """One frame as SGLang writes it; `tokens` is its completion_tokens, all tokens so far."""
+    meta = {"id": "r1", "finish_reason": finish, "completion_tokens": tokens}
+    return {"text": "hi", "output_ids": [7], "meta_info": meta}
 
 
 def test_frontend_and_worker_examples_serve_a_unary_request() -> None:
@@ -43,7 +45,7 @@ def test_frontend_and_worker_examples_serve_a_unary_request() -> None:
 
 def test_worker_example_aggregates_a_stream() -> None:
     examples = _examples()
-    frames = [_response(None), _response({"type": "stop", "matched": 2})]
+    frames = [_response(None), _response({"type": "stop", "matched": 2}, tokens=2)]
 
     def post(path: str, body: bytes, *, accept: str) -> list[bytes]:
         assert accept == "text/event-stream"

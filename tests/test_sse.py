@@ -234,8 +234,10 @@ def test_event_bound_counts_every_line_of_the_event() -> None:
 
 def test_event_bound_holds_for_a_large_chunk() -> None:
     big = b"data: {}\n\n" * 10_000 + b"data: " + b" " * 300_000 + b"{}\n\n"
+    decoder = SseDecoder(max_event_bytes=200_000)
+    assert len(decoder.feed(big)) == 10_000  # the events before the oversized one
     with pytest.raises(LimitExceeded):
-        SseDecoder(max_event_bytes=200_000).feed(big)
+        decoder.close()
     assert len(SseDecoder(max_event_bytes=300_010).feed(big)) == 10_001
 
 

@@ -1,0 +1,180 @@
+"""The final response of a stream as JSON bytes, without its deltas as Python objects.
+
+A frontend answering a unary client needs bytes. `aggregate_sse_bytes` reads
+the stream as `aggregate_sse` does (the same decoder, typed views, mode
+detection, bounds and verdicts), but after each chunk of the stream it
+encodes the deltas that chunk brought, once, and drops their objects: only the
+JSON text of the deltas lives to the end. The terminal frame is then encoded
+with placeholders where the delta fields go, and the texts are spliced in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, Iterable
+from typing import Any, Final
+
+import msgspec
+from msgspec import UNSET
+
+from sglang_envelope._aggregate import (
+    _FAST_PATHS,
+    _ROWS,
+    DEFAULT_MAX_BYTES,
+    DELTA_FIELDS,
+    StreamAggregator,
+    _iterate,
+    _SseAggregation,
+)
+from sglang_envelope._async import _aiterate
+from sglang_envelope._errors import ResponseError, show_value
+from sglang_envelope._frame import CONSISTENCY, check_consistency, expected
+from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Payload
+
+__all__ = ["aggregate_sse_bytes", "aggregate_sse_bytes_async"]
+
+_DECODER: Final = msgspec.json.Decoder()
+_ENCODE: Final = msgspec.json.Encoder().encode
+_MARK: Final = b"\x00"  # never in msgspec's JSON output, which escapes control characters
+_TEXT: Final = "text"  # the one string field of DELTA_FIELDS: its pieces join without commas
+
+
+class _BytesAggregator(StreamAggregator):
+    """A `StreamAggregator` that turns its deltas into JSON text after each chunk.
+
+    Frames are read exactly as `StreamAggregator` reads them; the deltas one
+    chunk of the stream brought are then encoded at once and the objects
+    dropped, so only the JSON text of the deltas lives to the end.
+    """
+
+    __slots__ = ("_chunks", "_counts")
+
+    def __init__(self, *, incremental: bool | None) -> None:
+        super().__init__(incremental=incremental)
+        self._chunks: dict[str, list[bytes]] = {path: [] for path, _ in DELTA_FIELDS}
+        self._counts = dict.fromkeys(self._chunks, 0)
+
+    def _add_payloads(self, payloads: list[Payload]) -> None:
+        super()._add_payloads(payloads)
+        self._flush()
+
+    def _flush(self) -> None:
+        """Move the deltas collected so far from objects to JSON text."""
+        for path, pieces in self._pieces.items():
+            if not pieces:
+                continue
+            value: Any = "".join(pieces) if path == _TEXT else pieces
+            self._counts[path] += len(value)  # entries, or characters of the text
+            if value:
+                # Inside the "" or [], copied to its exact size: the encoder's
+                # buffer has room to spare.
+                self._chunks[path].append(_ENCODE(value)[1:-1])
+            pieces.clear()
+
+    def _total(self, path: str) -> int:
+        return self._counts[path] + len(self._pieces[path])
+
+    def _forget_deltas(self) -> None:
+        super()._forget_deltas()
+        self._chunks = {path: [] for path, _ in DELTA_FIELDS}
+        self._counts = dict.fromkeys(self._chunks, 0)
+
+    def _finish_bytes(self, said_done: bool) -> bytes:
+        self._flush()
+        terminal, aborted = self._terminal_frame(said_done)
+        if self._mode is False:
+            if not aborted:
+                check_consistency(terminal, terminal["meta_info"])
+            return _ENCODE(terminal)
+        if self._mode is None and not self._readings_agree(terminal):
+            raise self._ambiguous()
+        response = dict(terminal)
+        meta = response["meta_info"] = dict(terminal["meta_info"])
+        if not aborted:
+            self._check_counts(meta)
+        spliced: list[str] = []
+        for path, key, in_meta, _ in _ROWS:
+            if path in self._present:
+                placeholder = msgspec.Raw(b"%b%d%b" % (_MARK, len(spliced), _MARK))
+                (meta if in_meta else response)[key] = placeholder
+                spliced.append(path)
+        # The JSON around the placeholders, and at odd places their numbers, in key order.
+        skeleton = _ENCODE(response).split(_MARK)
+        parts: list[bytes] = []
+        for at, piece in enumerate(skeleton):
+            if at % 2 == 0:
+                parts.append(piece)
+                continue
+            path = spliced[int(piece)]
+            quote = b'"' if path == _TEXT else b""
+            parts.append(quote or b"[")
+            for number, chunk in enumerate(self._chunks[path]):
+                if number and not quote:
+                    parts.append(b",")
+                parts.append(chunk)
+            parts.append(quote or b"]")
+        self._forget_deltas()  # the parts hold the buffers until the join
+        return b"".join(parts)
+
+    def _check_counts(self, meta: dict[str, Any]) -> None:
+        """`check_consistency` on the answer, with the arrays' lengths for the arrays."""
+        for count_key, path, unless in CONSISTENCY:
+            count = meta.get(count_key)
+            if count is None or path not in self._present or (unless and unless in meta):
+                continue
+            if type(count) is not int:
+                raise expected(f"meta_info.{count_key}", "an integer", count)
+            if count != self._counts[path]:
+                raise ResponseError(
+                    f"meta_info.{count_key} is {show_value(count)} but {path} has "
+                    f"{self._counts[path]} entries"
+                )
+
+    def _readings_agree(self, terminal: dict[str, Any]) -> bool:
+        """Whether the incremental reading equals the terminal frame (the cumulative one)."""
+        meta = terminal["meta_info"]
+        for path, key, in_meta, _ in _ROWS:
+            value = (meta if in_meta else terminal).get(key, UNSET)
+            if (path in self._present) != (value is not UNSET):
+                return False
+            if value is not UNSET and self._counts[path] != len(value):
+                return False  # an earlier frame added to it
+        return True
+
+
+if tuple(path for path, _ in DELTA_FIELDS) != _FAST_PATHS:  # pragma: no cover
+    raise AssertionError("_BytesAggregator must know every field of DELTA_FIELDS")
+
+
+def aggregate_sse_bytes(
+    chunks: Iterable[BytesLike],
+    *,
+    incremental: bool | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> bytes:
+    """`aggregate_sse`'s answer as compact JSON bytes, equal to it as JSON.
+
+    The same bounds, mode detection and errors as `aggregate_sse` on the same
+    bytes; the delta fields are never held as Python objects.
+    """
+    aggregator = _BytesAggregator(incremental=incremental)
+    aggregation = _SseAggregation("aggregate_sse_bytes", aggregator, max_bytes, max_event_bytes)
+    for chunk in _iterate(chunks, "aggregate_sse_bytes chunks"):
+        aggregation.feed(chunk)
+    return aggregator._finish_bytes(said_done=aggregation.close())
+
+
+async def aggregate_sse_bytes_async(
+    chunks: AsyncIterable[BytesLike],
+    *,
+    incremental: bool | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> bytes:
+    """`aggregate_sse_bytes` for an async iterable of chunks."""
+    aggregator = _BytesAggregator(incremental=incremental)
+    what = "aggregate_sse_bytes_async"
+    aggregation = _SseAggregation(what, aggregator, max_bytes, max_event_bytes)
+    async for chunk in _aiterate(chunks, f"{what} chunks"):
+        aggregation.feed(chunk)
+    return aggregator._finish_bytes(said_done=aggregation.close())

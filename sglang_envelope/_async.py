@@ -1,0 +1,67 @@
+"""The SSE readers for asyncio programs, still sans-I/O.
+
+Each takes any ``AsyncIterable[bytes]`` the caller owns (an httpx
+``aiter_bytes()``, an aiohttp ``content.iter_any()``, an ASGI receive loop)
+and drives the same cores as the synchronous readers, so both give the same
+frames and the same verdicts on the same bytes. Nothing here opens a socket or
+starts a task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Any
+
+from sglang_envelope._aggregate import DEFAULT_MAX_BYTES, StreamAggregator, _SseAggregation
+from sglang_envelope._errors import EnvelopeError
+from sglang_envelope._response_types import GenerateResponse
+from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, SseDecoder
+
+__all__ = ["aggregate_sse_async", "aiter_frames"]
+
+
+def aiter_frames(
+    chunks: AsyncIterable[BytesLike], *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+) -> AsyncIterator[dict[str, Any]]:
+    """The frames of an SSE stream, as `SseDecoder` reads them, as they complete.
+
+    Ends after the last chunk, having checked that the stream did not stop
+    inside an event (`SseDecoder.close`). Faults come in stream order: the
+    frames before one are yielded first. The bound is checked at once, the
+    chunks when iterated.
+    """
+    decoder = SseDecoder(max_event_bytes=max_event_bytes)
+    return _frames(decoder, _aiterate(chunks, "aiter_frames chunks"))
+
+
+async def _frames(
+    decoder: SseDecoder, chunks: AsyncIterator[BytesLike]
+) -> AsyncIterator[dict[str, Any]]:
+    async for chunk in chunks:
+        for frame in decoder.feed(chunk):
+            yield frame
+    decoder.close()
+
+
+async def aggregate_sse_async(
+    chunks: AsyncIterable[BytesLike],
+    *,
+    incremental: bool | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> GenerateResponse:
+    """`aggregate_sse` for an async iterable of chunks: the same answer and the same errors."""
+    aggregator = StreamAggregator(incremental=incremental)
+    aggregation = _SseAggregation("aggregate_sse_async", aggregator, max_bytes, max_event_bytes)
+    async for chunk in _aiterate(chunks, "aggregate_sse_async chunks"):
+        aggregation.feed(chunk)
+    return aggregator._finish(said_done=aggregation.close())
+
+
+def _aiterate(items: AsyncIterable[Any], what: str) -> AsyncIterator[Any]:
+    try:
+        return aiter(items)
+    except TypeError:
+        raise EnvelopeError(
+            f"{what}: expected an async iterable, got {type(items).__name__}"
+        ) from None
