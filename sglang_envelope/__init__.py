@@ -11,12 +11,14 @@ from sglang_envelope._errors import (
     ResponseError,
 )
 
-# --- request side (issue 2) ---
+# --- request side ---
 from sglang_envelope._engine import (
     Bootstrap,
     EngineBody,
     EngineRequest,
     Role,
+    RoleName,
+    Routing,
     build_engine_request,
 )
 from sglang_envelope._envelope import (
@@ -28,7 +30,11 @@ from sglang_envelope._envelope import (
 from sglang_envelope._request import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INPUT_IDS,
+    DEFAULT_MAX_JSON_DEPTH,
+    DEFAULT_MAX_JSON_ITEMS,
     ClientRequest,
+    SamplingParams,
+    Watermark,
     decode_client_request,
 )
 
@@ -64,11 +70,17 @@ __all__ = [
     # request side
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_INPUT_IDS",
+    "DEFAULT_MAX_JSON_DEPTH",
+    "DEFAULT_MAX_JSON_ITEMS",
     "Bootstrap",
     "ClientRequest",
     "EngineBody",
     "EngineRequest",
     "Role",
+    "RoleName",
+    "Routing",
+    "SamplingParams",
+    "Watermark",
     "WorkerEnvelope",
     "build_engine_request",
     "decode_client_request",

@@ -6,24 +6,46 @@ which fields are whose). Types follow SGLang's HTTP contract gate
 (`sglang/api/v1/api_types.py`) where it has the field, and the dataclass where
 it does not. Decoding is one typed msgspec pass; a failure is translated into
 `RequestRejected` by `_rules.translate_validation_error`.
+
+Every `ClientRequest` that exists has passed every rule: one decoded by
+`decode_client_request` is checked once, right after the typed decode; one made
+any other way (by hand, by `msgspec.structs.replace`, by a decoder of the
+caller's) is checked when it is made, by encoding it and decoding the result as
+a client body, and takes the decoded copy's values. Its containers are
+immutable (tuples, frozen structs, and `msgspec.Raw` for JSON objects and
+free-form values), so a checked request stays as checked.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
+import math
+import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
+from msgspec import UNSET, Raw, UnsetType
 
 from sglang_envelope._errors import EnvelopeError
-from sglang_envelope._rules import DECODE_ERRORS, check_request, reject, translate_validation_error
+from sglang_envelope._rules import (
+    DECODE_ERRORS,
+    KNOWN_FIELDS,
+    check_request,
+    reject,
+    translate_validation_error,
+)
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_INPUT_IDS",
+    "DEFAULT_MAX_JSON_DEPTH",
+    "DEFAULT_MAX_JSON_ITEMS",
     "ClientRequest",
+    "RequestFields",
     "SamplingParams",
+    "Watermark",
     "decode_client_request",
 ]
 
@@ -31,31 +53,80 @@ __all__ = [
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 #: Longest `input_ids` `decode_client_request` accepts (one million tokens).
 DEFAULT_MAX_INPUT_IDS = 1_000_000
+#: Deepest nesting accepted in a field that takes free-form JSON.
+DEFAULT_MAX_JSON_DEPTH = 32
+#: Most items (each `[`, `{` and `,` counts one) in a field that takes free-form JSON.
+DEFAULT_MAX_JSON_ITEMS = 100_000
 
 TokenId = Annotated[int, msgspec.Meta(ge=0, lt=2**32)]
-StrOrList = str | list[str]
+StrOrList = str | tuple[str, ...]
 
 
-class ClientRequest(
+class Watermark(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
 ):
-    """One native `/generate` request with token input, as the client sent it.
+    """`sampling_params.watermark` as SGLang's contract gate accepts it."""
 
-    Fields left out by the client keep SGLang's defaults and are left out again
-    when the request is encoded; a field the client set is kept as set, an
-    explicit `"stream": false` included. `sampling_params` is the client's
-    object, unchanged.
+    enabled: bool | None | UnsetType = UNSET
+    key: str | None | UnsetType = UNSET
+    context_window: int | None | UnsetType = UNSET
+
+
+class SamplingParams(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """The client's `sampling_params`, typed as SGLang 0.5.23's contract gate accepts them.
+
+    A key the client left out is `UNSET` (and left out again when encoded); an
+    explicit `null` is None, which SGLang may read differently (a null
+    `max_new_tokens` means no limit). `logit_bias` and `custom_params` are the
+    client's JSON as `msgspec.Raw` bytes. The field order is SGLang's, which
+    its unknown-field message lists.
     """
 
-    input_ids: list[TokenId]
+    max_new_tokens: int | None | UnsetType = UNSET
+    stop: StrOrList | None | UnsetType = UNSET
+    stop_token_ids: tuple[int, ...] | None | UnsetType = UNSET
+    stop_regex: StrOrList | None | UnsetType = UNSET
+    temperature: float | None | UnsetType = UNSET
+    top_p: float | None | UnsetType = UNSET
+    top_k: int | None | UnsetType = UNSET
+    min_p: float | None | UnsetType = UNSET
+    frequency_penalty: float | None | UnsetType = UNSET
+    presence_penalty: float | None | UnsetType = UNSET
+    repetition_penalty: float | None | UnsetType = UNSET
+    min_new_tokens: int | None | UnsetType = UNSET
+    n: int | None | UnsetType = UNSET
+    json_schema: str | None | UnsetType = UNSET
+    regex: str | None | UnsetType = UNSET
+    ebnf: str | None | UnsetType = UNSET
+    structural_tag: str | None | UnsetType = UNSET
+    ignore_eos: bool | None | UnsetType = UNSET
+    skip_special_tokens: bool | None | UnsetType = UNSET
+    spaces_between_special_tokens: bool | None | UnsetType = UNSET
+    no_stop_trim: bool | None | UnsetType = UNSET
+    stream_interval: int | None | UnsetType = UNSET
+    logit_bias: Raw | UnsetType = UNSET
+    sampling_seed: int | None | UnsetType = UNSET
+    custom_params: Raw | UnsetType = UNSET
+    beam_width: int | None | UnsetType = UNSET
+    watermark: Watermark | None | UnsetType = UNSET
+    choice: tuple[str, ...] | None | UnsetType = UNSET
+
+
+class RequestFields(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The `GenerateReqInput` fields a client may set: shared by the client request and
+    the engine body (which are different types: an engine body is not a client request)."""
+
+    input_ids: tuple[TokenId, ...]
     rid: str | None = None
     session_id: str | None = None
-    sampling_params: dict[str, Any] | None = None
+    sampling_params: SamplingParams | None | UnsetType = UNSET
     stream: bool | None = None
     return_logprob: bool | None = None
     logprob_start_len: int | None = None
     top_logprobs_num: int | None = None
-    token_ids_logprob: list[int] | None = None
+    token_ids_logprob: tuple[int, ...] | None = None
     return_text_in_logprobs: bool | None = None
     return_flat_raw_top_logprobs: bool = False
     return_flat_raw_output_top_logprobs: bool = False
@@ -68,7 +139,8 @@ class ClientRequest(
     return_indexer_topk: bool = False
     return_entropy: bool = False
     return_prompt_token_ids: bool = False
-    session_params: dict[str, Any] | None = None
+    #: A JSON object (free-form), as the client's bytes.
+    session_params: Raw | UnsetType = UNSET
     lora_path: str | None = None
     custom_logit_processor: str | None = None
     conversation_id: str | None = None
@@ -77,83 +149,270 @@ class ClientRequest(
     priority: int | None = None
     extra_key: str | None = None
     cache_salt: str | None = None
-    custom_labels: dict[str, str] | None = None
     no_logs: bool = False
-    watermark: dict[str, Any] | None = None
-    multi_item_delimiter_indices: list[int] | None = None
-    token_indices_to_pool: list[int] | None = None
+    #: A JSON object (free-form), as the client's bytes.
+    watermark: Raw | UnsetType = UNSET
+    multi_item_delimiter_indices: tuple[int, ...] | None = None
+    token_indices_to_pool: tuple[int, ...] | None = None
 
 
-class Watermark(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """`sampling_params.watermark` as SGLang's contract gate accepts it."""
+class Limits(NamedTuple):
+    """The bounds one decode applies."""
 
-    enabled: bool | None = None
-    key: str | None = None
-    context_window: int | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_input_ids: int = DEFAULT_MAX_INPUT_IDS
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    max_json_items: int = DEFAULT_MAX_JSON_ITEMS
+    max_token_id: int | None = None
 
 
-class SamplingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The types SGLang 0.5.23 accepts in `sampling_params` (its contract gate).
+DEFAULT_LIMITS = Limits()
 
-    Used only to check the client's object: the request keeps the object itself,
-    so a client's `null` or key order survives. The field order is SGLang's,
-    which its unknown-field message lists.
+#: Set while `decode_client_request` decodes: the request is checked right after.
+_decoding: contextvars.ContextVar[bool] = contextvars.ContextVar("decoding", default=False)
+
+
+class ClientRequest(RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One native `/generate` request with token input, as the client sent it.
+
+    Fields left out by the client keep SGLang's defaults and are left out again
+    when the request is encoded; a field the client set is kept as set, an
+    explicit `"stream": false` included. Every instance has passed every rule
+    (see the module's docstring): one made by hand with a broken rule raises
+    `RequestRejected` when made.
     """
 
-    max_new_tokens: int | None = None
-    stop: StrOrList | None = None
-    stop_token_ids: list[int] | None = None
-    stop_regex: StrOrList | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    repetition_penalty: float | None = None
-    min_new_tokens: int | None = None
-    n: int | None = None
-    json_schema: str | None = None
-    regex: str | None = None
-    ebnf: str | None = None
-    structural_tag: str | None = None
-    ignore_eos: bool | None = None
-    skip_special_tokens: bool | None = None
-    spaces_between_special_tokens: bool | None = None
-    no_stop_trim: bool | None = None
-    stream_interval: int | None = None
-    logit_bias: dict[str, float] | None = None
-    sampling_seed: int | None = None
-    custom_params: Any = None
-    beam_width: int | None = None
-    watermark: Watermark | None = None
-    choice: list[str] | None = None
+    def __post_init__(self) -> None:
+        if _decoding.get():
+            return  # decode_client_request checks it once decoded
+        checked = _check_made(self)
+        for name in self.__struct_fields__:
+            msgspec.structs.force_setattr(self, name, getattr(checked, name))
 
+
+def _raw_to_value(value: Any) -> Any:
+    if isinstance(value, Raw):
+        return msgspec.json.decode(value)
+    raise TypeError(f"cannot encode a {type(value).__name__}")
+
+
+def _check_made(request: ClientRequest) -> ClientRequest:
+    """The request made by hand, checked as a client body and decoded into private copies."""
+    try:
+        plain = msgspec.to_builtins(request, enc_hook=_raw_to_value)
+    except (TypeError, ValueError, OverflowError, RecursionError) as error:
+        raise reject("not_json", detail=f"a field holds a value JSON cannot carry: {error}") from None
+    return decode_client_request(plain)
+
+
+# --- free-form JSON -------------------------------------------------------------
+
+#: A string (skipped whole), an opening bracket, a closing bracket, a comma, or a number
+#: that may be out of range (an exponent, or 16 characters and more).
+_JSON_TOKENS = re.compile(
+    rb'"[^"\\]*(?:\\.[^"\\]*)*"|([\[{])|([\]}])|(,)'
+    rb"|(-?\d[\d.]{15,}[\d.eE+-]*|-?\d[\d.]*[eE][\d.eE+-]*)"
+)
+_OPEN, _CLOSE, _COMMA, _NUMBER = 1, 2, 3, 4
+#: msgspec, SGLang's JSON reader, refuses integers longer than this.
+_MAX_INT_DIGITS = 4300
+#: What a JSON value's first byte says it is.
+_JSON_KINDS = {ord("{"): "object", ord("["): "array", ord('"'): "str", ord("t"): "bool"}
+_JSON_KINDS |= {ord("f"): "bool", ord("n"): "null"}
+
+
+def _kind(data: bytes) -> str:
+    return _JSON_KINDS.get(data[0], "number") if data else "nothing"
+
+
+def _number_in_range(text: bytes) -> bool:
+    if text.lstrip(b"-").isdigit():
+        return len(text.lstrip(b"-")) <= _MAX_INT_DIGITS
+    try:
+        return math.isfinite(float(text))
+    except ValueError:  # not a number msgspec would have let through
+        return False
+
+
+def check_free_form(raw: Raw, path: str, limits: Limits, *, object_only: bool) -> None:
+    """Refuse a free-form value nested deeper or holding more items than `limits` allow,
+    or holding what JSON readers refuse (invalid UTF-8, numbers out of range).
+
+    Scans the value's bytes (well-formed JSON, as msgspec found) without
+    building it, and stops at the first bound passed, so the cost is bounded
+    by the bounds.
+    """
+    data = bytes(raw)
+    if object_only and (kind := _kind(data)) not in ("object", "null"):
+        raise reject("wrong_type", path=path, expected="object | null", got=kind)
+    if not data.isascii():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise reject("invalid_value", path=path, detail="Invalid UTF-8 encoded string") from None
+    depth = items = 0
+    max_depth, max_items = limits.max_json_depth, limits.max_json_items
+    for token in _JSON_TOKENS.finditer(data):
+        which = token.lastindex
+        if which is None:
+            continue
+        if which == _CLOSE:
+            depth -= 1
+            continue
+        if which == _NUMBER:
+            if not _number_in_range(token[_NUMBER]):
+                raise reject("invalid_value", path=path, detail="Number out of range")
+            continue
+        items += 1
+        if items > max_items:
+            raise reject("json_too_many_items", path=path, limit=max_items)
+        if which == _OPEN:
+            depth += 1
+            if depth > max_depth:
+                raise reject("json_too_deep", path=path, limit=max_depth)
+
+
+_logit_bias = msgspec.json.Decoder(dict[str, float])
+
+
+def _check_json_fields(request: RequestFields, limits: Limits) -> None:
+    for name in ("session_params", "watermark"):
+        value = getattr(request, name)
+        if value is not UNSET:
+            check_free_form(value, name, limits, object_only=True)
+    params = request.sampling_params
+    if not isinstance(params, SamplingParams):
+        return
+    if isinstance(params.custom_params, Raw):
+        check_free_form(params.custom_params, "sampling_params.custom_params", limits, object_only=False)
+    if isinstance(params.logit_bias, Raw):
+        check_free_form(params.logit_bias, "sampling_params.logit_bias", limits, object_only=True)
+        try:
+            _logit_bias.decode(params.logit_bias)
+        except DECODE_ERRORS as error:
+            raise translate_validation_error(error, prefix="sampling_params.logit_bias") from None
+
+
+# --- decoding -------------------------------------------------------------------
 
 _decoder = msgspec.json.Decoder(ClientRequest)
+KNOWN_FIELDS[""] = frozenset(ClientRequest.__struct_fields__)
+KNOWN_FIELDS["sampling_params"] = frozenset(SamplingParams.__struct_fields__)
+KNOWN_FIELDS["sampling_params.watermark"] = frozenset(Watermark.__struct_fields__)
 
 
-def _check_sampling_params(request: ClientRequest) -> None:
-    if request.sampling_params is None:
-        return
+def json_size(data: object) -> int | None:
+    """The size in bytes of JSON text held as bytes, or None for another type."""
+    if isinstance(data, (bytes, bytearray, Raw)):
+        return len(data)
+    if isinstance(data, memoryview):
+        return data.nbytes
+    return None
+
+
+def _mapping_at_most(body: Mapping[str, Any], limit: int) -> bool:
+    """False when `body` as JSON would be longer than `limit` bytes, counted before encoding.
+
+    A lower bound of the encoded size is summed over the values as JSON would
+    repeat them (a list held twice counts twice), and the walk stops at the limit.
+    """
+    budget = limit
+    stack: list[Any] = [body]
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is str:
+            budget -= len(value) + 3
+        elif kind is dict or isinstance(value, Mapping):
+            budget -= len(value) + 1
+            for key, item in value.items():
+                budget -= len(key) + 3 if isinstance(key, str) else 1
+                stack.append(item)
+        elif kind is list or kind is tuple:
+            budget -= len(value) + 1
+            stack.extend(value)
+        elif kind is int:
+            budget -= value.bit_length() // 4 + 1
+        else:
+            budget -= 1
+        if budget < 0:
+            return False
+    return True
+
+
+def _as_json(body: object, limit: int) -> bytes | bytearray | memoryview | Raw:
+    """The body as JSON bytes, refused as too large before any work on it."""
+    size = json_size(body)
+    if size is not None:
+        if size > limit:
+            raise reject("body_too_large", size=size, limit=limit)
+        return body  # type: ignore[return-value]  # json_size said it is bytes-like
+    if isinstance(body, str):
+        if len(body) > limit:  # each character is at least one byte
+            raise reject("body_too_large", size=len(body), limit=limit)
+        data = _encode_text(body)
+    elif isinstance(body, Mapping):
+        if not _mapping_at_most(body, limit):
+            raise reject("body_too_large", size=f"over {limit}", limit=limit)
+        data = _encode_mapping(body)
+    else:
+        raise reject("not_object", got=type(body).__name__)
+    if len(data) > limit:
+        raise reject("body_too_large", size=len(data), limit=limit)
+    return data
+
+
+def _encode_text(body: str) -> bytes:
     try:
-        msgspec.convert(request.sampling_params, SamplingParams)
-    except DECODE_ERRORS as error:
-        raise translate_validation_error(error, prefix="sampling_params") from None
+        return body.encode("utf-8")
+    except UnicodeError as error:
+        raise reject("not_json", detail=str(error)) from None
 
 
-def _as_json(body: object) -> bytes | str | memoryview | bytearray | msgspec.Raw:
-    """The body as JSON text; a mapping is encoded first, refusing what JSON cannot carry."""
-    if isinstance(body, (bytes, bytearray, memoryview, msgspec.Raw)):
-        return body
+def _encode_mapping(body: Mapping[str, Any]) -> bytes:
+    """A mapping as JSON, refusing what JSON cannot carry (non-string keys, NaN, lone surrogates)."""
     try:
-        if isinstance(body, str):
-            return body.encode("utf-8")
-        if isinstance(body, Mapping):
-            return json.dumps(body, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        return json.dumps(body, allow_nan=False, ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:  # UnicodeError is a ValueError
         raise reject("not_json", detail=str(error)) from None
-    raise reject("not_object", got=type(body).__name__)
+
+
+def check_bound(name: str, bound: object, *, optional: bool = False) -> None:
+    """Raise `EnvelopeError` unless `bound` is an integer >= 0 (or None, when `optional`)."""
+    if optional and bound is None:
+        return
+    if type(bound) is not int or bound < 0:
+        got = "a negative integer" if type(bound) is int else type(bound).__name__
+        raise EnvelopeError(f"{name} must be an integer >= 0, got {got}")
+
+
+def make_limits(**bounds: Any) -> Limits:
+    """The `Limits` for these keyword bounds, each checked (`EnvelopeError` naming it)."""
+    for name, bound in bounds.items():
+        check_bound(name, bound, optional=name == "max_token_id")
+    return Limits(**bounds)
+
+
+def decode_with_limits(data: object, limits: Limits) -> ClientRequest:
+    """`decode_client_request` with its bounds already checked."""
+    data = _as_json(data, limits.max_body_bytes)
+    token = _decoding.set(True)
+    try:
+        request = _decoder.decode(data)
+    except DECODE_ERRORS as error:
+        raise translate_validation_error(error, data=data) from None
+    finally:
+        _decoding.reset(token)
+    ids = request.input_ids
+    if len(ids) > limits.max_input_ids:
+        raise reject("too_many_input_ids", size=len(ids), limit=limits.max_input_ids)
+    if limits.max_token_id is not None and ids and max(ids) > limits.max_token_id:
+        index = next(i for i, token_id in enumerate(ids) if token_id > limits.max_token_id)
+        raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id)
+    if not (request.sampling_params is request.session_params is request.watermark is UNSET):
+        _check_json_fields(request, limits)
+    check_request(request)
+    return request
 
 
 def decode_client_request(
@@ -161,26 +420,21 @@ def decode_client_request(
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_input_ids: int = DEFAULT_MAX_INPUT_IDS,
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+    max_json_items: int = DEFAULT_MAX_JSON_ITEMS,
+    max_token_id: int | None = None,
 ) -> ClientRequest:
     """Decode and check a client's `/generate` body (JSON bytes or text, or a parsed mapping).
 
+    Every bound is applied before the work it bounds: the body's size in bytes
+    (a mapping's before it is encoded), the number of token ids, the nesting
+    depth and item count of each free-form JSON field, and, when
+    `max_token_id` is given, the largest token id (the model's vocabulary).
     A mapping is held to what JSON can carry (string keys, finite numbers).
     Raises `RequestRejected` naming the broken rule (`docs/contract.md`), and
     `EnvelopeError` for a bound that is not an integer >= 0.
     """
-    for name, bound in (("max_body_bytes", max_body_bytes), ("max_input_ids", max_input_ids)):
-        if type(bound) is not int or bound < 0:
-            got = "a negative integer" if type(bound) is int else type(bound).__name__
-            raise EnvelopeError(f"{name} must be an integer >= 0, got {got}")
-    data = _as_json(body)
-    if len(data) > max_body_bytes:
-        raise reject("body_too_large", size=len(data), limit=max_body_bytes)
-    try:
-        request = _decoder.decode(data)
-    except DECODE_ERRORS as error:
-        raise translate_validation_error(error) from None
-    if len(request.input_ids) > max_input_ids:
-        raise reject("too_many_input_ids", size=len(request.input_ids), limit=max_input_ids)
-    _check_sampling_params(request)
-    check_request(request)
-    return request
+    bounds = (max_body_bytes, max_input_ids, max_json_depth, max_json_items, max_token_id)
+    if bounds == DEFAULT_LIMITS:  # the common call: the defaults need no checking
+        return decode_with_limits(body, DEFAULT_LIMITS)
+    return decode_with_limits(body, make_limits(**dict(zip(Limits._fields, bounds))))

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
+from msgspec import UNSET
 
 from sglang_envelope._errors import RequestRejected
 
@@ -33,10 +34,13 @@ __all__ = [
     "DECODE_ERRORS",
     "FIELD_OWNERS",
     "GENERATE_REQ_INPUT_FIELDS",
+    "KNOWN_FIELDS",
     "RULES",
     "SAMPLING_PARAMS_FIELDS",
     "Rule",
     "check_request",
+    "first_unknown_key",
+    "is_given",
     "reject",
     "translate_validation_error",
 ]
@@ -120,12 +124,25 @@ FIELD_OWNERS: Mapping[str, str] = {
     "log_metrics": ORCHESTRATOR_FIELD,
     "return_bytes": ORCHESTRATOR_FIELD,
     "background": ORCHESTRATOR_FIELD,
+    # Metric labels: SGLang merges them over its own (model_name, engine_type, ...).
+    "custom_labels": ORCHESTRATOR_FIELD,
 }
+
+
+_NULL = msgspec.Raw(b"null")
+
+
+def is_given(value: object) -> bool:
+    """True for a JSON value held as `msgspec.Raw` that is neither absent nor null."""
+    return value is not UNSET and value != _NULL
 
 
 def _sampling(request: ClientRequest, key: str, default: Any = None) -> Any:
     params = request.sampling_params
-    return default if params is None else params.get(key, default)
+    if params is None or params is UNSET:
+        return default
+    value = getattr(params, key)
+    return default if value is UNSET else value
 
 
 def _n_not_one(r: ClientRequest) -> dict[str, object] | None:
@@ -141,8 +158,10 @@ UNSUPPORTED_SAMPLING_KEYS = ("choice",)
 
 
 def _unsupported_sampling_key(r: ClientRequest) -> dict[str, object] | None:
-    params = r.sampling_params or {}
-    found = [key for key in UNSUPPORTED_SAMPLING_KEYS if key in params]
+    params = r.sampling_params
+    if params is None or params is UNSET:
+        return None
+    found = [key for key in UNSUPPORTED_SAMPLING_KEYS if getattr(params, key) is not UNSET]
     return {"key": found[0]} if found else None
 
 
@@ -202,6 +221,10 @@ RULES: tuple[Rule, ...] = (
          "this endpoint takes one token-input request, not a batch"),
     Rule("token_id_out_of_range", "{path}", "{path} must be a token id in [0, 2^32)"),
     Rule("too_many_input_ids", "input_ids", "input_ids has {size} tokens; the limit is {limit}"),
+    Rule("token_out_of_vocab", "input_ids[{index}]",
+         "input_ids[{index}] is {id}, past the model's largest token id {limit}"),
+    Rule("json_too_deep", "{path}", "{path} is nested deeper than {limit} levels"),
+    Rule("json_too_many_items", "{path}", "{path} holds more than {limit} JSON items"),
     Rule("wrong_type", "{path}", "{path}: expected {expected}, got {got}"),
     Rule("invalid_value", "{path}", "{path}: {detail}"),
     Rule("invalid_envelope", None, "worker envelope is malformed: {detail}"),
@@ -224,7 +247,7 @@ RULES: tuple[Rule, ...] = (
          _when(lambda r: not r.input_ids)),
     Rule("session_id_with_session_params", "session_id",
          "session_id and session_params cannot both be set.",
-         _when(lambda r: r.session_id is not None and r.session_params is not None)),
+         _when(lambda r: r.session_id is not None and is_given(r.session_params))),
     # Sampling: one sequence a request, and SGLang's SamplingParams.verify() words.
     Rule("parallel_sampling", "sampling_params.n",
          "sampling_params.n must be 1: this endpoint returns one sequence per request, got {n}",
@@ -263,10 +286,15 @@ def check_request(request: ClientRequest) -> None:
             raise reject(rule.code, **facts)
 
 
-# msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level.
-_AT = re.compile(r"^(?P<what>.*?)(?: - at (?P<key>`key` in )?`(?P<path>[^`]*)`)?$", re.DOTALL)
+# msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level. The
+# path holds only field names, indices and `[...]`, never client text, so it is read
+# from the end; an unknown key is found in the body itself (`first_unknown_key`),
+# since a key may hold text that looks like a path.
+_AT = re.compile(
+    r"^(?P<what>.*?)(?: - at (?P<key>`key` in )?`(?P<path>\$[\w.\[\]]*)`)?$", re.DOTALL
+)
 _EXPECTED = re.compile(r"^Expected `(?P<expected>[^`]*)`, got `(?P<got>[^`]*)`$")
-_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<key>.*)`$", re.DOTALL)
+_UNKNOWN = re.compile(r"^Object contains unknown field `", re.DOTALL)
 _MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
 _TOKEN_LIST_ITEM = re.compile(r"^input_ids\[\d+\]$")
 
@@ -275,8 +303,11 @@ def _unknown_top_level_key(key: str) -> RequestRejected:
     owner = FIELD_OWNERS.get(key)
     if owner is not None:
         return reject(owner, key=key)
-    near = difflib.get_close_matches(key, GENERATE_REQ_INPUT_FIELDS, n=1)
-    hint = f"; did you mean `{near[0]}`?" if near else ""
+    if key in SAMPLING_PARAMS_FIELDS and key not in GENERATE_REQ_INPUT_FIELDS:
+        hint = f"; did you mean `sampling_params.{key}`?"
+    else:
+        near = difflib.get_close_matches(key, GENERATE_REQ_INPUT_FIELDS, n=1)
+        hint = f"; did you mean `{near[0]}`?" if near else ""
     return reject("unknown_field", key=key, hint=hint)
 
 
@@ -290,9 +321,37 @@ def _unknown_sampling_key(key: str) -> RequestRejected:
 #: BufferError: a memoryview that is not contiguous).
 DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError, BufferError)
 
+_members = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
-def translate_validation_error(error: Exception, *, prefix: str = "") -> RequestRejected:
-    """Turn msgspec's verdict on a body (or on `prefix`, a part of it) into the rule it breaks."""
+#: Where a struct sits in the body, and the names it knows; filled in by `_request.py`.
+KNOWN_FIELDS: dict[str, frozenset[str]] = {}
+
+
+def first_unknown_key(data: Any, path: str = "") -> tuple[str, str] | None:
+    """The first key in document order that no struct at `path` knows: (path, key)."""
+    try:
+        members = _members.decode(data)
+    except DECODE_ERRORS:
+        return None
+    known = KNOWN_FIELDS.get(path, frozenset())
+    for key, value in members.items():
+        if key not in known:
+            return path, key
+        inner = f"{path}.{key}" if path else key
+        if inner in KNOWN_FIELDS:
+            found = first_unknown_key(value, inner)
+            if found is not None:
+                return found
+    return None
+
+
+def translate_validation_error(
+    error: Exception, *, prefix: str = "", data: Any = None
+) -> RequestRejected:
+    """Turn msgspec's verdict on a body (or on `prefix`, a part of it) into the rule it breaks.
+
+    `data`, the JSON decoded, locates an unknown key without reading it from the message.
+    """
     if isinstance(error, RecursionError):
         return reject("not_json", detail="JSON is nested too deeply")
     if not isinstance(error, msgspec.ValidationError):
@@ -304,13 +363,16 @@ def translate_validation_error(error: Exception, *, prefix: str = "") -> Request
     path = ".".join(part for part in (prefix, raw_path) if part)
     if match["key"]:
         return reject("invalid_value", path=path or "body", detail=f"keys must be strings; {what}")
-    if unknown := _UNKNOWN.match(what):
-        key = unknown["key"]
-        if prefix == "sampling_params" and not raw_path:
+    if _UNKNOWN.match(str(error)):
+        found = first_unknown_key(data) if data is not None else None
+        if found is None:  # not found in the body: read the message
+            return reject("invalid_value", path=path or "body", detail=what)
+        where, key = found
+        if where == "sampling_params":
             return _unknown_sampling_key(key)
-        if not path:
+        if not where:
             return _unknown_top_level_key(key)
-        return reject("unknown_nested_field", key=key, path=path)
+        return reject("unknown_nested_field", key=key, path=where)
     if missing := _MISSING.match(what):
         if not path and missing["key"] == "input_ids":
             return reject("missing_input_ids")

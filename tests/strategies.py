@@ -92,9 +92,6 @@ def client_requests(draw: st.DrawFn) -> dict[str, Any]:
                 "return_hidden_states": st.booleans(),
                 "priority": st.none() | st.integers(-10, 10),
                 "lora_path": st.none() | st.text(min_size=1, max_size=8),
-                "custom_labels": st.dictionaries(
-                    st.text(max_size=4), st.text(max_size=4), max_size=2
-                ),
                 "extra_key": st.text(min_size=1, max_size=8),
                 "session_params": st.fixed_dictionaries({"id": st.text(min_size=1, max_size=8)}),
             },
@@ -126,6 +123,7 @@ ORCHESTRATOR_VALUES: dict[str, Any] = {
     "http_worker_ipc": "ipc:///tmp/x",
     "kv_hints": {"protocol_version": "1"},
     "routing_key": "tenant-a",
+    "custom_labels": {"model_name": "spoofed"},
 }
 
 

@@ -309,7 +309,7 @@ def test_the_hostile_bases_are_valid(shape: str) -> None:
     base = HOSTILE_BASES[shape][0]
     encoded = msgspec.json.encode(base)
     if shape == "request":
-        assert decode_client_request(encoded).input_ids == [1, 2]
+        assert decode_client_request(encoded).input_ids == (1, 2)
     elif shape == "envelope":
         assert decode_envelope(encoded).rid == "r"
     elif shape == "response":
@@ -640,7 +640,8 @@ def test_values_too_long_to_print_are_shown_in_bounds(index: Any) -> None:
 def test_input_ids_holding_text_with_lone_surrogates(input_ids: Any) -> None:
     # Was UnicodeEncodeError from msgspec.convert.
     envelope = to_worker_envelope(decode_client_request({"input_ids": [1]}), rid="r")
-    with pytest.raises(EnvelopeError, match=r"input_ids: .*surrogates not allowed"):
+    words = r"input_ids(: .*surrogates not allowed| must be a sequence of token ids, got str)"
+    with pytest.raises(EnvelopeError, match=words):
         build_engine_request(envelope, input_ids=input_ids, role="aggregated")
 
 
