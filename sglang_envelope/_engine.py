@@ -61,7 +61,9 @@ _PRIORITY = (-(2**63), 2**63 - 1)
 
 def _check_int(where: str, value: object, low: int, high: int) -> None:
     if type(value) is not int or not low <= value <= high:
-        raise EnvelopeError(f"{where} must be an integer in [{low}, {high}], got {show_value(value)}")
+        raise EnvelopeError(
+            f"{where} must be an integer in [{low}, {high}], got {show_value(value)}"
+        )
 
 
 def _check_text(where: str, value: object) -> None:
@@ -232,7 +234,7 @@ class EngineRequest(msgspec.Struct, frozen=True):
         return _encoder.encode(self.body)
 
 
-def _prefill_sampling(sampling: SamplingParams | None | Any) -> SamplingParams:
+def _prefill_sampling(sampling: SamplingParams | Any | None) -> SamplingParams:
     if isinstance(sampling, SamplingParams):
         return msgspec.structs.replace(sampling, **_PREFILL_SAMPLING)
     return SamplingParams(**PREFILL_SAMPLING_OVERRIDES)

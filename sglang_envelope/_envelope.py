@@ -14,13 +14,11 @@ import msgspec
 
 from sglang_envelope._errors import EnvelopeError, show_value
 from sglang_envelope._request import (
-    DEFAULT_LIMITS,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INPUT_IDS,
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_JSON_ITEMS,
     ClientRequest,
-    Limits,
     decode_with_limits,
     json_size,
     make_limits,
@@ -51,7 +49,7 @@ def check_rid(rid: object, name: str = "rid") -> None:
     SGLang aborts requests by rid prefix, so an empty id would match every
     request on the server.
     """
-    if type(rid) is not str or not rid or not _is_utf8(rid):
+    if type(rid) is not str or not rid or not (rid.isascii() or _is_utf8(rid)):
         raise EnvelopeError(f"{name} must be a non-empty UTF-8 string, got {show_value(rid)}")
 
 
@@ -67,10 +65,10 @@ class WorkerEnvelope(msgspec.Struct, frozen=True, kw_only=True):
     request: ClientRequest
 
     def __post_init__(self) -> None:
-        check_rid(self.rid, "WorkerEnvelope.rid")
         if type(self.request) is not ClientRequest:
             got = type(self.request).__name__
-            raise EnvelopeError(f"WorkerEnvelope.request must be a ClientRequest, got {got}")
+            raise EnvelopeError(f"request must be a ClientRequest, got {got}")
+        check_rid(self.rid)
 
     @property
     def stream(self) -> bool:
@@ -95,10 +93,7 @@ def to_worker_envelope(request: ClientRequest, *, rid: str) -> WorkerEnvelope:
     the argument when `request` is not a `ClientRequest` (an engine body is
     not one) or `rid` is not a non-empty UTF-8 string.
     """
-    if type(request) is not ClientRequest:
-        raise EnvelopeError(f"request must be a ClientRequest, got {type(request).__name__}")
-    check_rid(rid)
-    return WorkerEnvelope(rid=rid, request=request)
+    return WorkerEnvelope(rid=rid, request=request)  # checked when made
 
 
 def encode_envelope(envelope: WorkerEnvelope) -> bytes:
@@ -142,15 +137,14 @@ def decode_envelope(
     `invalid_envelope` when the envelope itself is malformed, else the code of
     the rule the enclosed request breaks.
     """
-    bounds = (max_body_bytes, max_input_ids, max_json_depth, max_json_items, max_token_id)
-    limits: Limits = DEFAULT_LIMITS
-    if bounds != DEFAULT_LIMITS:
-        limits = make_limits(**dict(zip(Limits._fields, bounds)))
-    data = _envelope_bytes(data, limits.max_body_bytes)
+    limits = make_limits(
+        max_body_bytes, max_input_ids, max_json_depth, max_json_items, max_token_id
+    )
+    wire_bytes = _envelope_bytes(data, limits.max_body_bytes)
     try:
-        wire = _wire_decoder.decode(data)
+        wire = _wire_decoder.decode(wire_bytes)
     except DECODE_ERRORS as error:
-        raise _envelope_error(error, data) from None
+        raise _envelope_error(error, wire_bytes) from None
     if not _is_utf8(wire.rid):
         raise reject("invalid_envelope", detail="rid must be valid UTF-8")
     request = decode_with_limits(wire.request, limits)

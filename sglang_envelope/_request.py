@@ -67,9 +67,9 @@ class Watermark(
 ):
     """`sampling_params.watermark` as SGLang's contract gate accepts it."""
 
-    enabled: bool | None | UnsetType = UNSET
-    key: str | None | UnsetType = UNSET
-    context_window: int | None | UnsetType = UNSET
+    enabled: bool | UnsetType | None = UNSET
+    key: str | UnsetType | None = UNSET
+    context_window: int | UnsetType | None = UNSET
 
 
 class SamplingParams(
@@ -84,34 +84,34 @@ class SamplingParams(
     its unknown-field message lists.
     """
 
-    max_new_tokens: int | None | UnsetType = UNSET
-    stop: StrOrList | None | UnsetType = UNSET
-    stop_token_ids: tuple[int, ...] | None | UnsetType = UNSET
-    stop_regex: StrOrList | None | UnsetType = UNSET
-    temperature: float | None | UnsetType = UNSET
-    top_p: float | None | UnsetType = UNSET
-    top_k: int | None | UnsetType = UNSET
-    min_p: float | None | UnsetType = UNSET
-    frequency_penalty: float | None | UnsetType = UNSET
-    presence_penalty: float | None | UnsetType = UNSET
-    repetition_penalty: float | None | UnsetType = UNSET
-    min_new_tokens: int | None | UnsetType = UNSET
-    n: int | None | UnsetType = UNSET
-    json_schema: str | None | UnsetType = UNSET
-    regex: str | None | UnsetType = UNSET
-    ebnf: str | None | UnsetType = UNSET
-    structural_tag: str | None | UnsetType = UNSET
-    ignore_eos: bool | None | UnsetType = UNSET
-    skip_special_tokens: bool | None | UnsetType = UNSET
-    spaces_between_special_tokens: bool | None | UnsetType = UNSET
-    no_stop_trim: bool | None | UnsetType = UNSET
-    stream_interval: int | None | UnsetType = UNSET
+    max_new_tokens: int | UnsetType | None = UNSET
+    stop: StrOrList | UnsetType | None = UNSET
+    stop_token_ids: tuple[int, ...] | UnsetType | None = UNSET
+    stop_regex: StrOrList | UnsetType | None = UNSET
+    temperature: float | UnsetType | None = UNSET
+    top_p: float | UnsetType | None = UNSET
+    top_k: int | UnsetType | None = UNSET
+    min_p: float | UnsetType | None = UNSET
+    frequency_penalty: float | UnsetType | None = UNSET
+    presence_penalty: float | UnsetType | None = UNSET
+    repetition_penalty: float | UnsetType | None = UNSET
+    min_new_tokens: int | UnsetType | None = UNSET
+    n: int | UnsetType | None = UNSET
+    json_schema: str | UnsetType | None = UNSET
+    regex: str | UnsetType | None = UNSET
+    ebnf: str | UnsetType | None = UNSET
+    structural_tag: str | UnsetType | None = UNSET
+    ignore_eos: bool | UnsetType | None = UNSET
+    skip_special_tokens: bool | UnsetType | None = UNSET
+    spaces_between_special_tokens: bool | UnsetType | None = UNSET
+    no_stop_trim: bool | UnsetType | None = UNSET
+    stream_interval: int | UnsetType | None = UNSET
     logit_bias: Raw | UnsetType = UNSET
-    sampling_seed: int | None | UnsetType = UNSET
+    sampling_seed: int | UnsetType | None = UNSET
     custom_params: Raw | UnsetType = UNSET
-    beam_width: int | None | UnsetType = UNSET
-    watermark: Watermark | None | UnsetType = UNSET
-    choice: tuple[str, ...] | None | UnsetType = UNSET
+    beam_width: int | UnsetType | None = UNSET
+    watermark: Watermark | UnsetType | None = UNSET
+    choice: tuple[str, ...] | UnsetType | None = UNSET
 
 
 class RequestFields(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -121,7 +121,7 @@ class RequestFields(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     input_ids: tuple[TokenId, ...]
     rid: str | None = None
     session_id: str | None = None
-    sampling_params: SamplingParams | None | UnsetType = UNSET
+    sampling_params: SamplingParams | UnsetType | None = UNSET
     stream: bool | None = None
     return_logprob: bool | None = None
     logprob_start_len: int | None = None
@@ -201,7 +201,9 @@ def _check_made(request: ClientRequest) -> ClientRequest:
     try:
         plain = msgspec.to_builtins(request, enc_hook=_raw_to_value)
     except (TypeError, ValueError, OverflowError, RecursionError) as error:
-        raise reject("not_json", detail=f"a field holds a value JSON cannot carry: {error}") from None
+        raise reject(
+            "not_json", detail=f"a field holds a value JSON cannot carry: {error}"
+        ) from None
     return decode_client_request(plain)
 
 
@@ -249,7 +251,9 @@ def check_free_form(raw: Raw, path: str, limits: Limits, *, object_only: bool) -
         try:
             data.decode("utf-8")
         except UnicodeDecodeError:
-            raise reject("invalid_value", path=path, detail="Invalid UTF-8 encoded string") from None
+            raise reject(
+                "invalid_value", path=path, detail="Invalid UTF-8 encoded string"
+            ) from None
     depth = items = 0
     max_depth, max_items = limits.max_json_depth, limits.max_json_items
     for token in _JSON_TOKENS.finditer(data):
@@ -281,11 +285,13 @@ def _check_json_fields(request: RequestFields, limits: Limits) -> None:
         if value is not UNSET:
             check_free_form(value, name, limits, object_only=True)
     params = request.sampling_params
-    if not isinstance(params, SamplingParams):
+    if params is None or params is UNSET:
         return
-    if isinstance(params.custom_params, Raw):
-        check_free_form(params.custom_params, "sampling_params.custom_params", limits, object_only=False)
-    if isinstance(params.logit_bias, Raw):
+    if params.custom_params is not UNSET:
+        check_free_form(
+            params.custom_params, "sampling_params.custom_params", limits, object_only=False
+        )
+    if params.logit_bias is not UNSET:
         check_free_form(params.logit_bias, "sampling_params.logit_bias", limits, object_only=True)
         try:
             _logit_bias.decode(params.logit_bias)
@@ -370,7 +376,7 @@ def _encode_text(body: str) -> bytes:
 
 
 def _encode_mapping(body: Mapping[str, Any]) -> bytes:
-    """A mapping as JSON, refusing what JSON cannot carry (non-string keys, NaN, lone surrogates)."""
+    """A mapping as JSON, refusing what JSON cannot carry (non-str keys, NaN, lone surrogates)."""
     try:
         return json.dumps(body, allow_nan=False, ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:  # UnicodeError is a ValueError
@@ -386,11 +392,13 @@ def check_bound(name: str, bound: object, *, optional: bool = False) -> None:
         raise EnvelopeError(f"{name} must be an integer >= 0, got {got}")
 
 
-def make_limits(**bounds: Any) -> Limits:
-    """The `Limits` for these keyword bounds, each checked (`EnvelopeError` naming it)."""
-    for name, bound in bounds.items():
+def make_limits(*bounds: Any) -> Limits:
+    """The `Limits` for these bounds, in `Limits` order; checked (`EnvelopeError` naming one)."""
+    if bounds == DEFAULT_LIMITS:  # the common call: the defaults need no checking
+        return DEFAULT_LIMITS
+    for name, bound in zip(Limits._fields, bounds, strict=True):
         check_bound(name, bound, optional=name == "max_token_id")
-    return Limits(**bounds)
+    return Limits(*bounds)
 
 
 def decode_with_limits(data: object, limits: Limits) -> ClientRequest:
@@ -409,7 +417,12 @@ def decode_with_limits(data: object, limits: Limits) -> ClientRequest:
     if limits.max_token_id is not None and ids and max(ids) > limits.max_token_id:
         index = next(i for i, token_id in enumerate(ids) if token_id > limits.max_token_id)
         raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id)
-    if not (request.sampling_params is request.session_params is request.watermark is UNSET):
+    params = request.sampling_params
+    if (
+        request.session_params is not UNSET
+        or request.watermark is not UNSET
+        or (params and (params.custom_params is not UNSET or params.logit_bias is not UNSET))
+    ):
         _check_json_fields(request, limits)
     check_request(request)
     return request
@@ -434,7 +447,7 @@ def decode_client_request(
     Raises `RequestRejected` naming the broken rule (`docs/contract.md`), and
     `EnvelopeError` for a bound that is not an integer >= 0.
     """
-    bounds = (max_body_bytes, max_input_ids, max_json_depth, max_json_items, max_token_id)
-    if bounds == DEFAULT_LIMITS:  # the common call: the defaults need no checking
-        return decode_with_limits(body, DEFAULT_LIMITS)
-    return decode_with_limits(body, make_limits(**dict(zip(Limits._fields, bounds))))
+    limits = make_limits(
+        max_body_bytes, max_input_ids, max_json_depth, max_json_items, max_token_id
+    )
+    return decode_with_limits(body, limits)

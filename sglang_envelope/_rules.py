@@ -28,7 +28,7 @@ from msgspec import UNSET
 from sglang_envelope._errors import RequestRejected
 
 if TYPE_CHECKING:
-    from sglang_envelope._request import ClientRequest
+    from sglang_envelope._request import ClientRequest, SamplingParams
 
 __all__ = [
     "DECODE_ERRORS",
@@ -137,19 +137,15 @@ def is_given(value: object) -> bool:
     return value is not UNSET and value != _NULL
 
 
-def _sampling(request: ClientRequest, key: str, default: Any = None) -> Any:
-    params = request.sampling_params
-    if params is None or params is UNSET:
-        return default
-    value = getattr(params, key)
+def _given(value: Any, default: Any) -> Any:
     return default if value is UNSET else value
 
 
-def _n_not_one(r: ClientRequest) -> dict[str, object] | None:
+def _n_not_one(p: SamplingParams) -> dict[str, object] | None:
     # An explicit null is refused too: SGLang's gate reads it as 1, but
     # normalize_batch_and_arguments() then fails on it with a TypeError.
-    n = _sampling(r, "n", 1)
-    return None if n == 1 else {"n": n}
+    n = p.n
+    return None if n is UNSET or n == 1 else {"n": n}
 
 
 #: Keys SGLang's contract gate accepts in `sampling_params` that its engine's
@@ -157,34 +153,27 @@ def _n_not_one(r: ClientRequest) -> dict[str, object] | None:
 UNSUPPORTED_SAMPLING_KEYS = ("choice",)
 
 
-def _unsupported_sampling_key(r: ClientRequest) -> dict[str, object] | None:
-    params = r.sampling_params
-    if params is None or params is UNSET:
-        return None
-    found = [key for key in UNSUPPORTED_SAMPLING_KEYS if getattr(params, key) is not UNSET]
+def _unsupported_sampling_key(p: SamplingParams) -> dict[str, object] | None:
+    found = [key for key in UNSUPPORTED_SAMPLING_KEYS if getattr(p, key) is not UNSET]
     return {"key": found[0]} if found else None
 
 
-def _max_negative(r: ClientRequest) -> dict[str, object] | None:
-    high = _sampling(r, "max_new_tokens")
+def _max_negative(p: SamplingParams) -> dict[str, object] | None:
+    high = _given(p.max_new_tokens, None)
     return {"max_new_tokens": high} if high is not None and high < 0 else None
 
 
-def _min_negative(r: ClientRequest) -> dict[str, object] | None:
-    low = _sampling(r, "min_new_tokens")
+def _min_negative(p: SamplingParams) -> dict[str, object] | None:
+    low = _given(p.min_new_tokens, None)
     return {"min_new_tokens": low} if low is not None and low < 0 else None
 
 
-def _min_over_max(r: ClientRequest) -> dict[str, object] | None:
-    low = _sampling(r, "min_new_tokens")
-    high = _sampling(r, "max_new_tokens", 128)
+def _min_over_max(p: SamplingParams) -> dict[str, object] | None:
+    low = _given(p.min_new_tokens, None)
+    high = _given(p.max_new_tokens, 128)
     if low is None or high is None or low <= high:
         return None
     return {"min_new_tokens": low, "max_new_tokens": high}
-
-
-def _when(condition: Callable[[ClientRequest], bool]) -> Callable[..., dict[str, object] | None]:
-    return lambda r: {} if condition(r) else None
 
 
 class Rule(NamedTuple):
@@ -198,7 +187,8 @@ class Rule(NamedTuple):
     code: str
     field: str | None
     message: str
-    check: Callable[[ClientRequest], dict[str, object] | None] | None = None
+    #: Takes the request, or its `SamplingParams` for a rule on `sampling_params`.
+    check: Callable[[Any], dict[str, object] | None] | None = None
 
 
 #: Every rule, in the order they are applied. `{…}` in a message is filled in.
@@ -232,22 +222,22 @@ RULES: tuple[Rule, ...] = (
     Rule("flat_with_multi_item", "return_flat_raw_top_logprobs",
          "return_flat_raw_top_logprobs does not support multi-item scoring: "
          "delimiter-sparse top logprob rows have no contiguous position mapping.",
-         _when(lambda r: r.return_flat_raw_top_logprobs
-               and r.multi_item_delimiter_indices is not None)),
+         lambda r: {} if (r.return_flat_raw_top_logprobs
+                          and r.multi_item_delimiter_indices is not None) else None),
     Rule("output_flat_with_stream", "return_flat_raw_output_top_logprobs",
          "return_flat_raw_output_top_logprobs is only set on the finished response "
          "and does not support stream=True.",
-         _when(lambda r: r.return_flat_raw_output_top_logprobs and bool(r.stream))),
+         lambda r: {} if (r.return_flat_raw_output_top_logprobs and bool(r.stream)) else None),
     Rule("b64_without_flat", "return_flat_raw_top_logprobs_b64",
          "return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs "
          "or return_flat_raw_output_top_logprobs.",
-         _when(lambda r: r.return_flat_raw_top_logprobs_b64
-               and not (r.return_flat_raw_top_logprobs or r.return_flat_raw_output_top_logprobs))),
+         lambda r: {} if (r.return_flat_raw_top_logprobs_b64 and not (
+             r.return_flat_raw_top_logprobs or r.return_flat_raw_output_top_logprobs)) else None),
     Rule("empty_input_ids", "input_ids", "input_ids cannot be empty.",
-         _when(lambda r: not r.input_ids)),
+         lambda r: {} if (not r.input_ids) else None),
     Rule("session_id_with_session_params", "session_id",
          "session_id and session_params cannot both be set.",
-         _when(lambda r: r.session_id is not None and is_given(r.session_params))),
+         lambda r: {} if (r.session_id is not None and is_given(r.session_params)) else None),
     # Sampling: one sequence a request, and SGLang's SamplingParams.verify() words.
     Rule("parallel_sampling", "sampling_params.n",
          "sampling_params.n must be 1: this endpoint returns one sequence per request, got {n}",
@@ -268,7 +258,16 @@ RULES: tuple[Rule, ...] = (
 )  # fmt: skip
 
 _RULES_BY_CODE = {rule.code: rule for rule in RULES}
-_CHECKED_RULES = tuple(rule for rule in RULES if rule.check is not None)
+
+
+def _on_sampling(rule: Rule) -> bool:
+    """Whether a checked rule is about `sampling_params` (its check takes them)."""
+    return (rule.field or "").startswith("sampling_params.")
+
+
+_CHECKED = [rule for rule in RULES if rule.check is not None]
+_REQUEST_RULES = tuple(rule for rule in _CHECKED if not _on_sampling(rule))
+_SAMPLING_RULES = tuple(rule for rule in _CHECKED if _on_sampling(rule))
 
 
 def reject(code: str, **facts: object) -> RequestRejected:
@@ -280,8 +279,15 @@ def reject(code: str, **facts: object) -> RequestRejected:
 
 def check_request(request: ClientRequest) -> None:
     """Raise `RequestRejected` for the first checked rule `request` breaks."""
-    for rule in _CHECKED_RULES:
+    for rule in _REQUEST_RULES:
         facts = rule.check(request)  # type: ignore[misc]
+        if facts is not None:
+            raise reject(rule.code, **facts)
+    params = request.sampling_params
+    if params is None or params is UNSET:
+        return
+    for rule in _SAMPLING_RULES:
+        facts = rule.check(params)  # type: ignore[misc]
         if facts is not None:
             raise reject(rule.code, **facts)
 

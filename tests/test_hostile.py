@@ -32,6 +32,7 @@ from sglang_envelope import (
     EnvelopeError,
     FlatTopLogprobs,
     RequestRejected,
+    RoleName,
     SseDecoder,
     StreamAggregator,
     WorkerEnvelope,
@@ -363,7 +364,10 @@ def test_cli_bounds(
 # The module files hold random bytes, any JSON value and retyped fields; these
 # add byte-level damage to valid input and Python values JSON cannot produce.
 
-ROLES_AND_BOOTSTRAPS = [("aggregated", None), ("decode", Bootstrap("h", 1, 1))]
+ROLES_AND_BOOTSTRAPS: list[tuple[RoleName, Bootstrap | None]] = [
+    ("aggregated", None),
+    ("decode", Bootstrap("h", 1, 1)),
+]
 RESPONSE_DOCUMENTS = [
     document
     for kind in HOSTILE_KINDS
