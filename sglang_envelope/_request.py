@@ -21,8 +21,9 @@ from __future__ import annotations
 import contextvars
 import json
 import math
+import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
@@ -59,7 +60,6 @@ DEFAULT_MAX_JSON_DEPTH = 32
 DEFAULT_MAX_JSON_ITEMS = 100_000
 
 TokenId = Annotated[int, msgspec.Meta(ge=0, lt=2**32)]
-StrOrList = str | tuple[str, ...]
 
 
 class Watermark(
@@ -79,15 +79,17 @@ class SamplingParams(
 
     A key the client left out is `UNSET` (and left out again when encoded); an
     explicit `null` is None, which SGLang may read differently (a null
-    `max_new_tokens` means no limit). `logit_bias` and `custom_params` are the
-    client's JSON as `msgspec.Raw` bytes. The field order is SGLang's, which
-    its unknown-field message lists.
+    `max_new_tokens` means no limit). Lists and objects (`stop`,
+    `stop_token_ids`, `stop_regex`, `logit_bias`, `custom_params`, `choice`)
+    are the client's JSON as `msgspec.Raw` bytes, checked but never built as
+    Python objects. The field order is SGLang's, which its unknown-field
+    message lists.
     """
 
     max_new_tokens: int | UnsetType | None = UNSET
-    stop: StrOrList | UnsetType | None = UNSET
-    stop_token_ids: tuple[int, ...] | UnsetType | None = UNSET
-    stop_regex: StrOrList | UnsetType | None = UNSET
+    stop: Raw | UnsetType = UNSET
+    stop_token_ids: Raw | UnsetType = UNSET
+    stop_regex: Raw | UnsetType = UNSET
     temperature: float | UnsetType | None = UNSET
     top_p: float | UnsetType | None = UNSET
     top_k: int | UnsetType | None = UNSET
@@ -111,12 +113,17 @@ class SamplingParams(
     custom_params: Raw | UnsetType = UNSET
     beam_width: int | UnsetType | None = UNSET
     watermark: Watermark | UnsetType | None = UNSET
-    choice: tuple[str, ...] | UnsetType | None = UNSET
+    choice: Raw | UnsetType = UNSET
 
 
 class RequestFields(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The `GenerateReqInput` fields a client may set: shared by the client request and
-    the engine body (which are different types: an engine body is not a client request)."""
+    the engine body (which are different types: an engine body is not a client request).
+
+    `input_ids` is a tuple; every other list or object is the client's JSON as
+    `msgspec.Raw` bytes (`msgspec.json.decode(raw)` gives the value), checked
+    but never built as Python objects, so its cost stays that of its bytes.
+    """
 
     input_ids: tuple[TokenId, ...]
     rid: str | None = None
@@ -126,7 +133,7 @@ class RequestFields(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     return_logprob: bool | None = None
     logprob_start_len: int | None = None
     top_logprobs_num: int | None = None
-    token_ids_logprob: tuple[int, ...] | None = None
+    token_ids_logprob: Raw | UnsetType = UNSET
     return_text_in_logprobs: bool | None = None
     return_flat_raw_top_logprobs: bool = False
     return_flat_raw_output_top_logprobs: bool = False
@@ -139,7 +146,6 @@ class RequestFields(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     return_indexer_topk: bool = False
     return_entropy: bool = False
     return_prompt_token_ids: bool = False
-    #: A JSON object (free-form), as the client's bytes.
     session_params: Raw | UnsetType = UNSET
     lora_path: str | None = None
     custom_logit_processor: str | None = None
@@ -150,10 +156,9 @@ class RequestFields(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     extra_key: str | None = None
     cache_salt: str | None = None
     no_logs: bool = False
-    #: A JSON object (free-form), as the client's bytes.
     watermark: Raw | UnsetType = UNSET
-    multi_item_delimiter_indices: tuple[int, ...] | None = None
-    token_indices_to_pool: tuple[int, ...] | None = None
+    multi_item_delimiter_indices: Raw | UnsetType = UNSET
+    token_indices_to_pool: Raw | UnsetType = UNSET
 
 
 class Limits(NamedTuple):
@@ -209,25 +214,40 @@ def _check_made(request: ClientRequest) -> ClientRequest:
 
 # --- free-form JSON -------------------------------------------------------------
 
-#: A string (skipped whole), an opening bracket, a closing bracket, a comma, or a number
-#: that may be out of range (an exponent, or 16 characters and more).
-_JSON_TOKENS = re.compile(
-    rb'"[^"\\]*(?:\\.[^"\\]*)*"|([\[{])|([\]}])|(,)'
-    rb"|(-?\d[\d.]{15,}[\d.eE+-]*|-?\d[\d.]*[eE][\d.eE+-]*)"
-)
-_OPEN, _CLOSE, _COMMA, _NUMBER = 1, 2, 3, 4
+#: The tokens of well-formed JSON whose escaped quotes and backslashes are removed: a
+#: string, an opening bracket, a closing one, a comma, a colon, or a scalar. No group
+#: repeats, so matching keeps no state per character.
+_TOKENS = re.compile(rb'("[^"]*")|([\[{])|([\]}])|(,)|(:)|([^ \t\n\r"\[\]{},:]+)')
+_STR, _OPEN, _CLOSE, _COMMA, _COLON, _SCALAR = 1, 2, 3, 4, 5, 6
 #: msgspec, SGLang's JSON reader, refuses integers longer than this.
 _MAX_INT_DIGITS = 4300
 #: What a JSON value's first byte says it is.
 _JSON_KINDS = {ord("{"): "object", ord("["): "array", ord('"'): "str", ord("t"): "bool"}
 _JSON_KINDS |= {ord("f"): "bool", ord("n"): "null"}
+_WHITESPACE = b" \t\n\r"
+_NUMBER_START = frozenset(b"-0123456789")
 
 
 def _kind(data: bytes) -> str:
     return _JSON_KINDS.get(data[0], "number") if data else "nothing"
 
 
+def _tokens(data: bytes) -> Iterator[re.Match[bytes]]:
+    return _TOKENS.finditer(data.replace(b"\\\\", b"").replace(b'\\"', b""))
+
+
+def _check_utf8(data: bytes, path: str) -> None:
+    if not data.isascii():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            detail = "Invalid UTF-8 encoded string"
+            raise reject("invalid_value", path=path, detail=detail) from None
+
+
 def _number_in_range(text: bytes) -> bool:
+    if len(text) < 16 and b"e" not in text and b"E" not in text:
+        return True
     if text.lstrip(b"-").isdigit():
         return len(text.lstrip(b"-")) <= _MAX_INT_DIGITS
     try:
@@ -236,67 +256,161 @@ def _number_in_range(text: bytes) -> bool:
         return False
 
 
+class _Shape(NamedTuple):
+    """What a scanned value may hold beyond its outermost container."""
+
+    nested: bool  # containers inside it
+    scalars: bool  # numbers, true, false, null
+    string_values: bool  # strings as values (not only as keys)
+
+
+_FREE_FORM = _Shape(nested=True, scalars=True, string_values=True)
+_STRINGS = _Shape(nested=False, scalars=False, string_values=True)
+_NUMBERS_BY_KEY = _Shape(nested=False, scalars=True, string_values=False)
+
+
+def _scan(data: bytes, path: str, limits: Limits, shape: _Shape) -> bool:
+    """Scan well-formed JSON bytes without building them: False when they do not have
+    `shape`; `RequestRejected` past a bound or for a number out of range.
+
+    Stops at the first bound passed, so the work is bounded by the bounds.
+    """
+    depth = items = 0
+    after_colon = False
+    max_depth, max_items = limits.max_json_depth, limits.max_json_items
+    for token in _tokens(data):
+        which = token.lastindex
+        if which == _STR:
+            if after_colon and not shape.string_values:
+                return False
+        elif which == _SCALAR:
+            if not shape.scalars:
+                return False
+            text = token[_SCALAR]
+            if text[0] in _NUMBER_START:
+                if not _number_in_range(text):
+                    raise reject("invalid_value", path=path, detail="Number out of range")
+            elif not shape.string_values:  # true, false, null where a number goes
+                return False
+        elif which == _CLOSE:
+            depth -= 1
+        elif which != _COLON:  # an opening bracket, or a comma
+            items += 1
+            if items > max_items:
+                raise reject("json_too_many_items", path=path, limit=max_items)
+            if which == _OPEN:
+                depth += 1
+                if depth > 1 and not shape.nested:
+                    return False
+                if depth > max_depth:
+                    raise reject("json_too_deep", path=path, limit=max_depth)
+        after_colon = which == _COLON
+    return True
+
+
 def check_free_form(raw: Raw, path: str, limits: Limits, *, object_only: bool) -> None:
     """Refuse a free-form value nested deeper or holding more items than `limits` allow,
-    or holding what JSON readers refuse (invalid UTF-8, numbers out of range).
-
-    Scans the value's bytes (well-formed JSON, as msgspec found) without
-    building it, and stops at the first bound passed, so the cost is bounded
-    by the bounds.
-    """
+    or holding what JSON readers refuse (invalid UTF-8, numbers out of range)."""
     data = bytes(raw)
     if object_only and (kind := _kind(data)) not in ("object", "null"):
         raise reject("wrong_type", path=path, expected="object | null", got=kind)
-    if not data.isascii():
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise reject(
-                "invalid_value", path=path, detail="Invalid UTF-8 encoded string"
-            ) from None
-    depth = items = 0
-    max_depth, max_items = limits.max_json_depth, limits.max_json_items
-    for token in _JSON_TOKENS.finditer(data):
-        which = token.lastindex
-        if which is None:
-            continue
-        if which == _CLOSE:
-            depth -= 1
-            continue
-        if which == _NUMBER:
-            if not _number_in_range(token[_NUMBER]):
-                raise reject("invalid_value", path=path, detail="Number out of range")
-            continue
-        items += 1
-        if items > max_items:
-            raise reject("json_too_many_items", path=path, limit=max_items)
-        if which == _OPEN:
-            depth += 1
-            if depth > max_depth:
-                raise reject("json_too_deep", path=path, limit=max_depth)
+    _check_utf8(data, path)
+    _scan(data, path, limits, _FREE_FORM)
 
 
-_logit_bias = msgspec.json.Decoder(dict[str, float])
+# Shapes, matched on well-formed JSON bytes without building them.
+_LONG_INT = re.compile(rb"\d{19}")
 
 
-def _check_json_fields(request: RequestFields, limits: Limits) -> None:
-    for name in ("session_params", "watermark"):
-        value = getattr(request, name)
-        if value is not UNSET:
-            check_free_form(value, name, limits, object_only=True)
+def _int_array(data: bytes, path: str, limits: Limits) -> bool:
+    """An array of integers of at most 18 digits: nothing else is left once the
+    characters they are made of are deleted (`bytes.translate`, no Python loop)."""
+    if data.translate(None, b"0123456789-," + _WHITESPACE) != b"[]":
+        return False
+    return _LONG_INT.search(data) is None
+
+
+def _str_array(data: bytes, path: str, limits: Limits) -> bool:
+    return data[:1] == b"[" and _scan(data, path, limits, _STRINGS)
+
+
+def _str_or_array(data: bytes, path: str, limits: Limits) -> bool:
+    return data[:1] == b'"' or _str_array(data, path, limits)
+
+
+def _number_object(data: bytes, path: str, limits: Limits) -> bool:
+    return data[:1] == b"{" and _scan(data, path, limits, _NUMBERS_BY_KEY)
+
+
+class RawField(NamedTuple):
+    """A field held as the client's JSON bytes, and how it is checked.
+
+    `shape` is the JSON the field takes, matched on the bytes without building
+    them (None: free-form, bounded by depth and items instead); a value that
+    does not match is decoded as `typed` for msgspec's own verdict (and taken
+    when msgspec accepts it, as with an integer of 19 digits or more).
+    """
+
+    path: str
+    shape: Callable[[bytes, str, Limits], bool] | None
+    typed: Any
+    objects_only: bool = False
+
+
+#: Every `RawField` of the request, then of its `sampling_params`.
+REQUEST_RAW_FIELDS = (
+    RawField("token_ids_logprob", _int_array, tuple[int, ...] | None),
+    RawField("session_params", None, dict[str, Any] | None, objects_only=True),
+    RawField("watermark", None, dict[str, Any] | None, objects_only=True),
+    RawField("multi_item_delimiter_indices", _int_array, tuple[int, ...] | None),
+    RawField("token_indices_to_pool", _int_array, tuple[int, ...] | None),
+)
+SAMPLING_RAW_FIELDS = (
+    RawField("stop", _str_or_array, str | tuple[str, ...] | None),
+    RawField("stop_token_ids", _int_array, tuple[int, ...] | None),
+    RawField("stop_regex", _str_or_array, str | tuple[str, ...] | None),
+    RawField("logit_bias", _number_object, dict[str, float] | None),
+    RawField("custom_params", None, Any),
+    RawField("choice", _str_array, tuple[str, ...] | None),
+)
+
+
+def _check_raw(field: RawField, raw: Raw, prefix: str, limits: Limits) -> None:
+    path = prefix + field.path
+    if field.shape is None:
+        check_free_form(raw, path, limits, object_only=field.objects_only)
+        return
+    data = bytes(raw)
+    if data == b"null" or field.shape(data, path, limits):
+        _check_utf8(data, path)
+        return
+    try:
+        msgspec.json.decode(data, type=field.typed)
+    except DECODE_ERRORS as error:
+        raise translate_validation_error(error, prefix=path) from None
+
+
+_request_raw = operator.attrgetter(*(field.path for field in REQUEST_RAW_FIELDS))
+_sampling_raw = operator.attrgetter(*(field.path for field in SAMPLING_RAW_FIELDS))
+_NONE_GIVEN = (UNSET,) * len(REQUEST_RAW_FIELDS)
+_NONE_GIVEN_IN_SAMPLING = (UNSET,) * len(SAMPLING_RAW_FIELDS)
+
+
+def check_raw_fields(request: RequestFields, limits: Limits) -> None:
+    """Check every field held as JSON bytes against its shape or its bounds."""
+    values = _request_raw(request)
+    if values != _NONE_GIVEN:
+        for field, raw in zip(REQUEST_RAW_FIELDS, values, strict=True):
+            if raw is not UNSET:
+                _check_raw(field, raw, "", limits)
     params = request.sampling_params
     if params is None or params is UNSET:
         return
-    if params.custom_params is not UNSET:
-        check_free_form(
-            params.custom_params, "sampling_params.custom_params", limits, object_only=False
-        )
-    if params.logit_bias is not UNSET:
-        check_free_form(params.logit_bias, "sampling_params.logit_bias", limits, object_only=True)
-        try:
-            _logit_bias.decode(params.logit_bias)
-        except DECODE_ERRORS as error:
-            raise translate_validation_error(error, prefix="sampling_params.logit_bias") from None
+    values = _sampling_raw(params)
+    if values != _NONE_GIVEN_IN_SAMPLING:
+        for field, raw in zip(SAMPLING_RAW_FIELDS, values, strict=True):
+            if raw is not UNSET:
+                _check_raw(field, raw, "sampling_params.", limits)
 
 
 # --- decoding -------------------------------------------------------------------
@@ -417,13 +531,7 @@ def decode_with_limits(data: object, limits: Limits) -> ClientRequest:
     if limits.max_token_id is not None and ids and max(ids) > limits.max_token_id:
         index = next(i for i, token_id in enumerate(ids) if token_id > limits.max_token_id)
         raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id)
-    params = request.sampling_params
-    if (
-        request.session_params is not UNSET
-        or request.watermark is not UNSET
-        or (params and (params.custom_params is not UNSET or params.logit_bias is not UNSET))
-    ):
-        _check_json_fields(request, limits)
+    check_raw_fields(request, limits)
     check_request(request)
     return request
 

@@ -223,7 +223,7 @@ RULES: tuple[Rule, ...] = (
          "return_flat_raw_top_logprobs does not support multi-item scoring: "
          "delimiter-sparse top logprob rows have no contiguous position mapping.",
          lambda r: {} if (r.return_flat_raw_top_logprobs
-                          and r.multi_item_delimiter_indices is not None) else None),
+                          and is_given(r.multi_item_delimiter_indices)) else None),
     Rule("output_flat_with_stream", "return_flat_raw_output_top_logprobs",
          "return_flat_raw_output_top_logprobs is only set on the finished response "
          "and does not support stream=True.",
@@ -366,7 +366,11 @@ def translate_validation_error(
     assert match is not None  # the pattern matches any text
     what = match["what"]
     raw_path = (match["path"] or "$").removeprefix("$").removeprefix(".")
-    path = ".".join(part for part in (prefix, raw_path) if part)
+    path = (
+        prefix + raw_path
+        if raw_path.startswith("[")
+        else ".".join(part for part in (prefix, raw_path) if part)
+    )
     if match["key"]:
         return reject("invalid_value", path=path or "body", detail=f"keys must be strings; {what}")
     if _UNKNOWN.match(str(error)):

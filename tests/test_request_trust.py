@@ -176,7 +176,7 @@ def test_frozen_means_frozen() -> None:
     assert request.input_ids == (1, 2, 3)
     # nothing reachable from a request can be changed in place
     assert type(request.input_ids) is tuple
-    assert type(request.sampling_params.stop) is tuple  # type: ignore[union-attr]
+    assert type(request.sampling_params.stop) is msgspec.Raw  # type: ignore[union-attr]
     assert type(request.session_params) is msgspec.Raw
     with pytest.raises(AttributeError):
         request.stream = True  # type: ignore[misc]
