@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -529,3 +530,12 @@ def test_normalize_help_explains_the_role(capsys: Any) -> None:
     text = capsys.readouterr().out
     assert "disaggregated pair" in text
     assert "--max-token-id" in text and "--dp-rank" in text and "--prefill-dp-rank" in text
+
+
+def test_the_request_examples_in_the_api_docs_run() -> None:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text("utf-8")
+    section = text[text.index("## Request side") : text.index("## Response side")]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "docs/api.md", "exec"), {})
