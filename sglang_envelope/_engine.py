@@ -278,6 +278,16 @@ def _dp_rank(role: Role, bootstrap: Bootstrap | None, routing: Routing | None) -
     return rank
 
 
+#: Where each field the roles change sits among the client's fields.
+_FIELD_INDEX = {name: index for index, name in enumerate(RequestFields.__struct_fields__)}
+_RID_AT, _INPUT_IDS_AT = _FIELD_INDEX["rid"], _FIELD_INDEX["input_ids"]
+_STREAM_AT = _FIELD_INDEX["stream"]
+_OUTPUT_FLAT_AT = _FIELD_INDEX["return_flat_raw_output_top_logprobs"]
+_B64_AT = _FIELD_INDEX["return_flat_raw_top_logprobs_b64"]
+_SAMPLING_AT = _FIELD_INDEX["sampling_params"]
+_LORA_PATH_AT, _PRIORITY_AT = _FIELD_INDEX["lora_path"], _FIELD_INDEX["priority"]
+
+
 def _labels_json(labels: Mapping[str, str] | None) -> Raw | None:
     return None if labels is None else Raw(_encoder.encode(dict(labels)))
 
@@ -309,36 +319,36 @@ def build_engine_request(
     if routing is not None and type(routing) is not Routing:
         raise EnvelopeError(f"routing must be a Routing, got {type(routing).__name__}")
     request = envelope.request
-    fields = msgspec.structs.asdict(request)
-    fields["rid"] = envelope.rid
+    # The client's fields in order (an engine body starts with them), then what changes.
+    values = list(msgspec.structs.astuple(request))
+    values[_RID_AT] = envelope.rid
     # The envelope's own ids were checked when it was made; others are checked here.
-    same_ids = input_ids is request.input_ids
-    fields["input_ids"] = request.input_ids if same_ids else _check_input_ids(input_ids)
+    if input_ids is not request.input_ids:
+        values[_INPUT_IDS_AT] = _check_input_ids(input_ids)
     output_flat = request.return_flat_raw_output_top_logprobs
-    fields["stream"] = plan.always_streams or not output_flat
+    values[_STREAM_AT] = plan.always_streams or not output_flat
     if plan.is_prefill:
         prompt_flat = request.return_flat_raw_top_logprobs
-        fields["return_flat_raw_output_top_logprobs"] = False
-        fields["return_flat_raw_top_logprobs_b64"] = (
-            request.return_flat_raw_top_logprobs_b64 and prompt_flat
-        )
-        fields["sampling_params"] = _prefill_sampling(request.sampling_params)
+        values[_OUTPUT_FLAT_AT] = False
+        values[_B64_AT] = request.return_flat_raw_top_logprobs_b64 and prompt_flat
+        values[_SAMPLING_AT] = _prefill_sampling(request.sampling_params)
+    extra: dict[str, Any] = {}
     if bootstrap is not None:
-        fields["bootstrap_host"] = bootstrap.host
-        fields["bootstrap_port"] = bootstrap.port
-        fields["bootstrap_room"] = bootstrap.room
-        fields["disagg_prefill_dp_rank"] = bootstrap.prefill_dp_rank
+        extra["bootstrap_host"] = bootstrap.host
+        extra["bootstrap_port"] = bootstrap.port
+        extra["bootstrap_room"] = bootstrap.room
+        extra["disagg_prefill_dp_rank"] = bootstrap.prefill_dp_rank
     if routing is not None or (plan.is_prefill and bootstrap is not None):
-        fields["routed_dp_rank"] = _dp_rank(role, bootstrap, routing)
+        extra["routed_dp_rank"] = _dp_rank(role, bootstrap, routing)
     if routing is not None:
         if routing.lora_path is not None:
-            fields["lora_path"] = routing.lora_path
+            values[_LORA_PATH_AT] = routing.lora_path
         if routing.priority is not None:
-            fields["priority"] = routing.priority
-        fields["external_trace_header"] = _labels_json(routing.trace_header)
-        fields["custom_labels"] = _labels_json(routing.labels)
+            values[_PRIORITY_AT] = routing.priority
+        extra["external_trace_header"] = _labels_json(routing.trace_header)
+        extra["custom_labels"] = _labels_json(routing.labels)
     _building.on = True
     try:
-        return EngineRequest(role, EngineBody(**fields))
+        return EngineRequest(role, EngineBody(*values, **extra))
     finally:
         _building.on = False

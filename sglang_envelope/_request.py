@@ -116,7 +116,7 @@ class SamplingParams(
     choice: Raw | UnsetType = UNSET
 
 
-class RequestFields(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class RequestFields(msgspec.Struct, frozen=True, omit_defaults=True):
     """The `GenerateReqInput` fields a client may set: shared by the client request and
     the engine body (which are different types: an engine body is not a client request).
 

@@ -266,8 +266,8 @@ def _on_sampling(rule: Rule) -> bool:
 
 
 _CHECKED = [rule for rule in RULES if rule.check is not None]
-_REQUEST_RULES = tuple(rule for rule in _CHECKED if not _on_sampling(rule))
-_SAMPLING_RULES = tuple(rule for rule in _CHECKED if _on_sampling(rule))
+_REQUEST_CHECKS = tuple((rule.code, rule.check) for rule in _CHECKED if not _on_sampling(rule))
+_SAMPLING_CHECKS = tuple((rule.code, rule.check) for rule in _CHECKED if _on_sampling(rule))
 
 
 def reject(code: str, **facts: object) -> RequestRejected:
@@ -279,17 +279,17 @@ def reject(code: str, **facts: object) -> RequestRejected:
 
 def check_request(request: ClientRequest) -> None:
     """Raise `RequestRejected` for the first checked rule `request` breaks."""
-    for rule in _REQUEST_RULES:
-        facts = rule.check(request)  # type: ignore[misc]
+    for code, check in _REQUEST_CHECKS:
+        facts = check(request)  # type: ignore[misc]
         if facts is not None:
-            raise reject(rule.code, **facts)
+            raise reject(code, **facts)
     params = request.sampling_params
     if params is None or params is UNSET:
         return
-    for rule in _SAMPLING_RULES:
-        facts = rule.check(params)  # type: ignore[misc]
+    for code, check in _SAMPLING_CHECKS:
+        facts = check(params)  # type: ignore[misc]
         if facts is not None:
-            raise reject(rule.code, **facts)
+            raise reject(code, **facts)
 
 
 # msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level. The
