@@ -430,34 +430,48 @@ def json_size(data: object) -> int | None:
     return None
 
 
+_CONTAINERS = (Mapping, list, tuple)
+
+
+def _containers_in(value: Any) -> list[Any]:
+    """The containers among a list's items, or a mapping's values, and strings' lengths."""
+    items = value.values() if isinstance(value, Mapping) else value
+    if not any(issubclass(kind, _CONTAINERS) for kind in set(map(type, items))):
+        return []
+    return [item for item in items if isinstance(item, _CONTAINERS)]
+
+
 def _mapping_at_most(body: Mapping[str, Any], limit: int) -> bool:
     """False when `body` as JSON would be longer than `limit` bytes, counted before encoding.
 
-    A lower bound of the encoded size is summed over the values as JSON would
-    repeat them (a list held twice counts twice), and the walk stops at the limit.
+    A lower bound of the encoded size (two bytes a value, plus each key) is
+    computed once for each container, however often JSON would repeat it (a
+    list held twice counts twice, but is walked once); a cycle counts as
+    endless. The work is that of walking the body's own objects, not their
+    JSON, and a list holding no containers is counted without a Python loop.
     """
-    budget = limit
-    stack: list[Any] = [body]
+    sizes: dict[int, int] = {}  # by id(): the lower bound of each container done
+    pending: set[int] = set()  # containers being walked: met again, a cycle
+    stack: list[tuple[Any, list[Any] | None]] = [(body, None)]
     while stack:
-        value = stack.pop()
-        kind = type(value)
-        if kind is str:
-            budget -= len(value) + 3
-        elif kind is dict or isinstance(value, Mapping):
-            budget -= len(value) + 1
-            for key, item in value.items():
-                budget -= len(key) + 3 if isinstance(key, str) else 1
-                stack.append(item)
-        elif kind is list or kind is tuple:
-            budget -= len(value) + 1
-            stack.extend(value)
-        elif kind is int:
-            budget -= value.bit_length() // 4 + 1
-        else:
-            budget -= 1
-        if budget < 0:
-            return False
-    return True
+        value, children = stack.pop()
+        key = id(value)
+        if children is None:  # first visit: walk the containers inside first
+            if key in sizes:
+                continue
+            if key in pending:
+                return False
+            pending.add(key)
+            children = _containers_in(value)
+            stack.append((value, children))
+            stack.extend((child, None) for child in children)
+            continue
+        pending.discard(key)
+        size = 2 * len(value) + 2
+        if isinstance(value, Mapping):
+            size += sum(len(k) + 1 if isinstance(k, str) else 1 for k in value)
+        sizes[key] = min(limit + 1, size + sum(sizes.get(id(c), 0) for c in children))
+    return sizes[id(body)] <= limit
 
 
 def _as_json(body: object, limit: int) -> bytes | bytearray | memoryview | Raw:

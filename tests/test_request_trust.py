@@ -409,6 +409,20 @@ def test_a_mapping_is_bounded_before_it_is_encoded() -> None:
     assert caught.value.code == "body_too_large"
 
 
+def test_a_mapping_is_walked_once_per_object_not_per_repetition() -> None:
+    shared: list[Any] = [1] * 8
+    for _ in range(200):  # 2**200 values as JSON, 201 lists in memory: walked as 201
+        shared = [shared, shared]
+    with pytest.raises(RequestRejected) as caught:
+        decode_client_request({"input_ids": [1], "session_params": {"a": shared}})
+    assert caught.value.code == "body_too_large"
+    endless: list[Any] = [1]
+    endless.append(endless)
+    with pytest.raises(RequestRejected) as caught:
+        decode_client_request({"input_ids": [1], "session_params": {"a": endless}})
+    assert caught.value.code == "body_too_large"
+
+
 def test_text_is_bounded_before_it_is_encoded() -> None:
     with pytest.raises(RequestRejected, match="the limit is 10"):
         decode_client_request(" " * 11, max_body_bytes=10)
