@@ -209,6 +209,10 @@ class EngineRequest(msgspec.Struct, frozen=True):
         if not getattr(_building, "on", False):
             raise EnvelopeError("an EngineRequest is made only by build_engine_request")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled and copied as what it is: a request already built."""
+        return (_made, (self.role, self.body))
+
     @property
     def rid(self) -> str:
         """The request id SGLang will know this request by."""
@@ -232,6 +236,15 @@ class EngineRequest(msgspec.Struct, frozen=True):
     def to_json(self) -> bytes:
         """The HTTP body for `POST /generate`."""
         return _encoder.encode(self.body)
+
+
+def _made(role: Role, body: EngineBody) -> EngineRequest:
+    """An `EngineRequest` of a body built before (an unpickled or copied one)."""
+    _building.on = True
+    try:
+        return EngineRequest(role, body)
+    finally:
+        _building.on = False
 
 
 def _prefill_sampling(sampling: SamplingParams | Any | None) -> SamplingParams:
@@ -347,8 +360,4 @@ def build_engine_request(
             values[_PRIORITY_AT] = routing.priority
         extra["external_trace_header"] = _labels_json(routing.trace_header)
         extra["custom_labels"] = _labels_json(routing.labels)
-    _building.on = True
-    try:
-        return EngineRequest(role, EngineBody(*values, **extra))
-    finally:
-        _building.on = False
+    return _made(role, EngineBody(*values, **extra))

@@ -553,3 +553,15 @@ def test_the_request_examples_in_the_api_docs_run() -> None:
     assert blocks
     for block in blocks:
         exec(compile(block, "docs/api.md", "exec"), {})
+
+
+def test_what_is_built_survives_pickle_and_copy() -> None:
+    import copy
+    import pickle
+
+    envelope = _envelope({**OUTPUT_FLAT, "session_params": {"id": "s"}})
+    engine = _build(envelope, Role.PREFILL, routing=Routing(labels={"a": "b"}))
+    for value in (envelope, envelope.request, engine):
+        assert pickle.loads(pickle.dumps(value)) == value
+        assert copy.deepcopy(value) == value
+    assert pickle.loads(pickle.dumps(engine)).to_json() == engine.to_json()
