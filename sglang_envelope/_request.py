@@ -34,6 +34,7 @@ from sglang_envelope._rules import (
     DECODE_ERRORS,
     KNOWN_FIELDS,
     check_request,
+    prepare_checks,
     reject,
     translate_validation_error,
 )
@@ -419,6 +420,10 @@ _decoder = msgspec.json.Decoder(ClientRequest)
 KNOWN_FIELDS[""] = frozenset(ClientRequest.__struct_fields__)
 KNOWN_FIELDS["sampling_params"] = frozenset(SamplingParams.__struct_fields__)
 KNOWN_FIELDS["sampling_params.watermark"] = frozenset(Watermark.__struct_fields__)
+prepare_checks(
+    {field.name: field.default for field in msgspec.structs.fields(ClientRequest)},
+    {field.name: field.default for field in msgspec.structs.fields(SamplingParams)},
+)
 
 
 def json_size(data: object) -> int | None:

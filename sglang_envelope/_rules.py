@@ -18,6 +18,7 @@ whether the frontend or the engine refused it.
 from __future__ import annotations
 
 import difflib
+import operator
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -41,6 +42,7 @@ __all__ = [
     "check_request",
     "first_unknown_key",
     "is_given",
+    "prepare_checks",
     "reject",
     "translate_validation_error",
 ]
@@ -189,6 +191,9 @@ class Rule(NamedTuple):
     message: str
     #: Takes the request, or its `SamplingParams` for a rule on `sampling_params`.
     check: Callable[[Any], dict[str, object] | None] | None = None
+    #: A field the check reads that must differ from its default for the rule to be
+    #: broken: while it holds its default, the check is skipped.
+    when: str | None = None
 
 
 #: Every rule, in the order they are applied. `{…}` in a message is filled in.
@@ -223,38 +228,42 @@ RULES: tuple[Rule, ...] = (
          "return_flat_raw_top_logprobs does not support multi-item scoring: "
          "delimiter-sparse top logprob rows have no contiguous position mapping.",
          lambda r: {} if (r.return_flat_raw_top_logprobs
-                          and is_given(r.multi_item_delimiter_indices)) else None),
+                          and is_given(r.multi_item_delimiter_indices)) else None,
+         when="return_flat_raw_top_logprobs"),
     Rule("output_flat_with_stream", "return_flat_raw_output_top_logprobs",
          "return_flat_raw_output_top_logprobs is only set on the finished response "
          "and does not support stream=True.",
-         lambda r: {} if (r.return_flat_raw_output_top_logprobs and bool(r.stream)) else None),
+         lambda r: {} if (r.return_flat_raw_output_top_logprobs and bool(r.stream)) else None,
+         when="return_flat_raw_output_top_logprobs"),
     Rule("b64_without_flat", "return_flat_raw_top_logprobs_b64",
          "return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs "
          "or return_flat_raw_output_top_logprobs.",
          lambda r: {} if (r.return_flat_raw_top_logprobs_b64 and not (
-             r.return_flat_raw_top_logprobs or r.return_flat_raw_output_top_logprobs)) else None),
+             r.return_flat_raw_top_logprobs or r.return_flat_raw_output_top_logprobs)) else None,
+         when="return_flat_raw_top_logprobs_b64"),
     Rule("empty_input_ids", "input_ids", "input_ids cannot be empty.",
          lambda r: {} if (not r.input_ids) else None),
     Rule("session_id_with_session_params", "session_id",
          "session_id and session_params cannot both be set.",
-         lambda r: {} if (r.session_id is not None and is_given(r.session_params)) else None),
+         lambda r: {} if (r.session_id is not None and is_given(r.session_params)) else None,
+         when="session_id"),
     # Sampling: one sequence a request, and SGLang's SamplingParams.verify() words.
     Rule("parallel_sampling", "sampling_params.n",
          "sampling_params.n must be 1: this endpoint returns one sequence per request, got {n}",
-         _n_not_one),
+         _n_not_one, when="n"),
     Rule("unsupported_sampling_param", "sampling_params.{key}",
          "sampling_params.{key} passes SGLang 0.5.23's contract gate "
          "but its engine has no such sampling parameter",
-         _unsupported_sampling_key),
+         _unsupported_sampling_key, when="choice"),
     Rule("max_new_tokens_negative", "sampling_params.max_new_tokens",
          "max_new_tokens must be at least 0, got {max_new_tokens}.",
-         _max_negative),
+         _max_negative, when="max_new_tokens"),
     Rule("min_new_tokens_negative", "sampling_params.min_new_tokens",
          "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}.",
-         _min_negative),
+         _min_negative, when="min_new_tokens"),
     Rule("min_new_tokens_over_max", "sampling_params.min_new_tokens",
          "min_new_tokens must be in [0, max_new_tokens({max_new_tokens})], got {min_new_tokens}.",
-         _min_over_max),
+         _min_over_max, when="min_new_tokens"),
 )  # fmt: skip
 
 _RULES_BY_CODE = {rule.code: rule for rule in RULES}
@@ -265,9 +274,62 @@ def _on_sampling(rule: Rule) -> bool:
     return (rule.field or "").startswith("sampling_params.")
 
 
-_CHECKED = [rule for rule in RULES if rule.check is not None]
-_REQUEST_CHECKS = tuple((rule.code, rule.check) for rule in _CHECKED if not _on_sampling(rule))
-_SAMPLING_CHECKS = tuple((rule.code, rule.check) for rule in _CHECKED if _on_sampling(rule))
+_Check = Callable[[Any], "dict[str, object] | None"]
+
+
+class _Checks(NamedTuple):
+    """The checked rules of one scope, in order, and the fields that guard them."""
+
+    #: (code, check, index of its guarding field or None), every checked rule.
+    rules: tuple[tuple[str, _Check, int | None], ...]
+    #: (code, check) of the rules no field guards: all that can break while every
+    #: guarding field holds its default.
+    unguarded: tuple[tuple[str, _Check], ...]
+    guards: Callable[[Any], tuple[Any, ...]]  # the guarding fields' values, at once
+    defaults: tuple[Any, ...]  # their defaults
+
+
+def _checks(rules: list[Rule], defaults: Mapping[str, Any]) -> _Checks:
+    guards = sorted({rule.when for rule in rules if rule.when})
+    entries = tuple(
+        (rule.code, rule.check, guards.index(rule.when) if rule.when else None)
+        for rule in rules
+        if rule.check is not None
+    )
+    unguarded = tuple((code, check) for code, check, at in entries if at is None)
+    names = guards if len(guards) > 1 else guards * 2  # so that the getter gives a tuple
+    getter = operator.attrgetter(*names)
+    return _Checks(entries, unguarded, getter, tuple(defaults[name] for name in names))
+
+
+_CHECKS: dict[bool, _Checks] = {}  # by `_on_sampling`; made by `prepare_checks`
+
+
+def prepare_checks(
+    request_defaults: Mapping[str, Any], sampling_defaults: Mapping[str, Any]
+) -> None:
+    """Group the checked rules by scope, given the field defaults of the request types."""
+    for on_sampling, defaults in ((False, request_defaults), (True, sampling_defaults)):
+        scoped = [rule for rule in RULES if rule.check and _on_sampling(rule) is on_sampling]
+        _CHECKS[on_sampling] = _checks(scoped, defaults)
+
+
+def _run(checks: _Checks, value: Any) -> None:
+    """Raise `RequestRejected` for the first rule of `checks` that `value` breaks."""
+    guards = checks.guards(value)
+    if guards == checks.defaults:  # no guarded rule can be broken
+        for code, check in checks.unguarded:
+            facts = check(value)
+            if facts is not None:
+                raise reject(code, **facts)
+        return
+    defaults = checks.defaults
+    for code, check, at in checks.rules:
+        if at is not None and guards[at] == defaults[at]:
+            continue
+        facts = check(value)
+        if facts is not None:
+            raise reject(code, **facts)
 
 
 def reject(code: str, **facts: object) -> RequestRejected:
@@ -279,17 +341,10 @@ def reject(code: str, **facts: object) -> RequestRejected:
 
 def check_request(request: ClientRequest) -> None:
     """Raise `RequestRejected` for the first checked rule `request` breaks."""
-    for code, check in _REQUEST_CHECKS:
-        facts = check(request)  # type: ignore[misc]
-        if facts is not None:
-            raise reject(code, **facts)
+    _run(_CHECKS[False], request)
     params = request.sampling_params
-    if params is None or params is UNSET:
-        return
-    for code, check in _SAMPLING_CHECKS:
-        facts = check(params)  # type: ignore[misc]
-        if facts is not None:
-            raise reject(code, **facts)
+    if params is not None and params is not UNSET:
+        _run(_CHECKS[True], params)
 
 
 # msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level. The
