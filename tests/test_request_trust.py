@@ -398,6 +398,9 @@ def test_a_memoryview_is_bounded_by_its_bytes() -> None:
     assert len(data) == 4
     with pytest.raises(RequestRejected, match="request body is 32 bytes; the limit is 20"):
         decode_client_request(data, max_body_bytes=20)  # type: ignore[arg-type]
+    wire = memoryview(b'{"rid": "r", "request": {"input_ids": [1]}}' + b" " * 5).cast("Q")
+    with pytest.raises(RequestRejected, match="request body is 48 bytes; the limit is 40"):
+        decode_envelope(wire, max_body_bytes=40)  # type: ignore[arg-type]
 
 
 def test_a_mapping_is_bounded_before_it_is_encoded() -> None:
