@@ -207,6 +207,21 @@ SAMPLING_SPECIALS: tuple[Body, ...] = (
     {"beam_width": None},
     {"beam_width": 2, "n": 1},
     {"watermark": None, "logit_bias": None, "choice": None, "custom_params": None},
+    # each key the engine takes, alone, and the other form of those with two
+    *({key: value} for key, value in SAMPLING_KNOWN_KEYS.items() if key not in ("n", "choice")),
+    {"stop": "</s>"},
+    {"stop_regex": "a+"},
+    {"stop": []},
+    {"stop_token_ids": []},
+    {"logit_bias": {}},
+    # custom_params takes any JSON value
+    {"custom_params": False},
+    {"custom_params": 3},
+    {"custom_params": -2.5},
+    {"custom_params": "x"},
+    {"custom_params": [1, {"a": None}]},
+    # every key SGLang's engine takes, null
+    {key: None for key in SAMPLING_KNOWN_KEYS if key not in ("n", "choice")},
     {"max_new_tokens": 2**40},
     # Accepted by every check before the tokenizer manager; SamplingParams.verify refuses them.
     {"temperature": -1.0},
@@ -259,6 +274,9 @@ OPTIONAL_FIELDS: tuple[tuple[str, Any], ...] = (
     ("multi_item_delimiter_indices", [1, 3]),
     ("token_indices_to_pool", [0, 2]),
     ("token_ids_logprob", [5, 6]),
+    ("token_ids_logprob", None),
+    ("token_indices_to_pool", None),
+    ("multi_item_delimiter_indices", None),
     ("token_ids_logprob", []),
     ("logprob_start_len", -1),
     ("logprob_start_len", 0),

@@ -238,6 +238,7 @@ LATER_SAMPLING_REFUSALS: dict[str, str] = {
     "top_p must be": "Range checks of SamplingParams.verify() are left to SGLang.",
     "top_k must be": "Range checks of SamplingParams.verify() are left to SGLang.",
     "beam_width must be at least 1": "Range checks are left to SGLang.",
+    "watermark key must contain only hex digits": "Value checks of watermark are left to SGLang.",
 }
 
 _GAPS = {_key(known.body) for known in KNOWN_GAPS}

@@ -191,11 +191,56 @@ def _wire_equivalent(request: ClientRequest) -> ClientRequest:
     return decode_client_request(msgspec.json.encode(request))
 
 
+def _json_kind(value: Any) -> str:
+    return type(value).__name__
+
+
+def _sglang_accepted_kinds() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """The JSON kind of every key, and of every `sampling_params` key, in the engine
+    requests SGLang 0.5.23 accepted (the fixture's replayed verdicts)."""
+    top: dict[str, set[str]] = {}
+    sampling: dict[str, set[str]] = {}
+    for case in CASES:
+        for entry in case.get("engine", ()):
+            verdicts = entry["sglang"]
+            if not (verdicts["normalize"]["ok"] and verdicts["gate"]["ok"]):
+                continue
+            for key, value in entry["request"].items():
+                top.setdefault(key, set()).add(_json_kind(value))
+            for key, value in (entry["request"].get("sampling_params") or {}).items():
+                sampling.setdefault(key, set()).add(_json_kind(value))
+    return top, sampling
+
+
+ACCEPTED_KINDS, ACCEPTED_SAMPLING_KINDS = _sglang_accepted_kinds()
+
+
+def _sglang_would_accept(request: dict[str, Any]) -> None:
+    """What SGLang's replayed verdicts show it accepts: keys and value kinds it accepted,
+    and none of the requests its normalize_batch_and_arguments() refuses."""
+    for key, value in request.items():
+        assert _json_kind(value) in ACCEPTED_KINDS.get(key, ()), (key, value)
+    for key, value in (request.get("sampling_params") or {}).items():
+        assert _json_kind(value) in ACCEPTED_SAMPLING_KINDS.get(key, ()), (key, value)
+    assert request["input_ids"] and request.get("rid")
+    assert not (request.get("return_flat_raw_output_top_logprobs") and request["stream"])
+    flat = request.get("return_flat_raw_top_logprobs")
+    assert (
+        not request.get("return_flat_raw_top_logprobs_b64")
+        or flat
+        or (request.get("return_flat_raw_output_top_logprobs"))
+    )
+    assert not (flat and request.get("multi_item_delimiter_indices") is not None)
+    assert not (request.get("session_id") is not None and request.get("session_params"))
+    assert (request.get("sampling_params") or {}).get("n", 1) == 1
+
+
 @given(hand_built_fields(), hostile_python_values, st.sampled_from(list(Role)))
 def test_structs_built_by_hand_never_get_past_the_rules(
     fields: dict[str, Any], rid: Any, role: Role
 ) -> None:
-    """Whatever the fields: EnvelopeError, or engine requests equal to the wire path's."""
+    """Whatever the fields: EnvelopeError, or engine requests SGLang accepts (by its
+    replayed verdicts) and equal to those the same request off the wire gives."""
     try:
         request = ClientRequest(**fields)
         envelope = WorkerEnvelope(rid=rid, request=request)
@@ -207,6 +252,7 @@ def test_structs_built_by_hand_never_get_past_the_rules(
     for routing in (None, Routing(priority=1, labels={"a": "b"})):
         built = _build(envelope, role, routing=routing)
         assert built.to_json() == _build(wire, role, routing=routing).to_json()
+        _sglang_would_accept(built.to_dict())
 
 
 def _hand_built_body(body: dict[str, Any]) -> bool:
