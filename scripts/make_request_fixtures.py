@@ -10,8 +10,15 @@ rejected ones) and records, for each body:
   `GenerateRequest.from_json_value(body)`, and (for information) the later
   `SamplingParams(**sampling_params).verify(vocab_size)`;
 - for an accepted body, for every role, the engine request the library builds
-  (`EngineRequest.to_dict()`) and SGLang's normalize and gate verdicts on its
-  JSON form (`json.loads(EngineRequest.to_json())`).
+  (`EngineRequest.to_dict()`), with the case's `Routing` (the accepted cases
+  take the 32 combinations of `Routing` fields in turn, none at all among
+  them), and SGLang's normalize and gate verdicts on its JSON form
+  (`json.loads(EngineRequest.to_json())`).
+
+The meta line also holds `prefill_rank_payloads`: for decode-side requests
+with a prefill data-parallel rank, the prefill `/generate` payload SGLang
+itself builds (`Req.build_rebootstrap_payload()`), which pins how SGLang
+routes a prefill request: `routed_dp_rank` equal to `disagg_prefill_dp_rank`.
 
 SGLang's verdicts come from `oracle_request_verdicts.py`, run with the oracle
 environment's interpreter (see /work/shared/sglang-oracle/README.md). Its
@@ -23,6 +30,7 @@ The file starts with one `{"meta": ...}` line; every other line is one case:
      "sglang": {"normalize": V, "gate": V, "sampling": V | null},
      # accepted bodies only:
      "rid": "...", "bootstrap": {"host", "port", "room", "prefill_dp_rank"},
+     "routing": null | {"dp_rank", "trace_header", "lora_path", "priority", "labels"},
      "engine": [{"role": "aggregated", "request": {...}, "sglang": {"normalize": V, "gate": V}},
                 ...]}
 
@@ -55,6 +63,7 @@ from sglang_envelope import (  # noqa: E402
     EnvelopeError,
     RequestRejected,
     Role,
+    Routing,
     build_engine_request,
     decode_client_request,
     to_worker_envelope,
@@ -75,6 +84,20 @@ BOOTSTRAPS = (
 
 Body = dict[str, Any]
 Verdict = dict[str, Any]
+
+#: What a router sets, one value a field; `dp_rank` is the case's prefill rank.
+ROUTING_VALUES: Body = {
+    "dp_rank": None,
+    "trace_header": {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+    "lora_path": "router-adapter",
+    "priority": None,  # cycles through PRIORITIES
+    "labels": {"tenant": "t-7", "model_name": "set-by-the-router"},
+}
+ROUTING_FIELDS = tuple(ROUTING_VALUES)
+#: SGLang's whole priority range, and values inside it.
+PRIORITIES = (-(2**63), 2**63 - 1, 0, 9)
+#: Decode-side requests whose prefill payload SGLang builds: (decode rank, prefill rank).
+PREFILL_RANKS = ((0, 0), (1, 3), (5, 2), (0, 2**31 - 1))
 
 LOGPROBS: Body = {"return_logprob": True, "top_logprobs_num": 2}
 #: Stream true, false, absent and null.
@@ -184,6 +207,21 @@ SAMPLING_SPECIALS: tuple[Body, ...] = (
     {"beam_width": None},
     {"beam_width": 2, "n": 1},
     {"watermark": None, "logit_bias": None, "choice": None, "custom_params": None},
+    # each key the engine takes, alone, and the other form of those with two
+    *({key: value} for key, value in SAMPLING_KNOWN_KEYS.items() if key not in ("n", "choice")),
+    {"stop": "</s>"},
+    {"stop_regex": "a+"},
+    {"stop": []},
+    {"stop_token_ids": []},
+    {"logit_bias": {}},
+    # custom_params takes any JSON value
+    {"custom_params": False},
+    {"custom_params": 3},
+    {"custom_params": -2.5},
+    {"custom_params": "x"},
+    {"custom_params": [1, {"a": None}]},
+    # every key SGLang's engine takes, null
+    {key: None for key in SAMPLING_KNOWN_KEYS if key not in ("n", "choice")},
     {"max_new_tokens": 2**40},
     # Accepted by every check before the tokenizer manager; SamplingParams.verify refuses them.
     {"temperature": -1.0},
@@ -211,9 +249,6 @@ OPTIONAL_FIELDS: tuple[tuple[str, Any], ...] = (
     ("return_routed_experts", False),
     ("routed_experts_start_len", 0),
     ("routed_experts_start_len", 2),
-    ("custom_labels", {"tenant": "t1", "tier": "gold"}),
-    ("custom_labels", {}),
-    ("custom_labels", None),
     ("return_text_in_logprobs", True),
     ("return_text_in_logprobs", None),
     ("return_hidden_states", True),
@@ -239,6 +274,9 @@ OPTIONAL_FIELDS: tuple[tuple[str, Any], ...] = (
     ("multi_item_delimiter_indices", [1, 3]),
     ("token_indices_to_pool", [0, 2]),
     ("token_ids_logprob", [5, 6]),
+    ("token_ids_logprob", None),
+    ("token_indices_to_pool", None),
+    ("multi_item_delimiter_indices", None),
     ("token_ids_logprob", []),
     ("logprob_start_len", -1),
     ("logprob_start_len", 0),
@@ -275,7 +313,6 @@ KITCHEN_SINK: Body = {
     "priority": 2,
     "extra_key": "k",
     "cache_salt": "s",
-    "custom_labels": {"tenant": "sink"},
     "no_logs": False,
     "token_indices_to_pool": [7],
 }
@@ -302,6 +339,7 @@ ORCHESTRATOR_VALUES: Body = {
     "log_metrics": False,
     "return_bytes": False,
     "background": False,
+    "custom_labels": {"model_name": "spoofed"},
 }
 
 #: Input other than one list of token ids, sent next to input_ids.
@@ -326,6 +364,14 @@ NOT_TOKEN_INPUT_VALUES: Body = {
 }
 
 IDS = [1, 2, 3]
+
+
+def _nested(depth: int) -> Any:
+    """A free-form value `depth` lists deep."""
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
 
 
 def _ids(fields: Body) -> Body:
@@ -397,6 +443,15 @@ EDGE_CASES: tuple[tuple[str, Body], ...] = (
     ("wrong-type", _ids({"sampling_params": {"watermark": {"enabled": 1}}})),
     ("wrong-type", _ids({"sampling_params": {"watermark": {"foo": 1}}})),
     ("wrong-type", _ids({"sampling_params": {"choice": "a"}})),
+    # free-form JSON at and past the default depth bound (32)
+    ("free-form", _ids({"sampling_params": {"custom_params": _nested(31)}})),
+    ("free-form", _ids({"sampling_params": {"custom_params": _nested(32)}})),
+    ("free-form", _ids({"session_params": {"id": "s", "x": _nested(31)}})),
+    ("free-form", _ids({"watermark": {"k": _nested(32)}})),
+    ("free-form", _ids({"sampling_params": {"custom_params": [1e308, -(2**63), "\u00e9"]}})),
+    # sampling keys sent at the top level
+    ("unknown-key", _ids({"max_new_tokens": 16})),
+    ("unknown-key", _ids({"temperature": 0.5})),
     # unknown sampling keys
     ("unknown-sampling-key", _ids({"sampling_params": {"max_tokens": 5}})),
     ("unknown-sampling-key", _ids({"sampling_params": {"best_of": 2}})),
@@ -624,7 +679,25 @@ def _bootstrap_dict(bootstrap: Bootstrap) -> Body:
     }
 
 
-def engine_requests(request: Any, rid: str, bootstrap: Bootstrap) -> list[Body]:
+def routing_for(index: int, bootstrap: Bootstrap) -> Body | None:
+    """The `Routing` fields of the accepted case `index`: combination `index % 32`."""
+    mask = index % 2 ** len(ROUTING_FIELDS)
+    if not mask:
+        return None
+    fields: Body = {}
+    for bit, name in enumerate(ROUTING_FIELDS):
+        if mask >> bit & 1:
+            fields[name] = ROUTING_VALUES[name]
+    if "dp_rank" in fields:
+        fields["dp_rank"] = bootstrap.prefill_dp_rank
+    if "priority" in fields:
+        fields["priority"] = PRIORITIES[index % len(PRIORITIES)]
+    return fields
+
+
+def engine_requests(
+    request: Any, rid: str, bootstrap: Bootstrap, routing: Body | None = None
+) -> list[Body]:
     """The engine request for each role (its `to_dict()`), or the error building it."""
     envelope = to_worker_envelope(request, rid=rid)
     entries: list[Body] = []
@@ -635,6 +708,7 @@ def engine_requests(request: Any, rid: str, bootstrap: Bootstrap) -> list[Body]:
                 input_ids=request.input_ids,
                 role=role,
                 bootstrap=None if role is Role.AGGREGATED else bootstrap,
+                routing=None if routing is None else Routing(**routing),
             )
         except EnvelopeError as error:
             entries.append({"role": role.value, "error": str(error)})
@@ -682,6 +756,36 @@ def cross_check(oracle_python: str, verdict_script: Path, lines: list[str], ours
     return len(comparable)
 
 
+def prefill_rank_payloads(oracle_python: str) -> list[Body]:
+    """SGLang's own prefill payloads for decode-side requests with a prefill rank."""
+    requests = [
+        {
+            "rid": f"rank-{prefill}",
+            "input_ids": [1, 2, 3],
+            "bootstrap_host": "10.0.0.7",
+            "bootstrap_port": 8998,
+            "bootstrap_room": 42,
+            "routed_dp_rank": decode,
+            "disagg_prefill_dp_rank": prefill,
+        }
+        for decode, prefill in PREFILL_RANKS
+    ]
+    done = subprocess.run(
+        [oracle_python, str(RUNNER), "--rebootstrap"],
+        input="".join(json.dumps(request) + "\n" for request in requests),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"{RUNNER.name} --rebootstrap failed:\n{done.stderr}")
+    payloads = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    return [
+        {"decode_request": request, "sglang_prefill_payload": payload}
+        for request, payload in zip(requests, payloads, strict=True)
+    ]
+
+
 def build_cases(oracle_python: str, verdict_script: Path) -> tuple[Body, list[Body]]:
     """The meta line and every case, SGLang's verdicts filled in."""
     cases: list[Body] = []
@@ -696,10 +800,14 @@ def build_cases(oracle_python: str, verdict_script: Path) -> tuple[Body, list[Bo
         slots.append((case, None))
         if request is not None:
             bootstrap = BOOTSTRAPS[accepted % len(BOOTSTRAPS)]
+            if accepted >> ROUTING_FIELDS.index("dp_rank") & 1:  # a routed rank: a prefill rank
+                bootstrap = BOOTSTRAPS[1 + accepted % 2]
+            routing = routing_for(accepted, bootstrap)
             accepted += 1
             case["rid"] = f"conformance-{index:04d}"
             case["bootstrap"] = _bootstrap_dict(bootstrap)
-            case["engine"] = engine_requests(request, case["rid"], bootstrap)
+            case["routing"] = routing
+            case["engine"] = engine_requests(request, case["rid"], bootstrap, routing)
             for entry in case["engine"]:
                 if "request" in entry:
                     lines.append(json.dumps(entry["request"]))
@@ -714,6 +822,7 @@ def build_cases(oracle_python: str, verdict_script: Path) -> tuple[Body, list[Bo
             target["sglang"] = verdict
     engine = sum(1 for case in cases for entry in case.get("engine", ()) if "request" in entry)
     meta: Body = {
+        "prefill_rank_payloads": prefill_rank_payloads(oracle_python),
         "sglang_version": SGLANG_VERSION,
         "generator": "scripts/make_request_fixtures.py",
         "oracle_runner": "scripts/oracle_request_verdicts.py",

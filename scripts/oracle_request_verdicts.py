@@ -20,6 +20,13 @@ holds three verdicts on it:
   `sampling_params` is neither absent, null nor an object.
 
     /tmp/sglang-oracle/bin/python scripts/oracle_request_verdicts.py < bodies.jsonl
+
+With `--rebootstrap`, each input line instead holds the keyword arguments of a
+decode-side `Req` (`managers/schedule_batch.py`): `rid`, `input_ids`,
+`bootstrap_host`, `bootstrap_port`, `bootstrap_room`, `routed_dp_rank` (the
+decode rank) and `disagg_prefill_dp_rank`; each output line is the prefill
+`/generate` payload SGLang itself builds for it (`Req.build_rebootstrap_payload()`),
+which shows how SGLang routes a prefill request to its data-parallel rank.
 """
 
 from __future__ import annotations
@@ -87,8 +94,34 @@ def sampling_verdict(params_class: Any, body: dict[str, Any]) -> Verdict | None:
     return {"ok": True}
 
 
+def rebootstrap_payload(arguments: dict[str, Any]) -> Verdict:
+    """SGLang's own prefill payload for a decode-side request (its PD rebootstrap)."""
+    from array import array
+
+    schedule_batch = importlib.import_module("sglang.srt.managers.schedule_batch")
+    params_class = importlib.import_module("sglang.srt.sampling.sampling_params").SamplingParams
+    request = schedule_batch.Req(
+        rid=arguments["rid"],
+        origin_input_text="",
+        origin_input_ids=array("i", arguments["input_ids"]),
+        sampling_params=params_class(max_new_tokens=8),
+        bootstrap_host=arguments["bootstrap_host"],
+        bootstrap_port=arguments["bootstrap_port"],
+        bootstrap_room=arguments["bootstrap_room"],
+        routed_dp_rank=arguments["routed_dp_rank"],
+        disagg_prefill_dp_rank=arguments["disagg_prefill_dp_rank"],
+    )
+    payload: Verdict = request.build_rebootstrap_payload()
+    return payload
+
+
 def main() -> None:
     warnings.simplefilter("ignore")
+    if sys.argv[1:] == ["--rebootstrap"]:
+        for line in sys.stdin:
+            if line.strip():
+                print(json.dumps(rebootstrap_payload(json.loads(line))), flush=True)
+        return
     gate = _load_gate()
     request_class = importlib.import_module("sglang.srt.managers.io_struct").GenerateReqInput
     params_module = importlib.import_module("sglang.srt.sampling.sampling_params")

@@ -19,6 +19,8 @@ from sglang_envelope._engine import (
     EngineBody,
     EngineRequest,
     Role,
+    RoleName,
+    Routing,
     build_engine_request,
 )
 from sglang_envelope._envelope import (
@@ -30,7 +32,11 @@ from sglang_envelope._envelope import (
 from sglang_envelope._request import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INPUT_IDS,
+    DEFAULT_MAX_JSON_DEPTH,
+    DEFAULT_MAX_JSON_ITEMS,
     ClientRequest,
+    SamplingParams,
+    Watermark,
     decode_client_request,
 )
 
@@ -75,11 +81,17 @@ __all__ = [
     # request side
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_INPUT_IDS",
+    "DEFAULT_MAX_JSON_DEPTH",
+    "DEFAULT_MAX_JSON_ITEMS",
     "Bootstrap",
     "ClientRequest",
     "EngineBody",
     "EngineRequest",
     "Role",
+    "RoleName",
+    "Routing",
+    "SamplingParams",
+    "Watermark",
     "WorkerEnvelope",
     "build_engine_request",
     "decode_client_request",

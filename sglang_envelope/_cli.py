@@ -29,6 +29,7 @@ from sglang_envelope import (
     RequestRejected,
     ResponseError,
     Role,
+    Routing,
     __version__,
     aggregate_sse,
     build_engine_request,
@@ -161,29 +162,62 @@ def _chunks(path: str, stream: BinaryIO, first: bytes) -> Iterator[bytes]:
 # --- commands -----------------------------------------------------------------
 
 
+#: The library's names for what `normalize` takes, and the option that sets each.
+_NORMALIZE_OPTIONS = {
+    "bootstrap.host": "--bootstrap-host",
+    "bootstrap.port": "--bootstrap-port",
+    "bootstrap.room": "--bootstrap-room",
+    "bootstrap.prefill_dp_rank": "--prefill-dp-rank",
+    "routing.dp_rank": "--dp-rank",
+    "max_token_id": "--max-token-id",
+}
+
+
+def _as_options(error: EnvelopeError) -> EnvelopeError:
+    """A caller's mistake, with the library's argument names replaced by the options."""
+    text = str(error)
+    for name, option in _NORMALIZE_OPTIONS.items():
+        text = text.replace(name, option)
+    return EnvelopeError(text)
+
+
 def _bootstrap(role: Role, args: argparse.Namespace) -> Bootstrap | None:
     parts = (args.bootstrap_host, args.bootstrap_port, args.bootstrap_room)
     if not ROLE_PLANS[role].needs_bootstrap:
-        if parts != (None, None, None):
-            raise EnvelopeError(f"role {role.value!r} takes no --bootstrap-* options")
+        if parts != (None, None, None) or args.prefill_dp_rank is not None:
+            raise EnvelopeError(
+                f"role {role.value!r} takes no --bootstrap-* or --prefill-dp-rank options"
+            )
         return None
     if None in parts:
         raise EnvelopeError(
             f"role {role.value!r} needs --bootstrap-host, --bootstrap-port and --bootstrap-room"
         )
-    return Bootstrap(host=args.bootstrap_host, port=args.bootstrap_port, room=args.bootstrap_room)
+    return Bootstrap(
+        host=args.bootstrap_host,
+        port=args.bootstrap_port,
+        room=args.bootstrap_room,
+        prefill_dp_rank=args.prefill_dp_rank,
+    )
 
 
 def cmd_normalize(args: argparse.Namespace) -> int:
     """Client request -> `{"accept": ..., "body": {...}}`, the engine request for a role."""
     role = Role(args.role)
-    bootstrap = _bootstrap(role, args)
-    request = decode_client_request(_read_bounded(args.file, DEFAULT_MAX_BODY_BYTES))
-    rid = args.rid if args.rid is not None else (request.rid or uuid.uuid4().hex)
-    envelope = to_worker_envelope(request, rid=rid)
-    engine = build_engine_request(
-        envelope, input_ids=request.input_ids, role=role, bootstrap=bootstrap
-    )
+    try:
+        bootstrap = _bootstrap(role, args)
+        routing = None if args.dp_rank is None else Routing(dp_rank=args.dp_rank)
+        data = _read_bounded(args.file, DEFAULT_MAX_BODY_BYTES)
+        request = decode_client_request(data, max_token_id=args.max_token_id)
+        rid = args.rid if args.rid is not None else (request.rid or uuid.uuid4().hex)
+        envelope = to_worker_envelope(request, rid=rid)
+        engine = build_engine_request(
+            envelope, input_ids=request.input_ids, role=role, bootstrap=bootstrap, routing=routing
+        )
+    except RequestRejected:
+        raise
+    except EnvelopeError as error:
+        raise _as_options(error) from None
     _emit({"accept": engine.accept, "body": engine.to_dict()})
     return EXIT_OK
 
@@ -383,7 +417,13 @@ def build_parser() -> argparse.ArgumentParser:
         'engine request for --role as {"accept": ..., "body": {...}}.',
     )
     _add_file(normalize, "the client's JSON body")
-    normalize.add_argument("--role", required=True, choices=[role.value for role in Role])
+    normalize.add_argument(
+        "--role",
+        required=True,
+        choices=[role.value for role in Role],
+        help="the worker's part: aggregated (the whole request on one engine), decode or "
+        "prefill (the two halves of a disaggregated pair; both need --bootstrap-*)",
+    )
     normalize.add_argument(
         "--rid", type=_utf8, help="request id (default: the client's rid, else uuid4 hex)"
     )
@@ -392,6 +432,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     normalize.add_argument("--bootstrap-port", metavar="P", type=int, help="bootstrap port")
     normalize.add_argument("--bootstrap-room", metavar="N", type=int, help="bootstrap room")
+    normalize.add_argument(
+        "--prefill-dp-rank",
+        metavar="N",
+        type=int,
+        help="the prefill worker's data-parallel rank (decode fetches the KV cache from it; "
+        "the prefill request is routed to it)",
+    )
+    normalize.add_argument(
+        "--dp-rank",
+        metavar="N",
+        type=int,
+        help="the data-parallel rank to route to (routed_dp_rank); for prefill it must "
+        "equal --prefill-dp-rank",
+    )
+    normalize.add_argument(
+        "--max-token-id",
+        metavar="N",
+        type=int,
+        help="the model's largest token id: larger input ids are refused",
+    )
     normalize.set_defaults(run=cmd_normalize)
 
     aggregate = _command(

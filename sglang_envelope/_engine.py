@@ -9,27 +9,66 @@ leaves output-flat logprobs to decode).
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+import threading
+import types
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, NamedTuple
 
 import msgspec
+from msgspec import UNSET, Raw
 
 from sglang_envelope._envelope import WorkerEnvelope, _is_utf8
 from sglang_envelope._errors import EnvelopeError, show_value
-from sglang_envelope._request import ClientRequest, TokenId
+from sglang_envelope._request import RequestFields, SamplingParams, TokenId
 
-__all__ = ["ROLE_PLANS", "Bootstrap", "EngineBody", "EngineRequest", "Role", "build_engine_request"]
+__all__ = [
+    "ROLE_PLANS",
+    "Bootstrap",
+    "EngineBody",
+    "EngineRequest",
+    "Role",
+    "RoleName",
+    "Routing",
+    "build_engine_request",
+]
 
 ACCEPT_SSE = "text/event-stream"
 ACCEPT_JSON = "application/json"
 
 
 class Role(str, enum.Enum):
-    """A worker's part in serving one request."""
+    """A worker's part in serving one request. `str(role)` and `f"{role}"` give its value."""
 
     AGGREGATED = "aggregated"
     DECODE = "decode"
     PREFILL = "prefill"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return self.value.__format__(spec)
+
+
+#: A role's value, accepted wherever a `Role` is.
+RoleName = Literal["aggregated", "decode", "prefill"]
+
+#: SGLang's ranks are signed 64-bit at its gate; data-parallel ranks start at 0.
+_RANK = (0, 2**31 - 1)
+#: SGLang's tokenizer manager refuses a priority outside the signed 64-bit range.
+_PRIORITY = (-(2**63), 2**63 - 1)
+
+
+def _check_int(where: str, value: object, low: int, high: int) -> None:
+    if type(value) is not int or not low <= value <= high:
+        raise EnvelopeError(
+            f"{where} must be an integer in [{low}, {high}], got {show_value(value)}"
+        )
+
+
+def _check_text(where: str, value: object) -> None:
+    if type(value) is not str or not value or not _is_utf8(value):
+        raise EnvelopeError(f"{where} must be a non-empty UTF-8 string, got {show_value(value)}")
 
 
 class Bootstrap(msgspec.Struct, frozen=True):
@@ -37,8 +76,9 @@ class Bootstrap(msgspec.Struct, frozen=True):
 
     `host`, `port` and `room` become SGLang's `bootstrap_host`, `bootstrap_port`
     and `bootstrap_room`; `prefill_dp_rank`, when given, its
-    `disagg_prefill_dp_rank`. Checked when made: `EnvelopeError` names the
-    field and what it must be.
+    `disagg_prefill_dp_rank`, and on the prefill leg also its `routed_dp_rank`
+    (SGLang's data-parallel controller routes only on that one). Checked when
+    made: `EnvelopeError` names the field and what it must be.
     """
 
     host: str
@@ -47,34 +87,76 @@ class Bootstrap(msgspec.Struct, frozen=True):
     prefill_dp_rank: int | None = None
 
     def __post_init__(self) -> None:
-        for name, low, high in _BOOTSTRAP_RANGES:
-            value = getattr(self, name)
-            if value is None and name == "prefill_dp_rank":
-                continue
-            if type(value) is not int or not low <= value <= high:
+        _check_int("bootstrap.port", self.port, 1, 65535)
+        _check_int("bootstrap.room", self.room, 0, 2**63 - 1)
+        if self.prefill_dp_rank is not None:
+            _check_int("bootstrap.prefill_dp_rank", self.prefill_dp_rank, *_RANK)
+        _check_text("bootstrap.host", self.host)
+
+
+def _frozen_labels(where: str, value: object) -> Mapping[str, str] | None:
+    """A read-only private copy of a mapping of strings to strings, checked."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise EnvelopeError(f"{where} must be a mapping of str to str, got {type(value).__name__}")
+    copy = dict(value)
+    for key, item in copy.items():
+        for what, text in (("key", key), ("value", item)):
+            if type(text) is not str or not _is_utf8(text):
                 raise EnvelopeError(
-                    f"bootstrap.{name} must be an integer in [{low}, {high}], "
-                    f"got {show_value(value)}"
+                    f"{where} {what}s must be UTF-8 strings, got {show_value(text)}"
                 )
-        if not isinstance(self.host, str) or not self.host or not _is_utf8(self.host):
-            raise EnvelopeError(
-                f"bootstrap.host must be a non-empty UTF-8 string, got {show_value(self.host)}"
-            )
+    return types.MappingProxyType(copy)
 
 
-_BOOTSTRAP_RANGES = (("port", 1, 65535), ("room", 0, 2**63 - 1), ("prefill_dp_rank", 0, 2**31 - 1))
+class Routing(msgspec.Struct, frozen=True, kw_only=True):
+    """What the router or worker decides for one engine request; every field optional.
+
+    - `dp_rank` becomes `routed_dp_rank` (aggregated and decode; prefill takes
+      its rank from `Bootstrap.prefill_dp_rank`).
+    - `trace_header` (str to str) becomes `external_trace_header`.
+    - `lora_path` becomes `lora_path`, replacing the client's.
+    - `priority` becomes `priority`, replacing the client's.
+    - `labels` (str to str) becomes `custom_labels`, SGLang's metric labels.
+
+    Checked when made: `EnvelopeError` names the field. The mappings are
+    kept as read-only copies.
+    """
+
+    dp_rank: int | None = None
+    trace_header: Mapping[str, str] | None = None
+    lora_path: str | None = None
+    priority: int | None = None
+    labels: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.dp_rank is not None:
+            _check_int("routing.dp_rank", self.dp_rank, *_RANK)
+        if self.priority is not None:
+            _check_int("routing.priority", self.priority, *_PRIORITY)
+        if self.lora_path is not None:
+            _check_text("routing.lora_path", self.lora_path)
+        for name in ("trace_header", "labels"):
+            frozen = _frozen_labels(f"routing.{name}", getattr(self, name))
+            msgspec.structs.force_setattr(self, name, frozen)
 
 
-class EngineBody(ClientRequest, frozen=True, kw_only=True, omit_defaults=True):
+class EngineBody(RequestFields, frozen=True, kw_only=True, omit_defaults=True):
     """The keyword arguments of SGLang's `GenerateReqInput` for one engine request.
 
-    `stream` is always set, so the body always states its stream mode.
+    The client's fields plus those only the serving system sets; not a
+    `ClientRequest`. `stream` is always set, so the body always states its
+    stream mode. Mappings are held as `msgspec.Raw` JSON bytes.
     """
 
     bootstrap_host: str | None = None
     bootstrap_port: int | None = None
     bootstrap_room: int | None = None
     disagg_prefill_dp_rank: int | None = None
+    routed_dp_rank: int | None = None
+    external_trace_header: Raw | None = None
+    custom_labels: Raw | None = None
 
 
 class RolePlan(NamedTuple):
@@ -104,12 +186,17 @@ _PLANS_BY_NAME: dict[str, tuple[Role, RolePlan]] = {
 #: What prefill sets in `sampling_params`, and what it removes.
 PREFILL_SAMPLING_OVERRIDES: dict[str, Any] = {"n": 1, "max_new_tokens": 1}
 PREFILL_SAMPLING_REMOVED = ("min_new_tokens",)
+_PREFILL_SAMPLING = PREFILL_SAMPLING_OVERRIDES | dict.fromkeys(PREFILL_SAMPLING_REMOVED, UNSET)
 
 _encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+#: Set while `build_engine_request` makes an `EngineRequest`: the only way one is made.
+_building = threading.local()
 
 
 class EngineRequest(msgspec.Struct, frozen=True):
-    """One request for SGLang, built for a role.
+    """One request for SGLang, built for a role by `build_engine_request` (the only way
+    to make one: made otherwise, it raises `EnvelopeError`).
 
     `body` holds exactly the `GenerateReqInput` keyword arguments; `to_dict()`
     gives them as a dict (`GenerateReqInput(**d)`), `to_json()` as the HTTP body.
@@ -117,6 +204,14 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     role: Role
     body: EngineBody
+
+    def __post_init__(self) -> None:
+        if not getattr(_building, "on", False):
+            raise EnvelopeError("an EngineRequest is made only by build_engine_request")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled and copied as what it is: a request already built."""
+        return (_made, (self.role, self.body))
 
     @property
     def rid(self) -> str:
@@ -134,8 +229,8 @@ class EngineRequest(msgspec.Struct, frozen=True):
         return ACCEPT_SSE if self.stream else ACCEPT_JSON
 
     def to_dict(self) -> dict[str, Any]:
-        """The keyword arguments of SGLang's `GenerateReqInput`, as plain data."""
-        result: dict[str, Any] = msgspec.to_builtins(self.body)
+        """The keyword arguments of SGLang's `GenerateReqInput`, as plain data (a new copy)."""
+        result: dict[str, Any] = _decoder.decode(self.to_json())
         return result
 
     def to_json(self) -> bytes:
@@ -143,9 +238,19 @@ class EngineRequest(msgspec.Struct, frozen=True):
         return _encoder.encode(self.body)
 
 
-def _prefill_sampling(sampling: dict[str, Any] | None) -> dict[str, Any]:
-    kept = {k: v for k, v in (sampling or {}).items() if k not in PREFILL_SAMPLING_REMOVED}
-    return kept | PREFILL_SAMPLING_OVERRIDES
+def _made(role: Role, body: EngineBody) -> EngineRequest:
+    """An `EngineRequest` of a body built before (an unpickled or copied one)."""
+    _building.on = True
+    try:
+        return EngineRequest(role, body)
+    finally:
+        _building.on = False
+
+
+def _prefill_sampling(sampling: SamplingParams | Any | None) -> SamplingParams:
+    if isinstance(sampling, SamplingParams):
+        return msgspec.structs.replace(sampling, **_PREFILL_SAMPLING)
+    return SamplingParams(**PREFILL_SAMPLING_OVERRIDES)
 
 
 def _check_bootstrap(role: Role, plan: RolePlan, bootstrap: Bootstrap | None) -> None:
@@ -153,31 +258,68 @@ def _check_bootstrap(role: Role, plan: RolePlan, bootstrap: Bootstrap | None) ->
         raise EnvelopeError(f"role {role.value!r} needs a Bootstrap (host, port, room)")
     if not plan.needs_bootstrap and bootstrap is not None:
         raise EnvelopeError(f"role {role.value!r} takes no Bootstrap")
-    if bootstrap is not None and not isinstance(bootstrap, Bootstrap):
+    if bootstrap is not None and type(bootstrap) is not Bootstrap:
         raise EnvelopeError(f"bootstrap must be a Bootstrap, got {type(bootstrap).__name__}")
 
 
-def _check_input_ids(input_ids: Sequence[int]) -> list[int]:
+def _check_input_ids(input_ids: Sequence[int]) -> tuple[int, ...]:
+    if isinstance(input_ids, (str, bytes, bytearray, memoryview, Mapping)):
+        raise EnvelopeError(
+            f"input_ids must be a sequence of token ids, got {type(input_ids).__name__}"
+        )
     try:
-        ids: list[int] = msgspec.convert(input_ids, list[TokenId])
-    except (msgspec.ValidationError, UnicodeEncodeError) as error:  # text with lone surrogates
+        ids: tuple[int, ...] = msgspec.convert(input_ids, tuple[TokenId, ...])
+    except (msgspec.ValidationError, UnicodeEncodeError, RecursionError) as error:
         raise EnvelopeError(f"input_ids: {error}") from None
     if not ids:
         raise EnvelopeError("input_ids cannot be empty.")
     return ids
 
 
+def _dp_rank(role: Role, bootstrap: Bootstrap | None, routing: Routing | None) -> int | None:
+    """The `routed_dp_rank` for this role: the prefill leg runs on the rank decode reads from."""
+    asked = None if routing is None else routing.dp_rank
+    if role is not Role.PREFILL:
+        return asked
+    rank = None if bootstrap is None else bootstrap.prefill_dp_rank
+    if asked is not None and asked != rank:
+        raise EnvelopeError(
+            f"routing.dp_rank {asked} differs from bootstrap.prefill_dp_rank {rank}: "
+            "the prefill leg runs on the rank decode fetches the KV cache from, "
+            "which is bootstrap.prefill_dp_rank"
+        )
+    return rank
+
+
+#: Where each field the roles change sits among the client's fields.
+_FIELD_INDEX = {name: index for index, name in enumerate(RequestFields.__struct_fields__)}
+_RID_AT, _INPUT_IDS_AT = _FIELD_INDEX["rid"], _FIELD_INDEX["input_ids"]
+_STREAM_AT = _FIELD_INDEX["stream"]
+_OUTPUT_FLAT_AT = _FIELD_INDEX["return_flat_raw_output_top_logprobs"]
+_B64_AT = _FIELD_INDEX["return_flat_raw_top_logprobs_b64"]
+_SAMPLING_AT = _FIELD_INDEX["sampling_params"]
+_LORA_PATH_AT, _PRIORITY_AT = _FIELD_INDEX["lora_path"], _FIELD_INDEX["priority"]
+
+
+def _labels_json(labels: Mapping[str, str] | None) -> Raw | None:
+    return None if labels is None else Raw(_encoder.encode(dict(labels)))
+
+
 def build_engine_request(
     envelope: WorkerEnvelope,
     *,
     input_ids: Sequence[int],
-    role: Role | str,
+    role: Role | RoleName,
     bootstrap: Bootstrap | None = None,
+    routing: Routing | None = None,
 ) -> EngineRequest:
     """Build the request a worker in `role` sends SGLang for `envelope`.
 
-    Raises `EnvelopeError` for the caller's mistakes: an unknown role, a missing
-    or unexpected `bootstrap`, `input_ids` that are not token ids.
+    `routing` carries what the router decided (see `Routing`); its `lora_path`
+    and `priority` replace the client's. Raises `EnvelopeError` for the caller's
+    mistakes: an unknown role, a missing or unexpected `bootstrap`, `input_ids`
+    that are not token ids, a `routing.dp_rank` that differs from the prefill
+    rank on the prefill leg.
     """
     try:
         role, plan = _PLANS_BY_NAME[role]
@@ -185,26 +327,37 @@ def build_engine_request(
         roles = ", ".join(r.value for r in Role)
         raise EnvelopeError(f"role must be one of {roles}, got {show_value(role)}") from None
     _check_bootstrap(role, plan, bootstrap)
-    if not isinstance(envelope, WorkerEnvelope):
+    if type(envelope) is not WorkerEnvelope:
         raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")
+    if routing is not None and type(routing) is not Routing:
+        raise EnvelopeError(f"routing must be a Routing, got {type(routing).__name__}")
     request = envelope.request
-    fields = msgspec.structs.asdict(request)
-    fields["rid"] = envelope.rid
-    # The envelope's own ids were checked when it was decoded; others are checked here.
-    same_ids = input_ids is request.input_ids
-    fields["input_ids"] = request.input_ids if same_ids else _check_input_ids(input_ids)
+    # The client's fields in order (an engine body starts with them), then what changes.
+    values = list(msgspec.structs.astuple(request))
+    values[_RID_AT] = envelope.rid
+    # The envelope's own ids were checked when it was made; others are checked here.
+    if input_ids is not request.input_ids:
+        values[_INPUT_IDS_AT] = _check_input_ids(input_ids)
     output_flat = request.return_flat_raw_output_top_logprobs
-    fields["stream"] = plan.always_streams or not output_flat
+    values[_STREAM_AT] = plan.always_streams or not output_flat
     if plan.is_prefill:
         prompt_flat = request.return_flat_raw_top_logprobs
-        fields["return_flat_raw_output_top_logprobs"] = False
-        fields["return_flat_raw_top_logprobs_b64"] = (
-            request.return_flat_raw_top_logprobs_b64 and prompt_flat
-        )
-        fields["sampling_params"] = _prefill_sampling(request.sampling_params)
+        values[_OUTPUT_FLAT_AT] = False
+        values[_B64_AT] = request.return_flat_raw_top_logprobs_b64 and prompt_flat
+        values[_SAMPLING_AT] = _prefill_sampling(request.sampling_params)
+    extra: dict[str, Any] = {}
     if bootstrap is not None:
-        fields["bootstrap_host"] = bootstrap.host
-        fields["bootstrap_port"] = bootstrap.port
-        fields["bootstrap_room"] = bootstrap.room
-        fields["disagg_prefill_dp_rank"] = bootstrap.prefill_dp_rank
-    return EngineRequest(role, EngineBody(**fields))
+        extra["bootstrap_host"] = bootstrap.host
+        extra["bootstrap_port"] = bootstrap.port
+        extra["bootstrap_room"] = bootstrap.room
+        extra["disagg_prefill_dp_rank"] = bootstrap.prefill_dp_rank
+    if routing is not None or (plan.is_prefill and bootstrap is not None):
+        extra["routed_dp_rank"] = _dp_rank(role, bootstrap, routing)
+    if routing is not None:
+        if routing.lora_path is not None:
+            values[_LORA_PATH_AT] = routing.lora_path
+        if routing.priority is not None:
+            values[_PRIORITY_AT] = routing.priority
+        extra["external_trace_header"] = _labels_json(routing.trace_header)
+        extra["custom_labels"] = _labels_json(routing.labels)
+    return _made(role, EngineBody(*values, **extra))

@@ -2,52 +2,36 @@
 
 The envelope is the client's request, unchanged (its stream mode included),
 plus the request id the frontend resolved. A worker never trusts its input:
-`decode_envelope` runs the client request through every rule again.
+`decode_envelope` runs the client request through every rule again, and an
+envelope made by hand is checked when it is made.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 
-from sglang_envelope._errors import EnvelopeError
+from sglang_envelope._errors import EnvelopeError, show_value
 from sglang_envelope._request import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INPUT_IDS,
+    DEFAULT_MAX_JSON_DEPTH,
+    DEFAULT_MAX_JSON_ITEMS,
     ClientRequest,
-    decode_client_request,
+    decode_with_limits,
+    json_size,
+    make_limits,
 )
-from sglang_envelope._rules import DECODE_ERRORS, reject, translate_validation_error
+from sglang_envelope._rules import (
+    DECODE_ERRORS,
+    KNOWN_FIELDS,
+    first_unknown_key,
+    reject,
+    translate_validation_error,
+)
 
 __all__ = ["WorkerEnvelope", "decode_envelope", "encode_envelope", "to_worker_envelope"]
-
-RequestId = Annotated[str, msgspec.Meta(min_length=1)]
-
-
-class WorkerEnvelope(msgspec.Struct, frozen=True, kw_only=True):
-    """A client request on its way to a worker.
-
-    `rid` is the id the frontend resolved (never empty); `request` is the
-    client's request exactly as decoded, so `stream` is the client's own mode.
-    """
-
-    rid: RequestId
-    request: ClientRequest
-
-    @property
-    def stream(self) -> bool:
-        """The stream mode the client asked for."""
-        return bool(self.request.stream)
-
-
-class _WireEnvelope(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    rid: RequestId
-    request: msgspec.Raw
-
-
-_encoder = msgspec.json.Encoder()
-_wire_decoder = msgspec.json.Decoder(_WireEnvelope)
 
 
 def _is_utf8(text: str) -> bool:
@@ -59,21 +43,83 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
+def check_rid(rid: object, name: str = "rid") -> None:
+    """Raise `EnvelopeError` unless `rid` is a non-empty UTF-8 string.
+
+    SGLang aborts requests by rid prefix, so an empty id would match every
+    request on the server.
+    """
+    if type(rid) is not str or not rid or not (rid.isascii() or _is_utf8(rid)):
+        raise EnvelopeError(f"{name} must be a non-empty UTF-8 string, got {show_value(rid)}")
+
+
+class WorkerEnvelope(msgspec.Struct, frozen=True, kw_only=True):
+    """A client request on its way to a worker.
+
+    `rid` is the id the frontend resolved (never empty); `request` is the
+    client's request exactly as decoded, so `stream` is the client's own mode.
+    Checked when made: `EnvelopeError` names the field.
+    """
+
+    rid: str
+    request: ClientRequest
+
+    def __post_init__(self) -> None:
+        if type(self.request) is not ClientRequest:
+            got = type(self.request).__name__
+            raise EnvelopeError(f"request must be a ClientRequest, got {got}")
+        check_rid(self.rid)
+
+    @property
+    def stream(self) -> bool:
+        """The stream mode the client asked for."""
+        return bool(self.request.stream)
+
+
+class _WireEnvelope(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    rid: Annotated[str, msgspec.Meta(min_length=1)]
+    request: msgspec.Raw
+
+
+KNOWN_FIELDS["envelope"] = frozenset(_WireEnvelope.__struct_fields__)
+_encoder = msgspec.json.Encoder()
+_wire_decoder = msgspec.json.Decoder(_WireEnvelope)
+
+
 def to_worker_envelope(request: ClientRequest, *, rid: str) -> WorkerEnvelope:
     """Wrap `request` for a worker under the frontend's request id `rid`.
 
-    The client's stream mode is kept as sent. Raises `EnvelopeError` when `rid`
-    is empty: SGLang aborts requests by rid prefix, so an empty id would match
-    every request on the server.
+    The client's stream mode is kept as sent. Raises `EnvelopeError` naming
+    the argument when `request` is not a `ClientRequest` (an engine body is
+    not one) or `rid` is not a non-empty UTF-8 string.
     """
-    if not isinstance(rid, str) or not rid or not _is_utf8(rid):
-        raise EnvelopeError(f"rid must be a non-empty UTF-8 string, got {rid!r:.60}")
-    return WorkerEnvelope(rid=rid, request=request)
+    return WorkerEnvelope(rid=rid, request=request)  # checked when made
 
 
 def encode_envelope(envelope: WorkerEnvelope) -> bytes:
-    """The envelope's wire form: `{"rid": ..., "request": {...}}` as JSON bytes."""
+    """The envelope's wire form: `{"rid": ..., "request": {...}}` as JSON bytes.
+
+    Raises `EnvelopeError` when `envelope` is not a `WorkerEnvelope`.
+    """
+    if type(envelope) is not WorkerEnvelope:
+        raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")
     return _encoder.encode(envelope)
+
+
+def _envelope_error(error: Exception, data: Any) -> Exception:
+    """msgspec's verdict on the envelope itself, in the envelope's words."""
+    found = None
+    if isinstance(error, msgspec.ValidationError) and str(error).startswith(
+        "Object contains unknown field"
+    ):
+        found = first_unknown_key(data, "envelope")
+    if found is not None:
+        key = found[1]
+        detail = f"unknown field `{key}`: a worker envelope has only `rid` and `request`"
+        if key in KNOWN_FIELDS[""]:
+            detail += f"; `{key}` belongs in `request`, the client's request"
+        return reject("invalid_envelope", detail=detail)
+    return reject("invalid_envelope", detail=translate_validation_error(error).message)
 
 
 def decode_envelope(
@@ -81,6 +127,9 @@ def decode_envelope(
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_input_ids: int = DEFAULT_MAX_INPUT_IDS,
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+    max_json_items: int = DEFAULT_MAX_JSON_ITEMS,
+    max_token_id: int | None = None,
 ) -> WorkerEnvelope:
     """Decode an envelope from its wire form, checking the request against every rule.
 
@@ -88,22 +137,33 @@ def decode_envelope(
     `invalid_envelope` when the envelope itself is malformed, else the code of
     the rule the enclosed request breaks.
     """
-    if isinstance(data, str):  # bounded and decoded as UTF-8, as a client body is
+    limits = make_limits(
+        max_body_bytes, max_input_ids, max_json_depth, max_json_items, max_token_id
+    )
+    wire_bytes = _envelope_bytes(data, limits.max_body_bytes)
+    try:
+        wire = _wire_decoder.decode(wire_bytes)
+    except DECODE_ERRORS as error:
+        raise _envelope_error(error, wire_bytes) from None
+    if not _is_utf8(wire.rid):
+        raise reject("invalid_envelope", detail="rid must be valid UTF-8")
+    request = decode_with_limits(wire.request, limits)
+    return WorkerEnvelope(rid=wire.rid, request=request)
+
+
+def _envelope_bytes(data: Any, limit: int) -> bytes | bytearray | memoryview:
+    size = json_size(data)
+    if isinstance(data, str):
+        if len(data) > limit:  # each character is at least one byte
+            raise reject("body_too_large", size=len(data), limit=limit)
         try:
             data = data.encode("utf-8")
         except UnicodeEncodeError as error:
             raise reject("invalid_envelope", detail=f"not valid JSON: {error}") from None
-    elif not isinstance(data, (bytes, bytearray, memoryview)):
+        size = len(data)
+    elif size is None or isinstance(data, msgspec.Raw):
         detail = f"expected bytes or str, got {type(data).__name__}"
         raise reject("invalid_envelope", detail=detail)
-    if len(data) > max_body_bytes:
-        raise reject("body_too_large", size=len(data), limit=max_body_bytes)
-    try:
-        wire = _wire_decoder.decode(data)
-    except DECODE_ERRORS as error:
-        inner = translate_validation_error(error)
-        raise reject("invalid_envelope", detail=inner.message) from None
-    request = decode_client_request(
-        wire.request, max_body_bytes=max_body_bytes, max_input_ids=max_input_ids
-    )
-    return WorkerEnvelope(rid=wire.rid, request=request)
+    if size > limit:
+        raise reject("body_too_large", size=size, limit=limit)
+    return data  # type: ignore[no-any-return]

@@ -6,24 +6,48 @@ which fields are whose). Types follow SGLang's HTTP contract gate
 (`sglang/api/v1/api_types.py`) where it has the field, and the dataclass where
 it does not. Decoding is one typed msgspec pass; a failure is translated into
 `RequestRejected` by `_rules.translate_validation_error`.
+
+Every `ClientRequest` that exists has passed every rule: one decoded by
+`decode_client_request` is checked once, right after the typed decode; one made
+any other way (by hand, by `msgspec.structs.replace`, by a decoder of the
+caller's) is checked when it is made, by encoding it and decoding the result as
+a client body, and takes the decoded copy's values. Its containers are
+immutable (tuples, frozen structs, and `msgspec.Raw` for JSON objects and
+free-form values), so a checked request stays as checked.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+import math
+import operator
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
+from msgspec import UNSET, Raw, UnsetType
 
 from sglang_envelope._errors import EnvelopeError
-from sglang_envelope._rules import DECODE_ERRORS, check_request, reject, translate_validation_error
+from sglang_envelope._rules import (
+    DECODE_ERRORS,
+    KNOWN_FIELDS,
+    check_request,
+    prepare_checks,
+    reject,
+    translate_validation_error,
+)
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_INPUT_IDS",
+    "DEFAULT_MAX_JSON_DEPTH",
+    "DEFAULT_MAX_JSON_ITEMS",
     "ClientRequest",
+    "RequestFields",
     "SamplingParams",
+    "Watermark",
     "decode_client_request",
 ]
 
@@ -31,31 +55,86 @@ __all__ = [
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 #: Longest `input_ids` `decode_client_request` accepts (one million tokens).
 DEFAULT_MAX_INPUT_IDS = 1_000_000
+#: Deepest nesting accepted in a field that takes free-form JSON.
+DEFAULT_MAX_JSON_DEPTH = 32
+#: Most items (each `[`, `{` and `,` counts one) in a field that takes free-form JSON.
+DEFAULT_MAX_JSON_ITEMS = 100_000
 
 TokenId = Annotated[int, msgspec.Meta(ge=0, lt=2**32)]
-StrOrList = str | list[str]
 
 
-class ClientRequest(
+class Watermark(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
 ):
-    """One native `/generate` request with token input, as the client sent it.
+    """`sampling_params.watermark` as SGLang's contract gate accepts it."""
 
-    Fields left out by the client keep SGLang's defaults and are left out again
-    when the request is encoded; a field the client set is kept as set, an
-    explicit `"stream": false` included. `sampling_params` is the client's
-    object, unchanged.
+    enabled: bool | UnsetType | None = UNSET
+    key: str | UnsetType | None = UNSET
+    context_window: int | UnsetType | None = UNSET
+
+
+class SamplingParams(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """The client's `sampling_params`, typed as SGLang 0.5.23's contract gate accepts them.
+
+    A key the client left out is `UNSET` (and left out again when encoded); an
+    explicit `null` is None, which SGLang may read differently (a null
+    `max_new_tokens` means no limit). Lists and objects (`stop`,
+    `stop_token_ids`, `stop_regex`, `logit_bias`, `custom_params`, `choice`)
+    are the client's JSON as `msgspec.Raw` bytes, checked but never built as
+    Python objects. The field order is SGLang's, which its unknown-field
+    message lists.
     """
 
-    input_ids: list[TokenId]
+    max_new_tokens: int | UnsetType | None = UNSET
+    stop: Raw | UnsetType = UNSET
+    stop_token_ids: Raw | UnsetType = UNSET
+    stop_regex: Raw | UnsetType = UNSET
+    temperature: float | UnsetType | None = UNSET
+    top_p: float | UnsetType | None = UNSET
+    top_k: int | UnsetType | None = UNSET
+    min_p: float | UnsetType | None = UNSET
+    frequency_penalty: float | UnsetType | None = UNSET
+    presence_penalty: float | UnsetType | None = UNSET
+    repetition_penalty: float | UnsetType | None = UNSET
+    min_new_tokens: int | UnsetType | None = UNSET
+    n: int | UnsetType | None = UNSET
+    json_schema: str | UnsetType | None = UNSET
+    regex: str | UnsetType | None = UNSET
+    ebnf: str | UnsetType | None = UNSET
+    structural_tag: str | UnsetType | None = UNSET
+    ignore_eos: bool | UnsetType | None = UNSET
+    skip_special_tokens: bool | UnsetType | None = UNSET
+    spaces_between_special_tokens: bool | UnsetType | None = UNSET
+    no_stop_trim: bool | UnsetType | None = UNSET
+    stream_interval: int | UnsetType | None = UNSET
+    logit_bias: Raw | UnsetType = UNSET
+    sampling_seed: int | UnsetType | None = UNSET
+    custom_params: Raw | UnsetType = UNSET
+    beam_width: int | UnsetType | None = UNSET
+    watermark: Watermark | UnsetType | None = UNSET
+    choice: Raw | UnsetType = UNSET
+
+
+class RequestFields(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The `GenerateReqInput` fields a client may set: shared by the client request and
+    the engine body (which are different types: an engine body is not a client request).
+
+    `input_ids` is a tuple; every other list or object is the client's JSON as
+    `msgspec.Raw` bytes (`msgspec.json.decode(raw)` gives the value), checked
+    but never built as Python objects, so its cost stays that of its bytes.
+    """
+
+    input_ids: tuple[TokenId, ...]
     rid: str | None = None
     session_id: str | None = None
-    sampling_params: dict[str, Any] | None = None
+    sampling_params: SamplingParams | UnsetType | None = UNSET
     stream: bool | None = None
     return_logprob: bool | None = None
     logprob_start_len: int | None = None
     top_logprobs_num: int | None = None
-    token_ids_logprob: list[int] | None = None
+    token_ids_logprob: Raw | UnsetType = UNSET
     return_text_in_logprobs: bool | None = None
     return_flat_raw_top_logprobs: bool = False
     return_flat_raw_output_top_logprobs: bool = False
@@ -68,7 +147,7 @@ class ClientRequest(
     return_indexer_topk: bool = False
     return_entropy: bool = False
     return_prompt_token_ids: bool = False
-    session_params: dict[str, Any] | None = None
+    session_params: Raw | UnsetType = UNSET
     lora_path: str | None = None
     custom_logit_processor: str | None = None
     conversation_id: str | None = None
@@ -77,83 +156,403 @@ class ClientRequest(
     priority: int | None = None
     extra_key: str | None = None
     cache_salt: str | None = None
-    custom_labels: dict[str, str] | None = None
     no_logs: bool = False
-    watermark: dict[str, Any] | None = None
-    multi_item_delimiter_indices: list[int] | None = None
-    token_indices_to_pool: list[int] | None = None
+    watermark: Raw | UnsetType = UNSET
+    multi_item_delimiter_indices: Raw | UnsetType = UNSET
+    token_indices_to_pool: Raw | UnsetType = UNSET
 
 
-class Watermark(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """`sampling_params.watermark` as SGLang's contract gate accepts it."""
+class Limits(NamedTuple):
+    """The bounds one decode applies."""
 
-    enabled: bool | None = None
-    key: str | None = None
-    context_window: int | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_input_ids: int = DEFAULT_MAX_INPUT_IDS
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    max_json_items: int = DEFAULT_MAX_JSON_ITEMS
+    max_token_id: int | None = None
 
 
-class SamplingParams(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """The types SGLang 0.5.23 accepts in `sampling_params` (its contract gate).
+DEFAULT_LIMITS = Limits()
 
-    Used only to check the client's object: the request keeps the object itself,
-    so a client's `null` or key order survives. The field order is SGLang's,
-    which its unknown-field message lists.
+#: Set while `decode_client_request` decodes: the request is checked right after.
+_decoding: contextvars.ContextVar[bool] = contextvars.ContextVar("decoding", default=False)
+
+
+class ClientRequest(RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One native `/generate` request with token input, as the client sent it.
+
+    Fields left out by the client keep SGLang's defaults and are left out again
+    when the request is encoded; a field the client set is kept as set, an
+    explicit `"stream": false` included. Every instance has passed every rule
+    (see the module's docstring): one made by hand with a broken rule raises
+    `RequestRejected` when made.
     """
 
-    max_new_tokens: int | None = None
-    stop: StrOrList | None = None
-    stop_token_ids: list[int] | None = None
-    stop_regex: StrOrList | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    repetition_penalty: float | None = None
-    min_new_tokens: int | None = None
-    n: int | None = None
-    json_schema: str | None = None
-    regex: str | None = None
-    ebnf: str | None = None
-    structural_tag: str | None = None
-    ignore_eos: bool | None = None
-    skip_special_tokens: bool | None = None
-    spaces_between_special_tokens: bool | None = None
-    no_stop_trim: bool | None = None
-    stream_interval: int | None = None
-    logit_bias: dict[str, float] | None = None
-    sampling_seed: int | None = None
-    custom_params: Any = None
-    beam_width: int | None = None
-    watermark: Watermark | None = None
-    choice: list[str] | None = None
+    def __post_init__(self) -> None:
+        if _decoding.get():
+            return  # decode_client_request checks it once decoded
+        checked = _check_made(self)
+        for name in self.__struct_fields__:
+            msgspec.structs.force_setattr(self, name, getattr(checked, name))
 
 
-_decoder = msgspec.json.Decoder(ClientRequest)
+def _raw_to_value(value: Any) -> Any:
+    if isinstance(value, Raw):
+        return msgspec.json.decode(value)
+    raise TypeError(f"cannot encode a {type(value).__name__}")
 
 
-def _check_sampling_params(request: ClientRequest) -> None:
-    if request.sampling_params is None:
+def _check_made(request: ClientRequest) -> ClientRequest:
+    """The request made by hand, checked as a client body and decoded into private copies."""
+    try:
+        plain = msgspec.to_builtins(request, enc_hook=_raw_to_value)
+    except (TypeError, ValueError, OverflowError, RecursionError) as error:
+        raise reject(
+            "not_json", detail=f"a field holds a value JSON cannot carry: {error}"
+        ) from None
+    return decode_client_request(plain)
+
+
+# --- free-form JSON -------------------------------------------------------------
+
+#: The tokens of well-formed JSON whose escaped quotes and backslashes are removed: a
+#: string, an opening bracket, a closing one, a comma, a colon, or a scalar. No group
+#: repeats, so matching keeps no state per character.
+_TOKENS = re.compile(rb'("[^"]*")|([\[{])|([\]}])|(,)|(:)|([^ \t\n\r"\[\]{},:]+)')
+_STR, _OPEN, _CLOSE, _COMMA, _COLON, _SCALAR = 1, 2, 3, 4, 5, 6
+#: msgspec, SGLang's JSON reader, refuses integers longer than this.
+_MAX_INT_DIGITS = 4300
+#: What a JSON value's first byte says it is.
+_JSON_KINDS = {ord("{"): "object", ord("["): "array", ord('"'): "str", ord("t"): "bool"}
+_JSON_KINDS |= {ord("f"): "bool", ord("n"): "null"}
+_WHITESPACE = b" \t\n\r"
+_NUMBER_START = frozenset(b"-0123456789")
+
+
+def _kind(data: bytes) -> str:
+    return _JSON_KINDS.get(data[0], "number") if data else "nothing"
+
+
+def _tokens(data: bytes) -> Iterator[re.Match[bytes]]:
+    return _TOKENS.finditer(data.replace(b"\\\\", b"").replace(b'\\"', b""))
+
+
+def _check_utf8(data: bytes, path: str) -> None:
+    if not data.isascii():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            detail = "Invalid UTF-8 encoded string"
+            raise reject("invalid_value", path=path, detail=detail) from None
+
+
+def _number_in_range(text: bytes) -> bool:
+    if len(text) < 16 and b"e" not in text and b"E" not in text:
+        return True
+    if text.lstrip(b"-").isdigit():
+        return len(text.lstrip(b"-")) <= _MAX_INT_DIGITS
+    try:
+        return math.isfinite(float(text))
+    except ValueError:  # not a number msgspec would have let through
+        return False
+
+
+class _Shape(NamedTuple):
+    """What a scanned value may hold beyond its outermost container."""
+
+    nested: bool  # containers inside it
+    scalars: bool  # numbers, true, false, null
+    string_values: bool  # strings as values (not only as keys)
+
+
+_FREE_FORM = _Shape(nested=True, scalars=True, string_values=True)
+_STRINGS = _Shape(nested=False, scalars=False, string_values=True)
+_NUMBERS_BY_KEY = _Shape(nested=False, scalars=True, string_values=False)
+
+
+def _scan(data: bytes, path: str, limits: Limits, shape: _Shape) -> bool:
+    """Scan well-formed JSON bytes without building them: False when they do not have
+    `shape`; `RequestRejected` past a bound or for a number out of range.
+
+    Stops at the first bound passed, so the work is bounded by the bounds.
+    """
+    depth = items = 0
+    after_colon = False
+    max_depth, max_items = limits.max_json_depth, limits.max_json_items
+    for token in _tokens(data):
+        which = token.lastindex
+        if which == _STR:
+            if after_colon and not shape.string_values:
+                return False
+        elif which == _SCALAR:
+            if not shape.scalars:
+                return False
+            text = token[_SCALAR]
+            if text[0] in _NUMBER_START:
+                if not _number_in_range(text):
+                    raise reject("invalid_value", path=path, detail="Number out of range")
+            elif not shape.string_values:  # true, false, null where a number goes
+                return False
+        elif which == _CLOSE:
+            depth -= 1
+        elif which != _COLON:  # an opening bracket, or a comma
+            items += 1
+            if items > max_items:
+                raise reject("json_too_many_items", path=path, limit=max_items)
+            if which == _OPEN:
+                depth += 1
+                if depth > 1 and not shape.nested:
+                    return False
+                if depth > max_depth:
+                    raise reject("json_too_deep", path=path, limit=max_depth)
+        after_colon = which == _COLON
+    return True
+
+
+def check_free_form(raw: Raw, path: str, limits: Limits, *, object_only: bool) -> None:
+    """Refuse a free-form value nested deeper or holding more items than `limits` allow,
+    or holding what JSON readers refuse (invalid UTF-8, numbers out of range)."""
+    data = bytes(raw)
+    if object_only and (kind := _kind(data)) not in ("object", "null"):
+        raise reject("wrong_type", path=path, expected="object | null", got=kind)
+    _check_utf8(data, path)
+    _scan(data, path, limits, _FREE_FORM)
+
+
+# Shapes, matched on well-formed JSON bytes without building them.
+_LONG_INT = re.compile(rb"\d{19}")
+
+
+def _int_array(data: bytes, path: str, limits: Limits) -> bool:
+    """An array of integers of at most 18 digits: nothing else is left once the
+    characters they are made of are deleted (`bytes.translate`, no Python loop)."""
+    if data.translate(None, b"0123456789-," + _WHITESPACE) != b"[]":
+        return False
+    return _LONG_INT.search(data) is None
+
+
+def _str_array(data: bytes, path: str, limits: Limits) -> bool:
+    return data[:1] == b"[" and _scan(data, path, limits, _STRINGS)
+
+
+def _str_or_array(data: bytes, path: str, limits: Limits) -> bool:
+    return data[:1] == b'"' or _str_array(data, path, limits)
+
+
+def _number_object(data: bytes, path: str, limits: Limits) -> bool:
+    return data[:1] == b"{" and _scan(data, path, limits, _NUMBERS_BY_KEY)
+
+
+class RawField(NamedTuple):
+    """A field held as the client's JSON bytes, and how it is checked.
+
+    `shape` is the JSON the field takes, matched on the bytes without building
+    them (None: free-form, bounded by depth and items instead); a value that
+    does not match is decoded as `typed` for msgspec's own verdict (and taken
+    when msgspec accepts it, as with an integer of 19 digits or more).
+    """
+
+    path: str
+    shape: Callable[[bytes, str, Limits], bool] | None
+    typed: Any
+    objects_only: bool = False
+
+
+#: Every `RawField` of the request, then of its `sampling_params`.
+REQUEST_RAW_FIELDS = (
+    RawField("token_ids_logprob", _int_array, tuple[int, ...] | None),
+    RawField("session_params", None, dict[str, Any] | None, objects_only=True),
+    RawField("watermark", None, dict[str, Any] | None, objects_only=True),
+    RawField("multi_item_delimiter_indices", _int_array, tuple[int, ...] | None),
+    RawField("token_indices_to_pool", _int_array, tuple[int, ...] | None),
+)
+SAMPLING_RAW_FIELDS = (
+    RawField("stop", _str_or_array, str | tuple[str, ...] | None),
+    RawField("stop_token_ids", _int_array, tuple[int, ...] | None),
+    RawField("stop_regex", _str_or_array, str | tuple[str, ...] | None),
+    RawField("logit_bias", _number_object, dict[str, float] | None),
+    RawField("custom_params", None, Any),
+    RawField("choice", _str_array, tuple[str, ...] | None),
+)
+
+
+def _check_raw(field: RawField, raw: Raw, prefix: str, limits: Limits) -> None:
+    path = prefix + field.path
+    if field.shape is None:
+        check_free_form(raw, path, limits, object_only=field.objects_only)
+        return
+    data = bytes(raw)
+    if data == b"null" or field.shape(data, path, limits):
+        _check_utf8(data, path)
         return
     try:
-        msgspec.convert(request.sampling_params, SamplingParams)
+        msgspec.json.decode(data, type=field.typed)
     except DECODE_ERRORS as error:
-        raise translate_validation_error(error, prefix="sampling_params") from None
+        raise translate_validation_error(error, prefix=path) from None
 
 
-def _as_json(body: object) -> bytes | str | memoryview | bytearray | msgspec.Raw:
-    """The body as JSON text; a mapping is encoded first, refusing what JSON cannot carry."""
-    if isinstance(body, (bytes, bytearray, memoryview, msgspec.Raw)):
-        return body
+_request_raw = operator.attrgetter(*(field.path for field in REQUEST_RAW_FIELDS))
+_sampling_raw = operator.attrgetter(*(field.path for field in SAMPLING_RAW_FIELDS))
+_NONE_GIVEN = (UNSET,) * len(REQUEST_RAW_FIELDS)
+_NONE_GIVEN_IN_SAMPLING = (UNSET,) * len(SAMPLING_RAW_FIELDS)
+
+
+def check_raw_fields(request: RequestFields, limits: Limits) -> None:
+    """Check every field held as JSON bytes against its shape or its bounds."""
+    values = _request_raw(request)
+    if values != _NONE_GIVEN:
+        for field, raw in zip(REQUEST_RAW_FIELDS, values, strict=True):
+            if raw is not UNSET:
+                _check_raw(field, raw, "", limits)
+    params = request.sampling_params
+    if params is None or params is UNSET:
+        return
+    values = _sampling_raw(params)
+    if values != _NONE_GIVEN_IN_SAMPLING:
+        for field, raw in zip(SAMPLING_RAW_FIELDS, values, strict=True):
+            if raw is not UNSET:
+                _check_raw(field, raw, "sampling_params.", limits)
+
+
+# --- decoding -------------------------------------------------------------------
+
+_decoder = msgspec.json.Decoder(ClientRequest)
+KNOWN_FIELDS[""] = frozenset(ClientRequest.__struct_fields__)
+KNOWN_FIELDS["sampling_params"] = frozenset(SamplingParams.__struct_fields__)
+KNOWN_FIELDS["sampling_params.watermark"] = frozenset(Watermark.__struct_fields__)
+prepare_checks(
+    {field.name: field.default for field in msgspec.structs.fields(ClientRequest)},
+    {field.name: field.default for field in msgspec.structs.fields(SamplingParams)},
+)
+
+
+def json_size(data: object) -> int | None:
+    """The size in bytes of JSON text held as bytes, or None for another type."""
+    if isinstance(data, (bytes, bytearray, Raw)):
+        return len(data)
+    if isinstance(data, memoryview):
+        return data.nbytes
+    return None
+
+
+_CONTAINERS = (Mapping, list, tuple)
+
+
+def _containers_in(value: Any) -> list[Any]:
+    """The containers among a list's items, or a mapping's values, and strings' lengths."""
+    items = value.values() if isinstance(value, Mapping) else value
+    if not any(issubclass(kind, _CONTAINERS) for kind in set(map(type, items))):
+        return []
+    return [item for item in items if isinstance(item, _CONTAINERS)]
+
+
+def _mapping_at_most(body: Mapping[str, Any], limit: int) -> bool:
+    """False when `body` as JSON would be longer than `limit` bytes, counted before encoding.
+
+    A lower bound of the encoded size (two bytes a value, plus each key) is
+    computed once for each container, however often JSON would repeat it (a
+    list held twice counts twice, but is walked once); a cycle counts as
+    endless. The work is that of walking the body's own objects, not their
+    JSON, and a list holding no containers is counted without a Python loop.
+    """
+    sizes: dict[int, int] = {}  # by id(): the lower bound of each container done
+    pending: set[int] = set()  # containers being walked: met again, a cycle
+    stack: list[tuple[Any, list[Any] | None]] = [(body, None)]
+    while stack:
+        value, children = stack.pop()
+        key = id(value)
+        if children is None:  # first visit: walk the containers inside first
+            if key in sizes:
+                continue
+            if key in pending:
+                return False
+            pending.add(key)
+            children = _containers_in(value)
+            stack.append((value, children))
+            stack.extend((child, None) for child in children)
+            continue
+        pending.discard(key)
+        size = 2 * len(value) + 2
+        if isinstance(value, Mapping):
+            size += sum(len(k) + 1 if isinstance(k, str) else 1 for k in value)
+        sizes[key] = min(limit + 1, size + sum(sizes.get(id(c), 0) for c in children))
+    return sizes[id(body)] <= limit
+
+
+def _as_json(body: object, limit: int) -> bytes | bytearray | memoryview | Raw:
+    """The body as JSON bytes, refused as too large before any work on it."""
+    size = json_size(body)
+    if size is not None:
+        if size > limit:
+            raise reject("body_too_large", size=size, limit=limit)
+        return body  # type: ignore[return-value]  # json_size said it is bytes-like
+    if isinstance(body, str):
+        if len(body) > limit:  # each character is at least one byte
+            raise reject("body_too_large", size=len(body), limit=limit)
+        data = _encode_text(body)
+    elif isinstance(body, Mapping):
+        if not _mapping_at_most(body, limit):
+            raise reject("body_too_large", size=f"over {limit}", limit=limit)
+        data = _encode_mapping(body)
+    else:
+        raise reject("not_object", got=type(body).__name__)
+    if len(data) > limit:
+        raise reject("body_too_large", size=len(data), limit=limit)
+    return data
+
+
+def _encode_text(body: str) -> bytes:
     try:
-        if isinstance(body, str):
-            return body.encode("utf-8")
-        if isinstance(body, Mapping):
-            return json.dumps(body, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        return body.encode("utf-8")
+    except UnicodeError as error:
+        raise reject("not_json", detail=str(error)) from None
+
+
+def _encode_mapping(body: Mapping[str, Any]) -> bytes:
+    """A mapping as JSON, refusing what JSON cannot carry (non-str keys, NaN, lone surrogates)."""
+    try:
+        return json.dumps(body, allow_nan=False, ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError, RecursionError) as error:  # UnicodeError is a ValueError
         raise reject("not_json", detail=str(error)) from None
-    raise reject("not_object", got=type(body).__name__)
+
+
+def check_bound(name: str, bound: object, *, optional: bool = False) -> None:
+    """Raise `EnvelopeError` unless `bound` is an integer >= 0 (or None, when `optional`)."""
+    if optional and bound is None:
+        return
+    if type(bound) is not int or bound < 0:
+        got = "a negative integer" if type(bound) is int else type(bound).__name__
+        raise EnvelopeError(f"{name} must be an integer >= 0, got {got}")
+
+
+def make_limits(*bounds: Any) -> Limits:
+    """The `Limits` for these bounds, in `Limits` order; checked (`EnvelopeError` naming one)."""
+    if bounds == DEFAULT_LIMITS:  # the common call: the defaults need no checking
+        return DEFAULT_LIMITS
+    for name, bound in zip(Limits._fields, bounds, strict=True):
+        check_bound(name, bound, optional=name == "max_token_id")
+    return Limits(*bounds)
+
+
+def decode_with_limits(data: object, limits: Limits) -> ClientRequest:
+    """`decode_client_request` with its bounds already checked."""
+    data = _as_json(data, limits.max_body_bytes)
+    token = _decoding.set(True)
+    try:
+        request = _decoder.decode(data)
+    except DECODE_ERRORS as error:
+        raise translate_validation_error(error, data=data) from None
+    finally:
+        _decoding.reset(token)
+    ids = request.input_ids
+    if len(ids) > limits.max_input_ids:
+        raise reject("too_many_input_ids", size=len(ids), limit=limits.max_input_ids)
+    if limits.max_token_id is not None and ids and max(ids) > limits.max_token_id:
+        index = next(i for i, token_id in enumerate(ids) if token_id > limits.max_token_id)
+        raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id)
+    check_raw_fields(request, limits)
+    check_request(request)
+    return request
 
 
 def decode_client_request(
@@ -161,26 +560,21 @@ def decode_client_request(
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_input_ids: int = DEFAULT_MAX_INPUT_IDS,
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+    max_json_items: int = DEFAULT_MAX_JSON_ITEMS,
+    max_token_id: int | None = None,
 ) -> ClientRequest:
     """Decode and check a client's `/generate` body (JSON bytes or text, or a parsed mapping).
 
+    Every bound is applied before the work it bounds: the body's size in bytes
+    (a mapping's before it is encoded), the number of token ids, the nesting
+    depth and item count of each free-form JSON field, and, when
+    `max_token_id` is given, the largest token id (the model's vocabulary).
     A mapping is held to what JSON can carry (string keys, finite numbers).
     Raises `RequestRejected` naming the broken rule (`docs/contract.md`), and
     `EnvelopeError` for a bound that is not an integer >= 0.
     """
-    for name, bound in (("max_body_bytes", max_body_bytes), ("max_input_ids", max_input_ids)):
-        if type(bound) is not int or bound < 0:
-            got = "a negative integer" if type(bound) is int else type(bound).__name__
-            raise EnvelopeError(f"{name} must be an integer >= 0, got {got}")
-    data = _as_json(body)
-    if len(data) > max_body_bytes:
-        raise reject("body_too_large", size=len(data), limit=max_body_bytes)
-    try:
-        request = _decoder.decode(data)
-    except DECODE_ERRORS as error:
-        raise translate_validation_error(error) from None
-    if len(request.input_ids) > max_input_ids:
-        raise reject("too_many_input_ids", size=len(request.input_ids), limit=max_input_ids)
-    _check_sampling_params(request)
-    check_request(request)
-    return request
+    limits = make_limits(
+        max_body_bytes, max_input_ids, max_json_depth, max_json_items, max_token_id
+    )
+    return decode_with_limits(body, limits)

@@ -18,25 +18,31 @@ whether the frontend or the engine refused it.
 from __future__ import annotations
 
 import difflib
+import operator
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
+from msgspec import UNSET
 
 from sglang_envelope._errors import RequestRejected
 
 if TYPE_CHECKING:
-    from sglang_envelope._request import ClientRequest
+    from sglang_envelope._request import ClientRequest, SamplingParams
 
 __all__ = [
     "DECODE_ERRORS",
     "FIELD_OWNERS",
     "GENERATE_REQ_INPUT_FIELDS",
+    "KNOWN_FIELDS",
     "RULES",
     "SAMPLING_PARAMS_FIELDS",
     "Rule",
     "check_request",
+    "first_unknown_key",
+    "is_given",
+    "prepare_checks",
     "reject",
     "translate_validation_error",
 ]
@@ -120,19 +126,28 @@ FIELD_OWNERS: Mapping[str, str] = {
     "log_metrics": ORCHESTRATOR_FIELD,
     "return_bytes": ORCHESTRATOR_FIELD,
     "background": ORCHESTRATOR_FIELD,
+    # Metric labels: SGLang merges them over its own (model_name, engine_type, ...).
+    "custom_labels": ORCHESTRATOR_FIELD,
 }
 
 
-def _sampling(request: ClientRequest, key: str, default: Any = None) -> Any:
-    params = request.sampling_params
-    return default if params is None else params.get(key, default)
+_NULL = msgspec.Raw(b"null")
 
 
-def _n_not_one(r: ClientRequest) -> dict[str, object] | None:
+def is_given(value: object) -> bool:
+    """True for a JSON value held as `msgspec.Raw` that is neither absent nor null."""
+    return value is not UNSET and value != _NULL
+
+
+def _given(value: Any, default: Any) -> Any:
+    return default if value is UNSET else value
+
+
+def _n_not_one(p: SamplingParams) -> dict[str, object] | None:
     # An explicit null is refused too: SGLang's gate reads it as 1, but
     # normalize_batch_and_arguments() then fails on it with a TypeError.
-    n = _sampling(r, "n", 1)
-    return None if n == 1 else {"n": n}
+    n = p.n
+    return None if n is UNSET or n == 1 else {"n": n}
 
 
 #: Keys SGLang's contract gate accepts in `sampling_params` that its engine's
@@ -140,32 +155,27 @@ def _n_not_one(r: ClientRequest) -> dict[str, object] | None:
 UNSUPPORTED_SAMPLING_KEYS = ("choice",)
 
 
-def _unsupported_sampling_key(r: ClientRequest) -> dict[str, object] | None:
-    params = r.sampling_params or {}
-    found = [key for key in UNSUPPORTED_SAMPLING_KEYS if key in params]
+def _unsupported_sampling_key(p: SamplingParams) -> dict[str, object] | None:
+    found = [key for key in UNSUPPORTED_SAMPLING_KEYS if getattr(p, key) is not UNSET]
     return {"key": found[0]} if found else None
 
 
-def _max_negative(r: ClientRequest) -> dict[str, object] | None:
-    high = _sampling(r, "max_new_tokens")
+def _max_negative(p: SamplingParams) -> dict[str, object] | None:
+    high = _given(p.max_new_tokens, None)
     return {"max_new_tokens": high} if high is not None and high < 0 else None
 
 
-def _min_negative(r: ClientRequest) -> dict[str, object] | None:
-    low = _sampling(r, "min_new_tokens")
+def _min_negative(p: SamplingParams) -> dict[str, object] | None:
+    low = _given(p.min_new_tokens, None)
     return {"min_new_tokens": low} if low is not None and low < 0 else None
 
 
-def _min_over_max(r: ClientRequest) -> dict[str, object] | None:
-    low = _sampling(r, "min_new_tokens")
-    high = _sampling(r, "max_new_tokens", 128)
+def _min_over_max(p: SamplingParams) -> dict[str, object] | None:
+    low = _given(p.min_new_tokens, None)
+    high = _given(p.max_new_tokens, 128)
     if low is None or high is None or low <= high:
         return None
     return {"min_new_tokens": low, "max_new_tokens": high}
-
-
-def _when(condition: Callable[[ClientRequest], bool]) -> Callable[..., dict[str, object] | None]:
-    return lambda r: {} if condition(r) else None
 
 
 class Rule(NamedTuple):
@@ -179,7 +189,11 @@ class Rule(NamedTuple):
     code: str
     field: str | None
     message: str
-    check: Callable[[ClientRequest], dict[str, object] | None] | None = None
+    #: Takes the request, or its `SamplingParams` for a rule on `sampling_params`.
+    check: Callable[[Any], dict[str, object] | None] | None = None
+    #: A field the check reads that must differ from its default for the rule to be
+    #: broken: while it holds its default, the check is skipped.
+    when: str | None = None
 
 
 #: Every rule, in the order they are applied. `{…}` in a message is filled in.
@@ -202,6 +216,10 @@ RULES: tuple[Rule, ...] = (
          "this endpoint takes one token-input request, not a batch"),
     Rule("token_id_out_of_range", "{path}", "{path} must be a token id in [0, 2^32)"),
     Rule("too_many_input_ids", "input_ids", "input_ids has {size} tokens; the limit is {limit}"),
+    Rule("token_out_of_vocab", "input_ids[{index}]",
+         "input_ids[{index}] is {id}, past the model's largest token id {limit}"),
+    Rule("json_too_deep", "{path}", "{path} is nested deeper than {limit} levels"),
+    Rule("json_too_many_items", "{path}", "{path} holds more than {limit} JSON items"),
     Rule("wrong_type", "{path}", "{path}: expected {expected}, got {got}"),
     Rule("invalid_value", "{path}", "{path}: {detail}"),
     Rule("invalid_envelope", None, "worker envelope is malformed: {detail}"),
@@ -209,43 +227,109 @@ RULES: tuple[Rule, ...] = (
     Rule("flat_with_multi_item", "return_flat_raw_top_logprobs",
          "return_flat_raw_top_logprobs does not support multi-item scoring: "
          "delimiter-sparse top logprob rows have no contiguous position mapping.",
-         _when(lambda r: r.return_flat_raw_top_logprobs
-               and r.multi_item_delimiter_indices is not None)),
+         lambda r: {} if (r.return_flat_raw_top_logprobs
+                          and is_given(r.multi_item_delimiter_indices)) else None,
+         when="return_flat_raw_top_logprobs"),
     Rule("output_flat_with_stream", "return_flat_raw_output_top_logprobs",
          "return_flat_raw_output_top_logprobs is only set on the finished response "
          "and does not support stream=True.",
-         _when(lambda r: r.return_flat_raw_output_top_logprobs and bool(r.stream))),
+         lambda r: {} if (r.return_flat_raw_output_top_logprobs and bool(r.stream)) else None,
+         when="return_flat_raw_output_top_logprobs"),
     Rule("b64_without_flat", "return_flat_raw_top_logprobs_b64",
          "return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs "
          "or return_flat_raw_output_top_logprobs.",
-         _when(lambda r: r.return_flat_raw_top_logprobs_b64
-               and not (r.return_flat_raw_top_logprobs or r.return_flat_raw_output_top_logprobs))),
+         lambda r: {} if (r.return_flat_raw_top_logprobs_b64 and not (
+             r.return_flat_raw_top_logprobs or r.return_flat_raw_output_top_logprobs)) else None,
+         when="return_flat_raw_top_logprobs_b64"),
     Rule("empty_input_ids", "input_ids", "input_ids cannot be empty.",
-         _when(lambda r: not r.input_ids)),
+         lambda r: {} if (not r.input_ids) else None),
     Rule("session_id_with_session_params", "session_id",
          "session_id and session_params cannot both be set.",
-         _when(lambda r: r.session_id is not None and r.session_params is not None)),
+         lambda r: {} if (r.session_id is not None and is_given(r.session_params)) else None,
+         when="session_id"),
     # Sampling: one sequence a request, and SGLang's SamplingParams.verify() words.
     Rule("parallel_sampling", "sampling_params.n",
          "sampling_params.n must be 1: this endpoint returns one sequence per request, got {n}",
-         _n_not_one),
+         _n_not_one, when="n"),
     Rule("unsupported_sampling_param", "sampling_params.{key}",
          "sampling_params.{key} passes SGLang 0.5.23's contract gate "
          "but its engine has no such sampling parameter",
-         _unsupported_sampling_key),
+         _unsupported_sampling_key, when="choice"),
     Rule("max_new_tokens_negative", "sampling_params.max_new_tokens",
          "max_new_tokens must be at least 0, got {max_new_tokens}.",
-         _max_negative),
+         _max_negative, when="max_new_tokens"),
     Rule("min_new_tokens_negative", "sampling_params.min_new_tokens",
          "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}.",
-         _min_negative),
+         _min_negative, when="min_new_tokens"),
     Rule("min_new_tokens_over_max", "sampling_params.min_new_tokens",
          "min_new_tokens must be in [0, max_new_tokens({max_new_tokens})], got {min_new_tokens}.",
-         _min_over_max),
+         _min_over_max, when="min_new_tokens"),
 )  # fmt: skip
 
 _RULES_BY_CODE = {rule.code: rule for rule in RULES}
-_CHECKED_RULES = tuple(rule for rule in RULES if rule.check is not None)
+
+
+def _on_sampling(rule: Rule) -> bool:
+    """Whether a checked rule is about `sampling_params` (its check takes them)."""
+    return (rule.field or "").startswith("sampling_params.")
+
+
+_Check = Callable[[Any], "dict[str, object] | None"]
+
+
+class _Checks(NamedTuple):
+    """The checked rules of one scope, in order, and the fields that guard them."""
+
+    #: (code, check, index of its guarding field or None), every checked rule.
+    rules: tuple[tuple[str, _Check, int | None], ...]
+    #: (code, check) of the rules no field guards: all that can break while every
+    #: guarding field holds its default.
+    unguarded: tuple[tuple[str, _Check], ...]
+    guards: Callable[[Any], tuple[Any, ...]]  # the guarding fields' values, at once
+    defaults: tuple[Any, ...]  # their defaults
+
+
+def _checks(rules: list[Rule], defaults: Mapping[str, Any]) -> _Checks:
+    guards = sorted({rule.when for rule in rules if rule.when})
+    entries = tuple(
+        (rule.code, rule.check, guards.index(rule.when) if rule.when else None)
+        for rule in rules
+        if rule.check is not None
+    )
+    unguarded = tuple((code, check) for code, check, at in entries if at is None)
+    names = guards if len(guards) > 1 else guards * 2  # so that the getter gives a tuple
+    getter = operator.attrgetter(*names)
+    return _Checks(entries, unguarded, getter, tuple(defaults[name] for name in names))
+
+
+_CHECKS: dict[bool, _Checks] = {}  # by `_on_sampling`; made by `prepare_checks`
+
+
+def prepare_checks(
+    request_defaults: Mapping[str, Any], sampling_defaults: Mapping[str, Any]
+) -> None:
+    """Group the checked rules by scope, given the field defaults of the request types."""
+    for on_sampling, defaults in ((False, request_defaults), (True, sampling_defaults)):
+        scoped = [rule for rule in RULES if rule.check and _on_sampling(rule) is on_sampling]
+        _CHECKS[on_sampling] = _checks(scoped, defaults)
+
+
+def _run(checks: _Checks, value: Any) -> None:
+    """Raise `RequestRejected` for the first rule of `checks` that `value` breaks."""
+    guards = checks.guards(value)
+    if guards == checks.defaults:  # no guarded rule can be broken
+        for code, check in checks.unguarded:
+            facts = check(value)
+            if facts is not None:
+                raise reject(code, **facts)
+        return
+    defaults = checks.defaults
+    for code, check, at in checks.rules:
+        if at is not None and guards[at] == defaults[at]:
+            continue
+        facts = check(value)
+        if facts is not None:
+            raise reject(code, **facts)
 
 
 def reject(code: str, **facts: object) -> RequestRejected:
@@ -257,16 +341,21 @@ def reject(code: str, **facts: object) -> RequestRejected:
 
 def check_request(request: ClientRequest) -> None:
     """Raise `RequestRejected` for the first checked rule `request` breaks."""
-    for rule in _CHECKED_RULES:
-        facts = rule.check(request)  # type: ignore[misc]
-        if facts is not None:
-            raise reject(rule.code, **facts)
+    _run(_CHECKS[False], request)
+    params = request.sampling_params
+    if params is not None and params is not UNSET:
+        _run(_CHECKS[True], params)
 
 
-# msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level.
-_AT = re.compile(r"^(?P<what>.*?)(?: - at (?P<key>`key` in )?`(?P<path>[^`]*)`)?$", re.DOTALL)
+# msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level. The
+# path holds only field names, indices and `[...]`, never client text, so it is read
+# from the end; an unknown key is found in the body itself (`first_unknown_key`),
+# since a key may hold text that looks like a path.
+_AT = re.compile(
+    r"^(?P<what>.*?)(?: - at (?P<key>`key` in )?`(?P<path>\$[\w.\[\]]*)`)?$", re.DOTALL
+)
 _EXPECTED = re.compile(r"^Expected `(?P<expected>[^`]*)`, got `(?P<got>[^`]*)`$")
-_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<key>.*)`$", re.DOTALL)
+_UNKNOWN = re.compile(r"^Object contains unknown field `", re.DOTALL)
 _MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
 _TOKEN_LIST_ITEM = re.compile(r"^input_ids\[\d+\]$")
 
@@ -275,8 +364,11 @@ def _unknown_top_level_key(key: str) -> RequestRejected:
     owner = FIELD_OWNERS.get(key)
     if owner is not None:
         return reject(owner, key=key)
-    near = difflib.get_close_matches(key, GENERATE_REQ_INPUT_FIELDS, n=1)
-    hint = f"; did you mean `{near[0]}`?" if near else ""
+    if key in SAMPLING_PARAMS_FIELDS and key not in GENERATE_REQ_INPUT_FIELDS:
+        hint = f"; did you mean `sampling_params.{key}`?"
+    else:
+        near = difflib.get_close_matches(key, GENERATE_REQ_INPUT_FIELDS, n=1)
+        hint = f"; did you mean `{near[0]}`?" if near else ""
     return reject("unknown_field", key=key, hint=hint)
 
 
@@ -290,9 +382,37 @@ def _unknown_sampling_key(key: str) -> RequestRejected:
 #: BufferError: a memoryview that is not contiguous).
 DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError, BufferError)
 
+_members = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
-def translate_validation_error(error: Exception, *, prefix: str = "") -> RequestRejected:
-    """Turn msgspec's verdict on a body (or on `prefix`, a part of it) into the rule it breaks."""
+#: Where a struct sits in the body, and the names it knows; filled in by `_request.py`.
+KNOWN_FIELDS: dict[str, frozenset[str]] = {}
+
+
+def first_unknown_key(data: Any, path: str = "") -> tuple[str, str] | None:
+    """The first key in document order that no struct at `path` knows: (path, key)."""
+    try:
+        members = _members.decode(data)
+    except DECODE_ERRORS:
+        return None
+    known = KNOWN_FIELDS.get(path, frozenset())
+    for key, value in members.items():
+        if key not in known:
+            return path, key
+        inner = f"{path}.{key}" if path else key
+        if inner in KNOWN_FIELDS:
+            found = first_unknown_key(value, inner)
+            if found is not None:
+                return found
+    return None
+
+
+def translate_validation_error(
+    error: Exception, *, prefix: str = "", data: Any = None
+) -> RequestRejected:
+    """Turn msgspec's verdict on a body (or on `prefix`, a part of it) into the rule it breaks.
+
+    `data`, the JSON decoded, locates an unknown key without reading it from the message.
+    """
     if isinstance(error, RecursionError):
         return reject("not_json", detail="JSON is nested too deeply")
     if not isinstance(error, msgspec.ValidationError):
@@ -301,16 +421,23 @@ def translate_validation_error(error: Exception, *, prefix: str = "") -> Request
     assert match is not None  # the pattern matches any text
     what = match["what"]
     raw_path = (match["path"] or "$").removeprefix("$").removeprefix(".")
-    path = ".".join(part for part in (prefix, raw_path) if part)
+    path = (
+        prefix + raw_path
+        if raw_path.startswith("[")
+        else ".".join(part for part in (prefix, raw_path) if part)
+    )
     if match["key"]:
         return reject("invalid_value", path=path or "body", detail=f"keys must be strings; {what}")
-    if unknown := _UNKNOWN.match(what):
-        key = unknown["key"]
-        if prefix == "sampling_params" and not raw_path:
+    if _UNKNOWN.match(str(error)):
+        found = first_unknown_key(data) if data is not None else None
+        if found is None:  # not found in the body: read the message
+            return reject("invalid_value", path=path or "body", detail=what)
+        where, key = found
+        if where == "sampling_params":
             return _unknown_sampling_key(key)
-        if not path:
+        if not where:
             return _unknown_top_level_key(key)
-        return reject("unknown_nested_field", key=key, path=path)
+        return reject("unknown_nested_field", key=key, path=where)
     if missing := _MISSING.match(what):
         if not path and missing["key"] == "input_ids":
             return reject("missing_input_ids")

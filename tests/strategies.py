@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 from sglang_envelope import (
     AbortPolicy,
     Bootstrap,
+    ClientRequest,
     EngineRequest,
     Role,
+    SamplingParams,
     build_engine_request,
     decode_client_request,
     to_worker_envelope,
@@ -92,9 +94,6 @@ def client_requests(draw: st.DrawFn) -> dict[str, Any]:
                 "return_hidden_states": st.booleans(),
                 "priority": st.none() | st.integers(-10, 10),
                 "lora_path": st.none() | st.text(min_size=1, max_size=8),
-                "custom_labels": st.dictionaries(
-                    st.text(max_size=4), st.text(max_size=4), max_size=2
-                ),
                 "extra_key": st.text(min_size=1, max_size=8),
                 "session_params": st.fixed_dictionaries({"id": st.text(min_size=1, max_size=8)}),
             },
@@ -126,6 +125,7 @@ ORCHESTRATOR_VALUES: dict[str, Any] = {
     "http_worker_ipc": "ipc:///tmp/x",
     "kv_hints": {"protocol_version": "1"},
     "routing_key": "tenant-a",
+    "custom_labels": {"model_name": "spoofed"},
 }
 
 
@@ -1235,3 +1235,40 @@ def stream_events(draw: st.DrawFn) -> list[bytes]:
     if draw(st.booleans()):
         events = good[:2] + events
     return [b"data: " + event + b"\n\n" for event in events]
+
+
+# --- request side: structs built by hand ---
+# This section's own names; the module's header imports serve it.
+
+hostile_python_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),  # NaN and the infinities included
+    st.text(max_size=8),  # lone surrogates included
+    st.binary(max_size=4),
+    st.lists(st.integers(-5, 2**33), max_size=3),
+    st.tuples(st.integers(0, 9)),
+    st.dictionaries(st.text(max_size=3), st.integers() | st.text(max_size=3), max_size=2),
+    st.builds(object),
+    st.just([[[[[[]]]]]]),
+)
+"""Python values a caller may put in a struct by hand, JSON's and others."""
+
+
+@st.composite
+def hand_built_fields(draw: st.DrawFn) -> dict[str, Any]:
+    """Keyword arguments for `ClientRequest(...)`: a valid body, maybe with one field (or
+    one sampling parameter) holding any value."""
+    fields = draw(client_requests())
+    names = sorted(set(ClientRequest.__struct_fields__) - {"input_ids"})
+    where = draw(st.sampled_from(["none", "field", "sampling", "input_ids"]))
+    value = draw(hostile_python_values)
+    if where == "field":
+        fields[draw(st.sampled_from(names))] = value
+    elif where == "sampling":
+        key = draw(st.sampled_from(sorted(SamplingParams.__struct_fields__)))
+        fields["sampling_params"] = {**(fields.get("sampling_params") or {}), key: value}
+    elif where == "input_ids":
+        fields["input_ids"] = [*fields["input_ids"], value]
+    return fields

@@ -14,10 +14,14 @@ from hypothesis import strategies as st
 from sglang_envelope import (
     AbortPlan,
     AbortPolicy,
+    Bootstrap,
     EngineRequest,
     EnvelopeError,
     Role,
+    build_engine_request,
+    decode_client_request,
     plan_abort,
+    to_worker_envelope,
 )
 from sglang_envelope._abort import ABORT_RULES
 from sglang_envelope._engine import EngineBody
@@ -109,9 +113,9 @@ def test_streaming_aggregated_never_waits(request: EngineRequest, first_token_se
 def test_a_missing_or_empty_rid_is_refused(
     role: Role, stream: bool, first_token_seen: bool, rid: str | None, policy: AbortPolicy
 ) -> None:
-    request = EngineRequest(role, EngineBody(input_ids=[1], rid=rid, stream=stream))
-    with pytest.raises(EnvelopeError, match="rid"):
-        plan_abort(request, first_token_seen=first_token_seen, policy=policy)
+    # An engine request with no rid cannot be made: only build_engine_request makes one.
+    with pytest.raises(EnvelopeError, match="build_engine_request"):
+        EngineRequest(role, EngineBody(input_ids=(1,), rid=rid, stream=stream))
 
 
 def test_the_rule_table_covers_every_state() -> None:
@@ -126,7 +130,10 @@ def test_default_policy() -> None:
     assert policy.retry_delays_s == (0.05, 0.1, 0.2, 0.4, 0.8)
     assert policy.first_token_wait_s == 5.0
     assert policy.deadline_s == 10.0
-    request = EngineRequest(Role.DECODE, EngineBody(input_ids=[1], rid="r-1", stream=True))
+    envelope = to_worker_envelope(decode_client_request({"input_ids": [1]}), rid="r-1")
+    request = build_engine_request(
+        envelope, input_ids=[1], role=Role.DECODE, bootstrap=Bootstrap("h", 1, 1)
+    )
     plan = plan_abort(request, first_token_seen=False)
     assert plan == AbortPlan(
         body=b'{"rid":"r-1"}',

@@ -29,6 +29,7 @@ from sglang_envelope import (
     Bootstrap,
     RequestRejected,
     Role,
+    Routing,
     build_engine_request,
     decode_client_request,
     decode_envelope,
@@ -166,6 +167,11 @@ STRICTER_BY_DESIGN: dict[str, str] = {
         "SGLang refuses it too, in SamplingParams.verify() after dispatch, with the same text; "
         "the library refuses it before dispatch."
     ),
+    "json_too_deep": (
+        "Free-form JSON (custom_params, session_params, watermark) is bounded in depth "
+        "(default 32 levels) so that no body costs more than its size to decode and encode; "
+        "SGLang reads any depth Python's JSON reader can."
+    ),
     "unsupported_sampling_param": (
         "sampling_params.choice passes SGLang's gate and normalization, but 0.5.23's runtime "
         "SamplingParams has no such argument and the tokenizer manager fails with a TypeError "
@@ -232,6 +238,7 @@ LATER_SAMPLING_REFUSALS: dict[str, str] = {
     "top_p must be": "Range checks of SamplingParams.verify() are left to SGLang.",
     "top_k must be": "Range checks of SamplingParams.verify() are left to SGLang.",
     "beam_width must be at least 1": "Range checks are left to SGLang.",
+    "watermark key must contain only hex digits": "Value checks of watermark are left to SGLang.",
 }
 
 _GAPS = {_key(known.body) for known in KNOWN_GAPS}
@@ -336,9 +343,14 @@ def test_engine_requests_are_rebuilt_exactly(case_id: str) -> None:
         assert "error" not in entry, f"building the {entry['role']} request failed: {entry}"
         role = Role(entry["role"])
         role_bootstrap = None if role is Role.AGGREGATED else bootstrap
+        routing = None if case["routing"] is None else Routing(**case["routing"])
         for source in (envelope, received):
             built = build_engine_request(
-                source, input_ids=source.request.input_ids, role=role, bootstrap=role_bootstrap
+                source,
+                input_ids=source.request.input_ids,
+                role=role,
+                bootstrap=role_bootstrap,
+                routing=routing,
             )
             assert built.to_dict() == entry["request"], f"{role.value}: {REGENERATE}"
             assert json.loads(built.to_json()) == entry["request"], role.value
@@ -371,6 +383,65 @@ def test_every_role_is_exercised() -> None:
     assert any(request["stream"] is False for request in decode)
     assert any("disagg_prefill_dp_rank" in request for request in decode)
     assert any("disagg_prefill_dp_rank" not in request for request in decode)
+
+
+def test_every_routing_combination_reaches_sglang_for_every_role() -> None:
+    """Each of the 32 combinations of Routing fields, in each role, passes SGLang's checks."""
+    seen: set[tuple[str, frozenset[str]]] = set()
+    for case in ACCEPTED:
+        fields = frozenset(case["routing"] or ())
+        for entry in case["engine"]:
+            assert _sglang_accepts(entry["sglang"]), (case["id"], entry["role"])
+            seen.add((entry["role"], fields))
+            routing, request = case["routing"] or {}, entry["request"]
+            if "trace_header" in routing:
+                assert request["external_trace_header"] == routing["trace_header"]
+            if "labels" in routing:
+                assert request["custom_labels"] == routing["labels"]
+            for name in ("lora_path", "priority"):
+                if name in routing:
+                    assert request[name] == routing[name], "the router's value wins"
+    combinations = {
+        frozenset(name for bit, name in enumerate(Routing.__struct_fields__) if mask >> bit & 1)
+        for mask in range(32)
+    }
+    assert seen == {(role.value, fields) for role in Role for fields in combinations}
+
+
+def test_prefill_is_routed_to_the_prefill_rank_as_sglang_routes_it() -> None:
+    """SGLang's own prefill payload sets routed_dp_rank to the prefill rank; so does prefill."""
+    payloads = META["prefill_rank_payloads"]
+    assert len(payloads) >= 3
+    for pair in payloads:
+        decode, sglang = pair["decode_request"], pair["sglang_prefill_payload"]
+        request = decode_client_request({"input_ids": decode["input_ids"]})
+        envelope = to_worker_envelope(request, rid=decode["rid"])
+        bootstrap = Bootstrap(
+            decode["bootstrap_host"],
+            decode["bootstrap_port"],
+            decode["bootstrap_room"],
+            prefill_dp_rank=decode["disagg_prefill_dp_rank"],
+        )
+        prefill = build_engine_request(
+            envelope, input_ids=request.input_ids, role=Role.PREFILL, bootstrap=bootstrap
+        ).to_dict()
+        keys = [
+            *("rid", "bootstrap_host", "bootstrap_port", "bootstrap_room"),
+            *("routed_dp_rank", "disagg_prefill_dp_rank"),
+        ]
+        assert {key: prefill[key] for key in keys} == {key: sglang[key] for key in keys}
+    # a case where decode's own rank differs: prefill still goes to the prefill rank
+    assert any(
+        pair["decode_request"]["routed_dp_rank"] != pair["sglang_prefill_payload"]["routed_dp_rank"]
+        for pair in payloads
+    )
+
+
+def test_every_prefill_request_runs_on_the_rank_decode_reads_from() -> None:
+    for case in ACCEPTED:
+        prefill = case["engine"][2]["request"]
+        rank = case["bootstrap"]["prefill_dp_rank"]
+        assert prefill.get("routed_dp_rank") == rank == prefill.get("disagg_prefill_dp_rank")
 
 
 # --- (b) SGLang's stream/flat/Base64/session refusals are the library's, word for word -----

@@ -32,6 +32,8 @@ from sglang_envelope import (
     EnvelopeError,
     FlatTopLogprobs,
     RequestRejected,
+    RoleName,
+    Routing,
     SseDecoder,
     StreamAggregator,
     WorkerEnvelope,
@@ -42,6 +44,7 @@ from sglang_envelope import (
     decode_client_request,
     decode_envelope,
     decode_flat_top_logprobs,
+    encode_envelope,
     merge_prefill_logprobs,
     parse_unary,
     to_worker_envelope,
@@ -174,11 +177,41 @@ def check_build_engine_request(kind: str, cli: Cli) -> None:
         ]
         for fields in ((value, 1, 1), ("h", value, 1), ("h", 1, value), ("h", 1, 1, value)):
             calls.append(partial(_build_with_bootstrap, fields))
+        # structs built by hand: the value in each place a caller may put one
+        for name in ("rid", "stream", "sampling_params", "session_params", "token_ids_logprob"):
+            calls.append(partial(_build_from_hand_built, {"input_ids": [1], name: value}))
+        calls.append(partial(_build_from_hand_built, {"input_ids": value}))
+        calls.append(partial(_build_from_hand_built, {"input_ids": [1]}, rid=value))
+        for name in Routing.__struct_fields__:
+            calls.append(partial(_build_with_routing, {name: value}))
         for call in calls:
             outcome = survive(call)
             expect(outcome, EngineRequest, refused=False)
             if isinstance(outcome, EngineRequest):
                 assert outcome.to_dict()["input_ids"]
+        wrapping: list[Callable[[], object]] = [
+            partial(to_worker_envelope, value, rid="r"),
+            partial(encode_envelope, value),
+        ]
+        for wrap in wrapping:
+            expect(survive(wrap), bytes, refused=True)
+
+
+def _build_from_hand_built(fields: dict[str, Any], rid: Any = "r") -> EngineRequest:
+    envelope = WorkerEnvelope(rid=rid, request=ClientRequest(**fields))
+    return build_engine_request(
+        envelope,
+        input_ids=envelope.request.input_ids,
+        role="prefill",
+        bootstrap=Bootstrap("h", 1, 1),
+    )
+
+
+def _build_with_routing(fields: dict[str, Any]) -> EngineRequest:
+    routing = Routing(**fields)
+    return build_engine_request(
+        ENVELOPE, input_ids=[1], role="decode", bootstrap=Bootstrap("h", 1, 1), routing=routing
+    )
 
 
 def _build_with_bootstrap(fields: tuple[Any, ...]) -> EngineRequest:
@@ -309,7 +342,7 @@ def test_the_hostile_bases_are_valid(shape: str) -> None:
     base = HOSTILE_BASES[shape][0]
     encoded = msgspec.json.encode(base)
     if shape == "request":
-        assert decode_client_request(encoded).input_ids == [1, 2]
+        assert decode_client_request(encoded).input_ids == (1, 2)
     elif shape == "envelope":
         assert decode_envelope(encoded).rid == "r"
     elif shape == "response":
@@ -319,6 +352,36 @@ def test_the_hostile_bases_are_valid(shape: str) -> None:
         flat = decode_flat_top_logprobs(base, side="output")
         assert flat is not None
         assert [entry[1] for entry in flat.to_nested()[-1] or []] == [7, 9]
+
+
+# --- free-form JSON: any depth, anywhere it may go ---
+
+FREE_FORM_PLACES = (
+    b'{"input_ids": [1], "sampling_params": {"custom_params": %s}}',
+    b'{"input_ids": [1], "session_params": {"a": %s}}',
+    b'{"input_ids": [1], "watermark": {"a": %s}}',
+    b'{"input_ids": [1], "sampling_params": {"logit_bias": {"1": %s}}}',
+    b'{"input_ids": [1], "sampling_params": {"stop": [%s]}}',
+)
+
+
+@pytest.mark.parametrize("depth", [33, 100, 990, 5_000, 100_000])
+@pytest.mark.parametrize("place", FREE_FORM_PLACES, ids=range(len(FREE_FORM_PLACES)))
+def test_free_form_nesting_at_any_depth_is_refused(
+    depth: int,
+    place: bytes,
+    monkeypatch: pytest.MonkeyPatch,
+    capsysbinary: pytest.CaptureFixture[bytes],
+) -> None:
+    for nested in (b"[" * depth + b"]" * depth, b'{"k":' * depth + b"1" + b"}" * depth):
+        body = place % nested
+        for call in (
+            partial(decode_client_request, body),
+            partial(decode_envelope, b'{"rid": "r", "request": ' + body + b"}"),
+        ):
+            expect(survive(call), object, refused=True)
+        code, _ = stdin_cli(monkeypatch, capsysbinary)(["normalize", "--role", "aggregated"], body)
+        assert code == 2
 
 
 # --- sizes are bounded before the work is done ---
@@ -363,7 +426,10 @@ def test_cli_bounds(
 # The module files hold random bytes, any JSON value and retyped fields; these
 # add byte-level damage to valid input and Python values JSON cannot produce.
 
-ROLES_AND_BOOTSTRAPS = [("aggregated", None), ("decode", Bootstrap("h", 1, 1))]
+ROLES_AND_BOOTSTRAPS: list[tuple[RoleName, Bootstrap | None]] = [
+    ("aggregated", None),
+    ("decode", Bootstrap("h", 1, 1)),
+]
 RESPONSE_DOCUMENTS = [
     document
     for kind in HOSTILE_KINDS
@@ -642,7 +708,8 @@ def test_values_too_long_to_print_are_shown_in_bounds(index: Any) -> None:
 def test_input_ids_holding_text_with_lone_surrogates(input_ids: Any) -> None:
     # Was UnicodeEncodeError from msgspec.convert.
     envelope = to_worker_envelope(decode_client_request({"input_ids": [1]}), rid="r")
-    with pytest.raises(EnvelopeError, match=r"input_ids: .*surrogates not allowed"):
+    words = r"input_ids(: .*surrogates not allowed| must be a sequence of token ids, got str)"
+    with pytest.raises(EnvelopeError, match=words):
         build_engine_request(envelope, input_ids=input_ids, role="aggregated")
 
 

@@ -33,8 +33,11 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sglang_envelope import (
+    DEFAULT_MAX_INPUT_IDS,
+    DEFAULT_MAX_JSON_ITEMS,
     SSE_DONE,
     Bootstrap,
+    RequestRejected,
     Role,
     aggregate_sse,
     aggregate_sse_bytes,
@@ -144,6 +147,62 @@ def sglang_path(bodies: list[bytes]) -> Callable[[], None] | None:
     return run
 
 
+def _filled(prefix: bytes, item: bytes, suffix: bytes, count: int) -> bytes:
+    return prefix + item * (count - 1) + item.rstrip(b",") + suffix
+
+
+def hostile_request_bodies(size: int) -> dict[str, bytes]:
+    """Bodies within the default bounds built to cost the most memory per byte: up to
+    `size` bytes each, the largest each bound allows otherwise."""
+    ids = b'{"input_ids":[1],'
+
+    def fill(field: bytes, item: bytes, close: bytes, count: int | None = None) -> bytes:
+        return _filled(ids + field, item, close, count or (size - 64) // len(item))
+
+    per_item = DEFAULT_MAX_JSON_ITEMS // 2 - 8  # an item and its comma count two
+    members = b",".join(b'"%d":0' % i for i in range(DEFAULT_MAX_JSON_ITEMS - 8))
+    return {
+        "input_ids, 3-digit ids": _filled(
+            b'{"input_ids":[', b"257,", b"]}", min(DEFAULT_MAX_INPUT_IDS, (size - 32) // 4)
+        ),
+        "token_ids_logprob, -9": fill(b'"token_ids_logprob":[', b"-9,", b"]}"),
+        "stop, 2-char strings": fill(b'"sampling_params":{"stop":[', b'"ab",', b"]}}", per_item),
+        "custom_params, [[],...]": fill(
+            b'"sampling_params":{"custom_params":[', b"[],", b"]}}", per_item
+        ),
+        "custom_params, {}": fill(b'"session_params":{"a":[', b"{},", b"]}}", per_item),
+        "logit_bias, 100k keys": ids + b'"sampling_params":{"logit_bias":{' + members + b"}}}",
+        "rid, 4-byte characters": ids
+        + b'"rid":"'
+        + "\U0001f600".encode() * (size // 4 - 16)
+        + b'"}',
+    }
+
+
+def request_peak_memory(body: bytes) -> tuple[int, str]:
+    """Peak bytes allocated decoding `body` and writing the engine request of each role
+    (one after the other, as a worker does), and the outcome."""
+    bootstrap = Bootstrap("10.0.0.7", 8998, 4242, prefill_dp_rank=1)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        request = decode_client_request(body)
+        envelope = to_worker_envelope(request, rid="rid")
+        for role in Role:
+            build_engine_request(
+                envelope,
+                input_ids=request.input_ids,
+                role=role,
+                bootstrap=None if role is Role.AGGREGATED else bootstrap,
+            ).to_json()
+        outcome = "accepted"
+    except RequestRejected as error:
+        outcome = f"refused: {error.code}"
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak, outcome
+
+
 def frame(i: int, rng: random.Random, *, last: bool, logprobs: bool = True) -> dict[str, Any]:
     """One incremental frame: a token, and its logprob with the top 5 when `logprobs`."""
     token = rng.randrange(150_000)
@@ -244,6 +303,27 @@ def main() -> None:
         assert sglang_short is not None
         work, floor = alternate(sglang_short, json_floor(short), rounds)
         row("  SGLang's own, 16-token prompts", work, floor, "(reference)", True)
+
+    body_size = (4 if args.quick else 16) * 2**20
+    worst_name, worst_ratio, worst_peak, worst_size = "", 0.0, 0, 1
+    for name, body in hostile_request_bodies(body_size).items():
+        peak, outcome = request_peak_memory(body)
+        if outcome == "accepted" and peak / len(body) > worst_ratio:
+            worst_name, worst_ratio, worst_peak, worst_size = (
+                name,
+                peak / len(body),
+                peak,
+                len(body),
+            )
+    rows.append(
+        (
+            f"request peak memory, worst body: {worst_name}",
+            f"{worst_peak / 2**20:9.1f} MiB",
+            f"{worst_size / 2**20:9.1f} MiB",
+            f"{worst_ratio:6.2f}x",
+            f"<= 12x {'ok' if worst_ratio <= 12 else 'MISSED'} (decode + 3 roles' to_json)",
+        )
+    )
 
     frames = 2000
     transcript, payloads = incremental_transcript(frames)
