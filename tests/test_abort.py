@@ -18,6 +18,7 @@ from sglang_envelope import (
     EngineRequest,
     EnvelopeError,
     Role,
+    RoleName,
     build_engine_request,
     decode_client_request,
     plan_abort,
@@ -169,8 +170,10 @@ def test_policy_is_frozen() -> None:
         policy.deadline_s = 1.0  # type: ignore[misc]
 
 
-def _decode_request() -> EngineRequest:
-    return EngineRequest(Role.DECODE, EngineBody(input_ids=[1], rid="r-1", stream=True))
+def _decode_request(role: Role | RoleName = Role.DECODE) -> EngineRequest:
+    envelope = to_worker_envelope(decode_client_request(b'{"input_ids": [1]}'), rid="r-1")
+    bootstrap = Bootstrap("10.0.0.7", 8998, 1)
+    return build_engine_request(envelope, input_ids=[1], role=role, bootstrap=bootstrap)
 
 
 BY_HAND: Any = EngineRequest
@@ -185,16 +188,16 @@ BY_HAND: Any = EngineRequest
         (_decode_request(), False, {"deadline_s": 1}, "policy must be an AbortPolicy, got dict"),
         (_decode_request(), None, AbortPolicy(), "first_token_seen must be a bool, got NoneType"),
         (
-            lambda: BY_HAND("sideways", EngineBody(input_ids=[1], rid="r")),
+            lambda: BY_HAND("sideways", EngineBody(input_ids=(1,), rid="r")),
             True,
             AbortPolicy(),
-            "engine_request.role must be a Role, got 'sideways'",
+            "an EngineRequest is made only by build_engine_request",
         ),
         (
             lambda: BY_HAND(Role.DECODE, {"rid": "r"}),
             True,
             AbortPolicy(),
-            "engine_request.body must be an EngineBody, got dict",
+            "an EngineRequest is made only by build_engine_request",
         ),
     ],
 )
@@ -210,7 +213,8 @@ def test_caller_mistakes_name_the_argument(
 
 
 def test_a_role_given_by_its_value_is_planned_as_the_role() -> None:
-    by_value = BY_HAND("decode", EngineBody(input_ids=[1], rid="r-1", stream=True))
+    by_value = _decode_request("decode")
+    assert by_value.role is Role.DECODE
     assert plan_abort(by_value, first_token_seen=False) == plan_abort(
         _decode_request(), first_token_seen=False
     )
