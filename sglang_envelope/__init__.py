@@ -47,6 +47,7 @@ from sglang_envelope._flat import (
     encode_flat_top_logprobs,
 )
 from sglang_envelope._merge import merge_prefill_logprobs
+from sglang_envelope._relay import relay_sse, relay_sse_async
 from sglang_envelope._sse import SSE_DONE, SseDecoder, encode_sse
 
 # --- cancellation (issue 4) ---
@@ -86,6 +87,8 @@ __all__ = [
     "encode_sse",
     "merge_prefill_logprobs",
     "parse_unary",
+    "relay_sse",
+    "relay_sse_async",
     "FlatTopLogprobs",
     "decode_flat_top_logprobs",
     "encode_flat_top_logprobs",

@@ -27,7 +27,7 @@ stream the same way.
 
 from __future__ import annotations
 
-import contextlib
+import copy
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from typing import Any, Final
 
@@ -146,27 +146,23 @@ def relay_sse_async(
 
 
 def _relay(relay: _Relay, chunks: Iterator[BytesLike]) -> Iterator[bytes]:
-    try:
-        for chunk in chunks:
-            out = relay.feed(chunk)
-            if out:
-                yield out
-        out = relay.close()
-    except ResponseError as exc:
-        out = _error_event(exc) + SSE_DONE
-    yield out
+    for chunk in chunks:
+        out = relay.feed(chunk)
+        if out:
+            yield out
+        if relay.ended:
+            return
+    yield relay.close()
 
 
 async def _relay_async(relay: _Relay, chunks: AsyncIterable[BytesLike]) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in chunks:
-            out = relay.feed(chunk)
-            if out:
-                yield out
-        out = relay.close()
-    except ResponseError as exc:
-        out = _error_event(exc) + SSE_DONE
-    yield out
+    async for chunk in chunks:
+        out = relay.feed(chunk)
+        if out:
+            yield out
+        if relay.ended:
+            return
+    yield relay.close()
 
 
 def _error_event(exc: ResponseError) -> bytes:
@@ -214,9 +210,11 @@ class _Relay:
         "_frames",
         "_incremental",
         "_max_bytes",
+        "_passed",
         "_seen",
         "_sent_ids",
         "_sent_text",
+        "ended",
     )
 
     def __init__(
@@ -250,93 +248,152 @@ class _Relay:
         self._deltas = _Deltas(keep=not client_incremental)
         self._sent_ids = 0  # output_ids and text of the last frame sent, read cumulatively
         self._sent_text = b""
+        self._passed = 0  # frames of the last chunk read while the mode was undecided
+        self.ended = False  # a failure was written: the stream is over
 
     def feed(self, chunk: BytesLike) -> bytes:
-        """The client's bytes for the events `chunk` completed (maybe empty)."""
+        """The client's bytes for the events `chunk` completed (maybe empty).
+
+        After a failure they end with the error frame and ``[DONE]``, and
+        `ended` is true: feed nothing more.
+        """
         if not isinstance(chunk, bytes):
             if not isinstance(chunk, (bytearray, memoryview)):
                 raise EnvelopeError(f"relay chunk: expected bytes, got {type(chunk).__name__}")
             chunk = bytes(chunk)
-        self._seen += len(chunk)
-        if self._seen > self._max_bytes:
-            limit = self._max_bytes
-            raise LimitExceeded(
-                "max_bytes", limit, f"the stream is larger than max_bytes ({limit} bytes)"
-            )
-        payloads = self._decoder._feed_raw(chunk)
-        if not payloads:
-            return b""
-        self._checker._add_payloads(payloads)
-        mode = self._incremental
-        if mode is False and not self._client_incremental:
-            self._frames += len(payloads)  # cumulative as received: the checker is enough
-            self._final_check(None)
-            return _as_received(payloads)
-        passed = 0  # payloads read while the mode was undecided: they go out as received
-        if mode is not False:
-            for at, payload in enumerate(payloads):
-                self._read(payload)
-                if self._incremental is None:
-                    passed = at + 1
-            mode = self._incremental
-        else:
-            self._frames += len(payloads)
-        if mode is None or mode is self._client_incremental:
-            self._final_check(payloads[-1])
-            return _as_received(payloads)
-        self._final_check(payloads[-1])
-        converted = self._to_cumulative if mode else self._to_incremental
-        return _as_received(payloads[:passed]) + converted(payloads[-1])
+        sent = b""
+        try:
+            self._seen += len(chunk)
+            if self._seen > self._max_bytes:
+                limit = self._max_bytes
+                raise LimitExceeded(
+                    "max_bytes", limit, f"the stream is larger than max_bytes ({limit} bytes)"
+                )
+            payloads = [_one_line(p) for p in self._decoder._feed_raw(chunk)]
+            good, error = self._check(payloads)
+            sent = self._output(payloads[:good])
+        except ResponseError as exc:
+            error = exc
+        if error is None:
+            return sent
+        self.ended = True
+        return sent + _error_event(error) + SSE_DONE
 
     def close(self) -> bytes:
-        """Check the stream's end; the last bytes for the client, ``[DONE]`` included."""
-        self._decoder.close()
-        if not self._checker.finished:
-            self._checker._finish(said_done=self._decoder.done)  # raises: no terminal frame
+        """The last bytes for the client, ``[DONE]`` included, once the stream's end is checked."""
+        try:
+            self._decoder.close()
+            if not self._checker.finished:
+                self._checker._finish(said_done=self._decoder.done)  # raises: no terminal frame
+        except ResponseError as exc:
+            return _error_event(exc) + SSE_DONE
         return SSE_DONE
 
-    def _read(self, payload: Payload) -> None:
-        """Take one admitted frame of a stream that may be incremental."""
-        self._frames += 1
-        frame = _FRAME.decode(payload)
-        ids_before = self._deltas.ids
+    def _check(self, payloads: list[Payload]) -> tuple[int, ResponseError | None]:
+        """Aggregation's verdict on these frames, in its order: how many pass, and the error."""
+        self._passed = 0
+        if not payloads:
+            return 0, None
+        good, error = self._admit(payloads)
+        if self._incremental is False:
+            self._frames += good
+        else:
+            good, error = self._read_all(payloads, good, error)
+        if error is None and self._checker.finished and not self._incremental:
+            # The terminal frame came: aggregation's final checks, before it goes out.
+            # An abort with a status is an EngineError to aggregation; SGLang streams
+            # it as a frame, and so does the relay.
+            try:
+                self._checker._finish(said_done=False)
+            except EngineError:
+                pass
+            except ResponseError as exc:
+                return good - 1, exc
+        return good, error
+
+    def _admit(self, payloads: list[Payload]) -> tuple[int, ResponseError | None]:
+        """Admit frames into the checker: how many it took, and its error."""
+        before = copy.copy(self._checker) if len(payloads) > 1 else None
         try:
-            self._deltas.add(frame)
+            self._checker._add_payloads(payloads)
+        except ResponseError as exc:
+            if before is None:
+                return 0, exc
+            # Which frame failed: the checker as it was takes them one at a time.
+            for good, payload in enumerate(payloads):
+                try:
+                    before._add_payloads([payload])
+                except ResponseError:
+                    return good, exc
+            raise  # pragma: no cover - the same frames fail the same way
+        return len(payloads), None
+
+    def _read_all(
+        self, payloads: list[Payload], good: int, error: ResponseError | None
+    ) -> tuple[int, ResponseError | None]:
+        """Read the admitted frames of a stream that may be incremental.
+
+        A frame's own fault comes before a later frame's admission error.
+        """
+        for at, payload in enumerate(payloads[:good]):
+            try:
+                self._read(payload)
+            except ResponseError as exc:
+                return at, exc
+            if self._incremental is None:
+                self._passed = at + 1
+        return good, error
+
+    def _output(self, payloads: list[Payload]) -> bytes:
+        """The client's bytes for frames that passed every check."""
+        if not payloads:
+            return b""
+        mode = self._incremental
+        if mode is None or mode is self._client_incremental:
+            return _as_received(payloads)
+        passed = self._passed
+        if mode:
+            converted = self._to_cumulative(payloads[-1])
+        else:
+            converted = self._to_incremental(payloads[-1])
+        return _as_received(payloads[:passed]) + converted
+
+    def _read(self, payload: Payload) -> None:
+        """Take one admitted frame of a stream that may be incremental: counts, deltas, mode.
+
+        Nothing is kept of a frame that fails.
+        """
+        self._frames += 1
+        if self._incremental is False:  # found cumulative earlier in this chunk
+            return
+        frame = _FRAME.decode(payload)
+        try:
+            found = self._deltas.measure(frame)
+            ids_now = sum(count for path, _, _, count in found if path == "output_ids")
+            if self._incremental is None:
+                self._detect(frame, ids_now)
         except ResponseError as exc:
             raise ResponseError(f"frame {self._frames}: {exc}") from exc
-        if self._incremental is not None:
-            return
-        meta = frame.meta_info
-        count = meta.completion_tokens
-        ids_now = self._deltas.ids - ids_before
-        if (
-            frame.output_ids is not UNSET
-            and type(count) is int
-            and meta.beam_results is UNSET
-            and not (type(meta.finish_reason) is dict and meta.finish_reason.get("type") == "abort")
-        ):
-            try:
-                self._incremental = _stream_mode_from_counts(count, ids_before, ids_now)
-            except ResponseError as exc:
-                raise ResponseError(f"frame {self._frames}: {exc}") from exc
+        if self._incremental and frame.meta_info.finish_reason is not None:
+            self._deltas.check_counts(decode_json(payload, "the terminal frame"), found)
+        self._deltas.take(found)
         if self._incremental is None:  # sent as received: what a cumulative reading sent
             if frame.output_ids is not UNSET:
                 self._sent_ids = ids_now
             if frame.text is not UNSET:
                 self._sent_text = bytes(frame.text)[1:-1]
 
-    def _final_check(self, last: Payload | None) -> None:
-        """Aggregation's final verdict, once the terminal frame is in: before it goes out."""
-        if not self._checker.finished:
-            return
-        if self._incremental and last is not None:
-            terminal = decode_json(last, "the terminal frame")
-            self._deltas.check_counts(terminal["meta_info"])
-            return
-        # An abort with a status is an EngineError to aggregation; SGLang streams
-        # it as a frame, and so does the relay.
-        with contextlib.suppress(EngineError):
-            self._checker._finish(said_done=False)
+    def _detect(self, frame: Any, ids_now: int) -> None:
+        meta = frame.meta_info
+        count = meta.completion_tokens
+        finish = meta.finish_reason
+        if (
+            frame.output_ids is not UNSET
+            and type(count) is int
+            and meta.beam_results is UNSET
+            and not (type(finish) is dict and finish.get("type") == "abort")
+        ):
+            self._incremental = _stream_mode_from_counts(count, self._deltas.ids, ids_now)
 
     def _to_cumulative(self, last: Payload) -> bytes:
         return _splice(last, self._deltas.cumulative())
@@ -394,19 +451,28 @@ class _Deltas:
     def ids(self) -> int:
         return self._counts.get("output_ids", 0)
 
-    def add(self, frame: Any) -> None:
+    def measure(self, frame: Any) -> list[tuple[str, bytes, bytes, int]]:
+        """A frame's delta fields as (path, JSON, opening byte, entries), types checked."""
+        found = []
         for path, key, in_meta, opening, name in _ROWS:
             raw = getattr(frame.meta_info if in_meta else frame, key)
             if raw is UNSET:
                 continue
-            _check_type(raw, path, opening, name, None)
+            data = bytes(raw)
+            if data[:1] != opening:
+                raise expected(path, name, decode_json(data, path))
+            count = len(_ELEMENTS.decode(data)) if path in _COUNTED else 0
+            found.append((path, data, opening, count))
+        return found
+
+    def take(self, found: list[tuple[str, bytes, bytes, int]]) -> None:
+        for path, data, opening, count in found:
             if path in _COUNTED:
-                self._counts[path] = self._counts.get(path, 0) + len(_ELEMENTS.decode(raw))
-            if not self._keep:
-                self._buffers.setdefault(path, bytearray())
-                continue
-            inside = bytes(raw)[1:-1]
+                self._counts[path] = self._counts.get(path, 0) + count
             buffer = self._buffers.setdefault(path, bytearray())
+            if not self._keep:
+                continue
+            inside = data[1:-1]
             if opening == b'"':
                 buffer += inside
             elif inside.strip():
@@ -422,15 +488,22 @@ class _Deltas:
             if path in self._buffers
         }
 
-    def check_counts(self, meta: dict[str, Any]) -> None:
-        """Aggregation's consistency check of the terminal frame, on the counts so far."""
+    def check_counts(
+        self, terminal: dict[str, Any], found: list[tuple[str, bytes, bytes, int]]
+    ) -> None:
+        """Aggregation's checks of the terminal frame, on the counts with its own."""
+        meta = terminal["meta_info"]
         finish = meta["finish_reason"]
         if finish.get("type") == "abort":
             abort_error(finish)  # its type checks; the abort itself is relayed as a frame
             return
+        totals = dict(self._counts)
+        for path, _, _, count in found:
+            if path in _COUNTED:
+                totals[path] = totals.get(path, 0) + count
         for count_key, path, unless in CONSISTENCY:
             count = meta.get(count_key)
-            total = self._counts.get(path)
+            total = totals.get(path)
             if count is None or total is None or (unless is not None and unless in meta):
                 continue
             if type(count) is not int:
@@ -450,16 +523,21 @@ def _check_type(raw: Raw, path: str, opening: bytes, name: str, number: int | No
         raise ResponseError(f"frame {number}: {error}") from None
 
 
-def _as_received(payloads: list[Payload]) -> bytes:
-    """Events as SGLang frames them, each event's data unchanged.
+def _one_line(payload: Payload) -> Payload:
+    """An event's data as one line.
 
-    Several ``data`` lines were joined with LF, which in checked JSON is only
-    whitespace: it becomes a space, so the event stays one line.
+    The data of several ``data`` lines is joined with LF (in a bytearray), which
+    in JSON can only be whitespace: it becomes a space. If the data is not
+    JSON, the checker refuses it either way.
     """
+    return payload.replace(b"\n", b" ") if type(payload) is bytearray else payload
+
+
+def _as_received(payloads: list[Payload]) -> bytes:
+    """Events as SGLang frames them, each event's data unchanged."""
     if not payloads:
         return b""
-    fixed = [p.replace(b"\n", b" ") if type(p) is bytearray else p for p in payloads]
-    return b"".join((b"data: ", b"\n\ndata: ".join(fixed), b"\n\n"))
+    return b"".join((b"data: ", b"\n\ndata: ".join(payloads), b"\n\n"))
 
 
 def _splice(payload: Payload, values: dict[str, list[Any]]) -> bytes:
