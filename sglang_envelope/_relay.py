@@ -212,8 +212,7 @@ class _Relay:
         "_max_bytes",
         "_passed",
         "_seen",
-        "_sent_ids",
-        "_sent_text",
+        "_sent",
         "ended",
     )
 
@@ -246,8 +245,8 @@ class _Relay:
         self._seen = 0  # bytes read
         self._frames = 0  # frames read
         self._deltas = _Deltas(keep=not client_incremental)
-        self._sent_ids = 0  # output_ids and text of the last frame sent, read cumulatively
-        self._sent_text = b""
+        # What the last frame sent holds, read cumulatively (see _cut).
+        self._sent: dict[str, Any] = {}
         self._passed = 0  # frames of the last chunk read while the mode was undecided
         self.ended = False  # a failure was written: the stream is over
 
@@ -261,7 +260,6 @@ class _Relay:
             if not isinstance(chunk, (bytearray, memoryview)):
                 raise EnvelopeError(f"relay chunk: expected bytes, got {type(chunk).__name__}")
             chunk = bytes(chunk)
-        sent = b""
         try:
             self._seen += len(chunk)
             if self._seen > self._max_bytes:
@@ -271,11 +269,16 @@ class _Relay:
                 )
             payloads = [_one_line(p) for p in self._decoder._feed_raw(chunk)]
             good, error = self._check(payloads)
-            sent = self._output(payloads[:good])
         except ResponseError as exc:
-            error = exc
-        if error is None:
-            return sent
+            return self._end(b"", exc)
+        try:
+            sent = self._output(payloads[:good])
+        except ResponseError as exc:  # no delta: the stream's own error, if any, comes first
+            return self._end(b"", error or exc)
+        return sent if error is None else self._end(sent, error)
+
+    def _end(self, sent: bytes, error: ResponseError) -> bytes:
+        """`sent`, then SGLang's error frame and ``[DONE]``: the stream is over."""
         self.ended = True
         return sent + _error_event(error) + SSE_DONE
 
@@ -337,7 +340,9 @@ class _Relay:
         """
         for at, payload in enumerate(payloads[:good]):
             try:
-                self._read(payload)
+                # Aggregation's final checks come after every frame: a later
+                # frame's fault comes first.
+                self._read(payload, final_checks=error is None)
             except ResponseError as exc:
                 return at, exc
             if self._incremental is None:
@@ -358,7 +363,7 @@ class _Relay:
             converted = self._to_incremental(payloads[-1])
         return _as_received(payloads[:passed]) + converted
 
-    def _read(self, payload: Payload) -> None:
+    def _read(self, payload: Payload, *, final_checks: bool) -> None:
         """Take one admitted frame of a stream that may be incremental: counts, deltas, mode.
 
         Nothing is kept of a frame that fails.
@@ -366,7 +371,7 @@ class _Relay:
         self._frames += 1
         if self._incremental is False:  # found cumulative earlier in this chunk
             return
-        frame = _FRAME.decode(payload)
+        frame = _read_frame(payload, f"frame {self._frames}")
         try:
             found = self._deltas.measure(frame)
             ids_now = sum(count for path, _, _, count in found if path == "output_ids")
@@ -374,14 +379,11 @@ class _Relay:
                 self._detect(frame, ids_now)
         except ResponseError as exc:
             raise ResponseError(f"frame {self._frames}: {exc}") from exc
-        if self._incremental and frame.meta_info.finish_reason is not None:
+        if final_checks and self._incremental and frame.meta_info.finish_reason is not None:
             self._deltas.check_counts(decode_json(payload, "the terminal frame"), found)
         self._deltas.take(found)
         if self._incremental is None:  # sent as received: what a cumulative reading sent
-            if frame.output_ids is not UNSET:
-                self._sent_ids = ids_now
-            if frame.text is not UNSET:
-                self._sent_text = bytes(frame.text)[1:-1]
+            self._sent = self._cut(frame, {}, {})
 
     def _detect(self, frame: Any, ids_now: int) -> None:
         meta = frame.meta_info
@@ -400,35 +402,54 @@ class _Relay:
 
     def _to_incremental(self, last: Payload) -> bytes:
         """The frame SGLang's incremental mode would send after the last one sent."""
-        frame = _FRAME.decode(last)
-        offset = self._sent_ids
         values: dict[str, list[Any]] = {}
+        sent = self._cut(_read_frame(last, f"frame {self._frames}"), self._sent, values)
+        out = _splice(last, values)
+        if out:  # sent: the next delta starts here
+            self._sent = sent
+        return out
+
+    def _cut(
+        self, frame: Any, sent: dict[str, Any], deltas: dict[str, list[Any]]
+    ) -> dict[str, Any]:
+        """Put into `deltas` each field's JSON past what `sent` holds; return what `frame` holds.
+
+        What a frame holds is, per delta field, its text's JSON inside the quotes
+        or its list's JSON elements. A list's delta is its elements past those
+        sent; SGLang cuts every list at the ids sent (its output offset), which
+        is the same number for its streams, whose lists grow a token at a time.
+        """
+        held: dict[str, Any] = {}
         for path, key, in_meta, opening, name in _ROWS:
             raw = getattr(frame.meta_info if in_meta else frame, key)
             if raw is UNSET:
                 continue
-            _check_type(raw, path, opening, name, self._frames)
+            if bytes(raw)[:1] != opening:
+                raise self._no_delta(path, f"is not {name}")
             if opening == b'"':
-                values[path] = [b'"', self._text_delta(raw), b'"']
+                text = held[path] = bytes(raw)[1:-1]
+                deltas[path] = [b'"', self._text_delta(sent.get(path, b""), text), b'"']
                 continue
-            elements = _ELEMENTS.decode(raw)
-            if path == "output_ids":
-                self._sent_ids = len(elements)
-            values[path] = [b"[", b",".join(elements[offset:]), b"]"]
-        return _splice(last, values)
+            elements = held[path] = _read_json(_ELEMENTS, raw, path)
+            before = sent.get(path, [])
+            if path == "output_ids" and elements[: len(before)] != before:
+                raise self._no_delta(path, "does not extend the ids sent so far")
+            deltas[path] = [b"[", b",".join(elements[len(before) :]), b"]"]
+        return held
 
-    def _text_delta(self, raw: Raw) -> bytes:
-        text = bytes(raw)[1:-1]
-        sent, self._sent_text = self._sent_text, text
+    def _text_delta(self, sent: bytes, text: bytes) -> bytes:
         if text.startswith(sent):
             return text[len(sent) :]
-        old, new = decode_json(b'"' + sent + b'"', "text"), decode_json(raw, "text")
+        old = decode_json(b'"' + sent + b'"', "text")
+        new = decode_json(b'"' + text + b'"', f"frame {self._frames}: text")
         if not new.startswith(old):
-            raise ResponseError(
-                f"frame {self._frames}: text does not extend the last frame's text, "
-                "so no incremental delta exists"
-            )
+            raise self._no_delta("text", "does not extend the text sent so far")
         return _ENCODER.encode(new[len(old) :])[1:-1]
+
+    def _no_delta(self, path: str, fault: str) -> ResponseError:
+        return ResponseError(
+            f"frame {self._frames}: {path} {fault}, so no incremental delta exists"
+        )
 
 
 class _Deltas:
@@ -461,7 +482,7 @@ class _Deltas:
             data = bytes(raw)
             if data[:1] != opening:
                 raise expected(path, name, decode_json(data, path))
-            count = len(_ELEMENTS.decode(data)) if path in _COUNTED else 0
+            count = len(_read_json(_ELEMENTS, data, path)) if path in _COUNTED else 0
             found.append((path, data, opening, count))
         return found
 
@@ -514,13 +535,26 @@ class _Deltas:
                 )
 
 
-def _check_type(raw: Raw, path: str, opening: bytes, name: str, number: int | None) -> None:
-    """A delta field of the wrong JSON type is aggregation's `ResponseError`."""
-    if bytes(raw)[:1] != opening:
-        error = expected(path, name, decode_json(raw, path))
-        if number is None:
-            raise error
-        raise ResponseError(f"frame {number}: {error}") from None
+def _read_frame(payload: Payload, what: str) -> Any:
+    """A frame the checker admitted, as the relay reads it (`_Frame`)."""
+    try:
+        return _FRAME.decode(payload)
+    except (msgspec.DecodeError, RecursionError):
+        # A key given twice, first with a value the view cannot hold: the last
+        # one counts, as in aggregation, so read the frame as aggregation did.
+        try:
+            again = _ENCODER.encode(decode_json(payload, what))
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ResponseError(f"{what} cannot be read: {exc}") from exc
+        return _read_json(_FRAME, again, what)
+
+
+def _read_json(decoder: msgspec.json.Decoder[Any], data: Any, what: str) -> Any:
+    """Decode part of a frame the checker admitted; should it still fail, a `ResponseError`."""
+    try:
+        return decoder.decode(data)
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise ResponseError(f"{what} is not valid JSON: {exc}") from exc
 
 
 def _one_line(payload: Payload) -> Payload:
@@ -546,11 +580,18 @@ def _splice(payload: Payload, values: dict[str, list[Any]]) -> bytes:
     A field keeps its place among the frame's keys; one the frame lacks goes
     last in its object, as ``_coalesce_streaming_chunks`` puts it.
     """
-    fields = _FIELDS.decode(payload)
-    parts: list[Any] = [b"data: "]
+    try:
+        fields = _FIELDS.decode(payload)
+        meta_fields = _FIELDS.decode(fields["meta_info"])
+    except msgspec.DecodeError:
+        # Keys that are not UTF-8, in a frame the checker read no further than its
+        # finish reason: it cannot be written again. Nothing is lost by not sending
+        # it: the next frame sent carries everything so far.
+        return b""
     top = {path: value for path, value in values.items() if "." not in path}
     meta = {path[10:]: value for path, value in values.items() if path.startswith("meta_info.")}
-    _object(fields, top, parts, meta)
+    parts: list[Any] = [b"data: "]
+    _object(fields, top, parts, (meta_fields, meta))
     parts.append(b"\n\n")
     return b"".join(parts)
 
@@ -559,8 +600,9 @@ def _object(
     fields: dict[str, Raw],
     values: dict[str, list[Any]],
     parts: list[Any],
-    meta: dict[str, list[Any]] | None = None,
+    meta: tuple[dict[str, Raw], dict[str, list[Any]]] | None = None,
 ) -> None:
+    """Append one JSON object's parts: `fields` as they were, `values` in place of theirs."""
     parts.append(b"{")
     comma = False
     for key, raw in fields.items():
@@ -571,7 +613,7 @@ def _object(
         if key in values:
             parts += values[key]
         elif key == "meta_info" and meta is not None:
-            _object(_FIELDS.decode(raw), meta, parts)
+            _object(*meta, parts)
         else:
             parts.append(raw)
     for key, value in values.items():
