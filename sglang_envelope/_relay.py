@@ -68,6 +68,15 @@ _ROWS: Final = tuple(
     for name in ("a string" if kind is str else "an array",)
 )
 _CLOSE: Final = {b'"': b'"', b"[": b"]"}
+_HOLE: Final = Raw(b"\x00")  # where _splice puts a new value
+if {
+    "output_ids",
+    "meta_info.output_token_logprobs",
+    "meta_info.output_token_sampling_mask",
+} != _COUNTED:
+    raise AssertionError(
+        "_Deltas.count must count exactly the arrays CONSISTENCY counts"
+    )  # pragma: no cover
 
 
 def _view(name: str, fields: list[tuple[str, Any, Any]]) -> Any:
@@ -94,6 +103,24 @@ _Frame = _view(
     "_Frame", [("meta_info", _Meta, msgspec.field(default_factory=_Meta)), *_raw_fields(False)]
 )
 _FRAME: Final = msgspec.json.Decoder(_Frame)
+
+
+def _typed_fields(in_meta: bool) -> list[tuple[str, Any, Any]]:
+    return [
+        (key, (str if opening == b'"' else list[Raw]) | UnsetType, UNSET)
+        for _, key, meta, opening, _ in _ROWS
+        if meta is in_meta
+    ]
+
+
+# An intermediate frame when only its counts matter: msgspec checks each delta
+# field's type, and a frame it refuses takes the full path for the message.
+_CountsMeta = _view("_CountsMeta", [("finish_reason", Any, None), *_typed_fields(True)])
+_Counts = _view(
+    "_Counts",
+    [("meta_info", _CountsMeta, msgspec.field(default_factory=_CountsMeta)), *_typed_fields(False)],
+)
+_COUNTS: Final = msgspec.json.Decoder(_Counts)
 
 
 def relay_sse(
@@ -338,7 +365,11 @@ class _Relay:
 
         A frame's own fault comes before a later frame's admission error.
         """
+        count = self._deltas.count if self._incremental and self._client_incremental else None
         for at, payload in enumerate(payloads[:good]):
+            if count is not None and count(payload):
+                self._frames += 1
+                continue
             try:
                 # Aggregation's final checks come after every frame: a later
                 # frame's fault comes first.
@@ -472,6 +503,30 @@ class _Deltas:
     def ids(self) -> int:
         return self._counts.get("output_ids", 0)
 
+    def count(self, payload: Payload) -> bool:
+        """Count an intermediate frame's entries, when they are all that is kept.
+
+        False when the frame needs the full path: the terminal frame, or a
+        frame whose delta fields are not all of their types.
+        """
+        try:
+            frame = _COUNTS.decode(payload)
+        except (msgspec.DecodeError, RecursionError):
+            return False
+        meta = frame.meta_info
+        if meta.finish_reason is not None:
+            return False
+        counts = self._counts
+        if (ids := frame.output_ids) is not UNSET:
+            counts["output_ids"] = counts.get("output_ids", 0) + len(ids)
+        if (logprobs := meta.output_token_logprobs) is not UNSET:
+            path = "meta_info.output_token_logprobs"
+            counts[path] = counts.get(path, 0) + len(logprobs)
+        if (mask := meta.output_token_sampling_mask) is not UNSET:
+            path = "meta_info.output_token_sampling_mask"
+            counts[path] = counts.get(path, 0) + len(mask)
+        return True
+
     def measure(self, frame: Any) -> list[tuple[str, bytes, bytes, int]]:
         """A frame's delta fields as (path, JSON, opening byte, entries), types checked."""
         found = []
@@ -571,53 +626,43 @@ def _as_received(payloads: list[Payload]) -> bytes:
     """Events as SGLang frames them, each event's data unchanged."""
     if not payloads:
         return b""
-    return b"".join((b"data: ", b"\n\ndata: ".join(payloads), b"\n\n"))
+    parts: list[Any] = [b"\n\ndata: "] * (2 * len(payloads) + 1)  # one join: one copy
+    parts[1::2] = payloads
+    parts[0], parts[-1] = b"data: ", b"\n\n"
+    return b"".join(parts)
 
 
 def _splice(payload: Payload, values: dict[str, list[Any]]) -> bytes:
     """One event: `payload` with the delta fields in `values` (JSON parts) put in place.
 
     A field keeps its place among the frame's keys; one the frame lacks goes
-    last in its object, as ``_coalesce_streaming_chunks`` puts it.
+    last in its object, as ``_coalesce_streaming_chunks`` puts it. msgspec
+    writes the frame with a NUL byte where each new value goes (JSON text
+    holds no raw NUL: msgspec refuses one when it reads), and the values are
+    joined in at those places: every byte is copied once.
     """
     try:
         fields = _FIELDS.decode(payload)
-        meta_fields = _FIELDS.decode(fields["meta_info"])
+        meta = _FIELDS.decode(fields["meta_info"])
     except msgspec.DecodeError:
         # Keys that are not UTF-8, in a frame the checker read no further than its
         # finish reason: it cannot be written again. Nothing is lost by not sending
         # it: the next frame sent carries everything so far.
         return b""
-    top = {path: value for path, value in values.items() if "." not in path}
-    meta = {path[10:]: value for path, value in values.items() if path.startswith("meta_info.")}
-    parts: list[Any] = [b"data: "]
-    _object(fields, top, parts, (meta_fields, meta))
+    fills: list[Any] = []
+    for path in values:
+        owner, key = (meta, path[10:]) if path.startswith("meta_info.") else (fields, path)
+        owner[key] = _HOLE
+    for key, value in fields.items():
+        if key == "meta_info":
+            fills += [values["meta_info." + k] for k, v in meta.items() if v is _HOLE]
+        elif value is _HOLE:
+            fills.append(values[key])
+    fields["meta_info"] = meta  # type: ignore[assignment]  # written as an object
+    pieces = _ENCODER.encode(fields).split(b"\x00")
+    parts: list[Any] = [b"data: ", pieces[0]]
+    for fill, piece in zip(fills, pieces[1:], strict=True):
+        parts += fill
+        parts.append(piece)
     parts.append(b"\n\n")
     return b"".join(parts)
-
-
-def _object(
-    fields: dict[str, Raw],
-    values: dict[str, list[Any]],
-    parts: list[Any],
-    meta: tuple[dict[str, Raw], dict[str, list[Any]]] | None = None,
-) -> None:
-    """Append one JSON object's parts: `fields` as they were, `values` in place of theirs."""
-    parts.append(b"{")
-    comma = False
-    for key, raw in fields.items():
-        if comma:
-            parts.append(b",")
-        comma = True
-        parts += (_ENCODER.encode(key), b":")
-        if key in values:
-            parts += values[key]
-        elif key == "meta_info" and meta is not None:
-            _object(*meta, parts)
-        else:
-            parts.append(raw)
-    for key, value in values.items():
-        if key not in fields:
-            parts += ((b"," if comma else b""), _ENCODER.encode(key), b":", *value)
-            comma = True
-    parts.append(b"}")
