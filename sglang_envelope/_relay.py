@@ -449,11 +449,14 @@ class _Relay:
         or its list's JSON elements. A list's delta is its elements past those
         sent; SGLang cuts every list at the ids sent (its output offset), which
         is the same number for its streams, whose lists grow a token at a time.
+        A frame that does not extend the last one sent has no delta.
         """
         held: dict[str, Any] = {}
         for path, key, in_meta, opening, name in _ROWS:
             raw = getattr(frame.meta_info if in_meta else frame, key)
             if raw is UNSET:
+                if path in sent:  # an incremental frame cannot take a field back
+                    raise self._no_delta(path, "is missing, though the last frame sent had it")
                 continue
             if bytes(raw)[:1] != opening:
                 raise self._no_delta(path, f"is not {name}")
@@ -463,8 +466,8 @@ class _Relay:
                 continue
             elements = held[path] = _read_json(_ELEMENTS, raw, path)
             before = sent.get(path, [])
-            if path == "output_ids" and elements[: len(before)] != before:
-                raise self._no_delta(path, "does not extend the ids sent so far")
+            if not _extends(elements, before):
+                raise self._no_delta(path, "does not extend the last frame sent")
             deltas[path] = [b"[", b",".join(elements[len(before) :]), b"]"]
         return held
 
@@ -474,7 +477,7 @@ class _Relay:
         old = decode_json(b'"' + sent + b'"', "text")
         new = decode_json(b'"' + text + b'"', f"frame {self._frames}: text")
         if not new.startswith(old):
-            raise self._no_delta("text", "does not extend the text sent so far")
+            raise self._no_delta("text", "does not extend the last frame sent")
         return _ENCODER.encode(new[len(old) :])[1:-1]
 
     def _no_delta(self, path: str, fault: str) -> ResponseError:
@@ -588,6 +591,22 @@ class _Deltas:
                 raise ResponseError(
                     f"meta_info.{count_key} is {show_value(count)} but {path} has {total} entries"
                 )
+
+
+def _extends(elements: list[Raw], before: list[Raw]) -> bool:
+    """Whether a list's JSON elements begin with `before`'s, as JSON values."""
+    head = elements[: len(before)]
+    if head == before:  # the same bytes: SGLang writes each entry alike every time
+        return True
+    if len(head) < len(before):
+        return False
+    try:
+        return all(
+            a == b or decode_json(a, "an entry") == decode_json(b, "an entry")
+            for a, b in zip(head, before, strict=True)
+        )
+    except (ResponseError, RecursionError):
+        return False
 
 
 def _read_frame(payload: Payload, what: str) -> Any:
