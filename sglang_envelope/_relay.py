@@ -94,7 +94,7 @@ _Meta = _view(
     "_Meta",
     [
         ("finish_reason", Any, None),
-        ("completion_tokens", Any, None),
+        ("completion_tokens", Raw | UnsetType, UNSET),
         ("beam_results", Raw | UnsetType, UNSET),
         *_raw_fields(True),
     ],
@@ -219,7 +219,7 @@ def _stream_mode_from_counts(completion_tokens: int, ids_before: int, ids_now: i
     readings = (completion_tokens == ids_before + ids_now, completion_tokens == ids_now)
     if readings == (False, False):
         raise ResponseError(
-            f"meta_info.completion_tokens is {completion_tokens}, but output_ids has "
+            f"meta_info.completion_tokens is {show_value(completion_tokens)}, but output_ids has "
             f"{ids_now} entries in this frame (a cumulative stream) and "
             f"{ids_before + ids_now} so far (an incremental stream)"
         )
@@ -418,11 +418,11 @@ class _Relay:
 
     def _detect(self, frame: Any, ids_now: int) -> None:
         meta = frame.meta_info
-        count = meta.completion_tokens
+        count = _small_int(meta.completion_tokens)
         finish = meta.finish_reason
         if (
             frame.output_ids is not UNSET
-            and type(count) is int
+            and count is not None
             and meta.beam_results is UNSET
             and not (type(finish) is dict and finish.get("type") == "abort")
         ):
@@ -593,6 +593,15 @@ class _Deltas:
                 )
 
 
+def _small_int(raw: Raw | UnsetType) -> int | None:
+    """A count's value when it is an integer JSON writes in at most 19 digits, else None."""
+    if raw is UNSET:
+        return None
+    data = bytes(raw)
+    digits = data[1:] if data[:1] == b"-" else data
+    return int(data) if 0 < len(digits) <= 19 and digits.isdigit() else None
+
+
 def _extends(elements: list[Raw], before: list[Raw]) -> bool:
     """Whether a list's JSON elements begin with `before`'s, as JSON values."""
     head = elements[: len(before)]
@@ -616,8 +625,9 @@ def _read_frame(payload: Payload, what: str) -> Any:
     except (msgspec.DecodeError, RecursionError):
         # A key given twice, first with a value the view cannot hold: the last
         # one counts, as in aggregation, so read the frame as aggregation did.
+        frame = decode_json(payload, what)
         try:
-            again = _ENCODER.encode(decode_json(payload, what))
+            again = _ENCODER.encode(frame)
         except (TypeError, ValueError, OverflowError) as exc:
             raise ResponseError(f"{what} cannot be read: {exc}") from exc
         return _read_json(_FRAME, again, what)

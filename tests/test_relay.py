@@ -409,6 +409,14 @@ def test_a_stream_consistent_with_neither_mode_names_both() -> None:
     )
 
 
+def test_a_count_too_long_for_any_stream_says_nothing_of_the_mode() -> None:
+    """Aggregation skips an intermediate frame's count; the relay takes no evidence from it."""
+    stream = sse(frames_of(3)).replace(
+        b'"completion_tokens":2', b'"completion_tokens":1' + b"0" * 5000
+    )
+    assert aggregate_sse([relay([stream])], incremental=False) == aggregate_sse([stream])
+
+
 def test_a_stream_consistent_with_both_modes_passes_unchanged() -> None:
     frames = frames_of(1)
     frames[0]["output_ids"] = [4, 5]
