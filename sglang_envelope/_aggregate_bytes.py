@@ -43,14 +43,18 @@ class _BytesAggregator(StreamAggregator):
 
     Frames are read exactly as `StreamAggregator` reads them; the deltas one
     chunk of the stream brought are then encoded at once and the objects
-    dropped, so only the JSON text of the deltas lives to the end.
+    dropped, so only the JSON text of the deltas lives to the end. With
+    ``keep=False`` only their counts are kept (a relay to a client of the
+    engine's own mode needs no more for aggregation's final checks).
     """
 
-    __slots__ = ("_chunks", "_counts")
+    __slots__ = ("_chunks", "_counts", "_keep")
 
-    def __init__(self, *, incremental: bool | None) -> None:
+    def __init__(self, *, incremental: bool | None, keep: bool = True) -> None:
         super().__init__(incremental=incremental)
-        self._chunks: dict[str, list[bytes]] = {path: [] for path, _ in DELTA_FIELDS}
+        self._keep = keep
+        # Per path: the JSON inside its quotes or brackets, in pieces (no commas between).
+        self._chunks: dict[str, list[BytesLike]] = {path: [] for path, _ in DELTA_FIELDS}
         self._counts = dict.fromkeys(self._chunks, 0)
 
     def _add_payloads(self, payloads: list[Payload]) -> None:
@@ -64,7 +68,7 @@ class _BytesAggregator(StreamAggregator):
                 continue
             value: Any = "".join(pieces) if path == _TEXT else pieces
             self._counts[path] += len(value)  # entries, or characters of the text
-            if value:
+            if value and self._keep:
                 # Inside the "" or [], copied to its exact size: the encoder's
                 # buffer has room to spare.
                 self._chunks[path].append(_ENCODE(value)[1:-1])
@@ -78,42 +82,53 @@ class _BytesAggregator(StreamAggregator):
         self._chunks = {path: [] for path, _ in DELTA_FIELDS}
         self._counts = dict.fromkeys(self._chunks, 0)
 
-    def _finish_bytes(self, said_done: bool) -> bytes:
+    def _checked_terminal(self, said_done: bool) -> dict[str, Any]:
+        """The terminal frame, once aggregation's final checks pass on the answer.
+
+        Raises what `result` raises: no terminal frame, an abort with a status
+        (`EngineError`), two readings that differ, counts that do not match.
+        """
         self._flush()
         terminal, aborted = self._terminal_frame(said_done)
+        meta = terminal["meta_info"]
         if self._mode is False:
             if not aborted:
-                check_consistency(terminal, terminal["meta_info"])
-            return _ENCODE(terminal)
+                check_consistency(terminal, meta)
+            return terminal
         if self._mode is None and not self._readings_agree(terminal):
             raise self._ambiguous()
-        response = dict(terminal)
-        meta = response["meta_info"] = dict(terminal["meta_info"])
         if not aborted:
             self._check_counts(meta)
-        spliced: list[str] = []
-        for path, key, in_meta, _ in _ROWS:
+        return terminal
+
+    def _finish_bytes(self, said_done: bool) -> bytes:
+        terminal = self._checked_terminal(said_done)
+        if self._mode is False:
+            return _ENCODE(terminal)
+        answer = self._write(terminal)
+        self._forget_deltas()
+        return answer
+
+    def _write(self, frame: dict[str, Any], prefix: bytes = b"", suffix: bytes = b"") -> bytes:
+        """`frame` with every delta field so far holding all its deltas, as JSON.
+
+        `frame` may hold `msgspec.Raw` values. The deltas' bytes are copied
+        once, into the result; the pieces are then views of it, so the next
+        write joins one piece per field and what came since.
+        """
+        self._flush()
+        values: dict[str, list[BytesLike]] = {}
+        for path, chunks in self._chunks.items():
             if path in self._present:
-                placeholder = msgspec.Raw(b"%b%d%b" % (_MARK, len(spliced), _MARK))
-                (meta if in_meta else response)[key] = placeholder
-                spliced.append(path)
-        # The JSON around the placeholders, and at odd places their numbers, in key order.
-        skeleton = _ENCODE(response).split(_MARK)
-        parts: list[bytes] = []
-        for at, piece in enumerate(skeleton):
-            if at % 2 == 0:
-                parts.append(piece)
-                continue
-            path = spliced[int(piece)]
-            quote = b'"' if path == _TEXT else b""
-            parts.append(quote or b"[")
-            for number, chunk in enumerate(self._chunks[path]):
-                if number and not quote:
-                    parts.append(b",")
-                parts.append(chunk)
-            parts.append(quote or b"]")
-        self._forget_deltas()  # the parts hold the buffers until the join
-        return b"".join(parts)
+                if path == _TEXT:
+                    values[path] = [b'"', *chunks, b'"']
+                else:
+                    values[path] = [b"[", *_commas(chunks), b"]"]
+        out, spans = splice(frame, values, prefix, suffix)
+        view = memoryview(out)
+        for path, (start, end) in spans.items():
+            self._chunks[path] = [view[start + 1 : end - 1]] if end - start > 2 else []
+        return out
 
     def _check_counts(self, meta: dict[str, Any]) -> None:
         """`check_consistency` on the answer, with the arrays' lengths for the arrays."""
@@ -143,6 +158,51 @@ class _BytesAggregator(StreamAggregator):
 
 if tuple(path for path, _ in DELTA_FIELDS) != _FAST_PATHS:  # pragma: no cover
     raise AssertionError("_BytesAggregator must know every field of DELTA_FIELDS")
+
+
+def _commas(pieces: list[BytesLike]) -> list[BytesLike]:
+    """Array insides, with the commas that join them."""
+    if len(pieces) < 2:
+        return pieces
+    out: list[BytesLike] = [b","] * (2 * len(pieces) - 1)
+    out[::2] = pieces
+    return out
+
+
+def splice(
+    frame: dict[str, Any], values: dict[str, list[BytesLike]], prefix: bytes, suffix: bytes
+) -> tuple[bytes, dict[str, tuple[int, int]]]:
+    """`frame` as JSON between `prefix` and `suffix`, each `DELTA_FIELDS` path of `values`
+    holding the JSON its parts join to; and where each such value lies in the result.
+
+    A field keeps its place among the frame's keys; one the frame lacks goes
+    last in its object, as SGLang's ``_coalesce_streaming_chunks`` puts it.
+    msgspec writes the frame with numbered NUL-delimited marks where the values
+    go (JSON text holds no raw NUL) and the parts are joined in: each byte of
+    them is copied once.
+    """
+    top = dict(frame)
+    meta = top["meta_info"] = dict(frame["meta_info"])
+    order = list(values)
+    for number, path in enumerate(order):
+        parent, _, key = path.rpartition(".")
+        (meta if parent else top)[key] = msgspec.Raw(b"%b%d%b" % (_MARK, number, _MARK))
+    parts: list[BytesLike] = [prefix]
+    spans: dict[str, tuple[int, int]] = {}
+    at = len(prefix)
+    for number, piece in enumerate(_ENCODE(top).split(_MARK)):
+        if number % 2 == 0:
+            parts.append(piece)
+            at += len(piece)
+            continue
+        path = order[int(piece)]
+        start = at
+        for part in values[path]:
+            parts.append(part)
+            at += len(part)
+        spans[path] = (start, at)
+    parts.append(suffix)
+    return b"".join(parts), spans
 
 
 def aggregate_sse_bytes(
