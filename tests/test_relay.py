@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import re
 from collections.abc import AsyncIterator, Iterable
 from functools import partial
 from pathlib import Path
@@ -556,25 +555,3 @@ def test_async_relay_over_loopback(case: dict[str, Any], engine: str, client: st
         assert aggregate_sse([out], incremental=MODES[client]) == aggregate_sse(
             [expected], incremental=MODES[client]
         )
-
-
-# --- the documentation's example ---
-
-
-def test_responses_md_relay_example_runs() -> None:
-    """The example in docs/responses.md's relay section, against SGLang's own streams."""
-    doc = (Path(__file__).parent.parent / "docs" / "responses.md").read_text(encoding="utf-8")
-    section = doc[doc.index("## Relaying to a streaming client") :]
-    namespace: dict[str, Any] = {}
-    for block in re.findall(r"```python\n(.*?)```", section, re.DOTALL):
-        exec(compile(block, "docs/responses.md", "exec"), namespace)
-    case = CASES[0]
-    sent: list[bytes] = []
-
-    async def send(data: bytes) -> None:
-        sent.append(data)
-
-    engine = case["incremental"].encode()
-    asyncio.run(namespace["stream_to_client"](aiter_of([engine[:100], engine[100:]]), send))
-    assert aggregate_sse(sent, incremental=False) == aggregate_sse([engine], incremental=True)
-    assert b"".join(sent).endswith(SSE_DONE)
