@@ -22,7 +22,7 @@ after a scan of its bytes shows that the full decoder would accept it too.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, cast
 
 import msgspec
@@ -430,21 +430,8 @@ class StreamAggregator:
             while at < end:
                 payload = payloads[at]
                 at += 1
-                frame: Any = None
-                if _NOT_TERMINAL in _searchable(payload):
-                    try:
-                        frame = decode(payload)
-                    except (msgspec.DecodeError, RecursionError):
-                        frame = None
-                if (
-                    frame is None
-                    or frame.error is not None
-                    or frame.object is not None
-                    or frame.meta_info is UNSET
-                    or frame.meta_info.finish_reason is not None
-                    or not (frame.index is index or _same(frame.index, index))
-                ):
-                    frame = None  # free the view before the full decode
+                frame = _intermediate_view(decode, payload, index)
+                if frame is None:
                     self.add(decode_frame(payload))
                     return at
                 self._count += 1
@@ -490,23 +477,9 @@ class StreamAggregator:
         index = self._index
         for at in range(start, len(payloads)):
             payload = payloads[at]
-            data = _searchable(payload)
-            view: Any = None
-            if _NOT_TERMINAL in data:
-                try:
-                    view = view_decode(payload)
-                except (msgspec.DecodeError, RecursionError):
-                    view = None
-            if (
-                view is None
-                or view.error is not None
-                or view.object is not None
-                or view.meta_info is UNSET
-                or view.meta_info.finish_reason is not None
-                or not (view.index is index or _same(view.index, index))
-                or not _plain(data)
+            if _intermediate_view(view_decode, payload, index) is None or not _plain(
+                _searchable(payload)
             ):
-                view = None  # free the view before the full decode
                 self.add(decode_frame(payload))
                 return at + 1
             self._count += 1
@@ -579,6 +552,31 @@ _FAST_PATHS: Final = (
 )
 if tuple(path for path, _ in DELTA_FIELDS) != _FAST_PATHS:  # pragma: no cover
     raise AssertionError("StreamAggregator._add_deltas must read exactly DELTA_FIELDS")
+
+
+def _intermediate_view(decode: Callable[[Payload], Any], payload: Payload, index: Any) -> Any:
+    """An intermediate frame read through a typed view, or None to decode it in full and `add` it.
+
+    None when the bytes lack SGLang's ``"finish_reason":null`` (the frame may
+    be the terminal one), when the view cannot read them (an unknown key, a
+    wrong type), and for a frame with an error, no meta_info, a finish reason
+    or another index than the first frame's.
+    """
+    if _NOT_TERMINAL not in _searchable(payload):
+        return None
+    try:
+        view = decode(payload)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if (
+        view.error is not None
+        or view.object is not None
+        or view.meta_info is UNSET
+        or view.meta_info.finish_reason is not None
+        or not (view.index is index or _same(view.index, index))
+    ):
+        return None
+    return view
 
 
 def _deltas(frame: dict[str, Any], meta: dict[str, Any]) -> list[tuple[str, Any]]:

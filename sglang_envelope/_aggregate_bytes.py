@@ -18,17 +18,19 @@ from msgspec import UNSET
 
 from sglang_envelope._aggregate import (
     _FAST_PATHS,
+    _INCREMENTAL_DECODER,
     _ROWS,
     DEFAULT_MAX_BYTES,
     DELTA_FIELDS,
     StreamAggregator,
+    _intermediate_view,
     _iterate,
     _SseAggregation,
 )
 from sglang_envelope._async import _aiterate
 from sglang_envelope._errors import ResponseError, show_value
 from sglang_envelope._frame import CONSISTENCY, check_consistency, expected
-from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Payload
+from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Payload, decode_frame
 
 __all__ = ["aggregate_sse_bytes", "aggregate_sse_bytes_async"]
 
@@ -60,6 +62,37 @@ class _BytesAggregator(StreamAggregator):
     def _add_payloads(self, payloads: list[Payload]) -> None:
         super()._add_payloads(payloads)
         self._flush()
+
+    def _add_deltas(self, payloads: list[Payload], at: int) -> int:
+        """`StreamAggregator._add_deltas`, or, when only counts are kept, a count of them.
+
+        Every byte is checked by the same view; the counted arrays are
+        counted, and each frame is dropped at once.
+        """
+        if self._keep:
+            return super()._add_deltas(payloads, at)
+        decode = _INCREMENTAL_DECODER.decode
+        counts = self._counts
+        index = self._index
+        while at < len(payloads):
+            payload = payloads[at]
+            at += 1
+            frame = _intermediate_view(decode, payload, index)
+            if frame is None:
+                self.add(decode_frame(payload))
+                return at
+            self._count += 1
+            meta = frame.meta_info
+            if (value := frame.output_ids) is not UNSET:
+                counts["output_ids"] += len(value)
+                self._present.add("output_ids")
+            if (value := meta.output_token_logprobs) is not UNSET:
+                counts["meta_info.output_token_logprobs"] += len(value)
+                self._present.add("meta_info.output_token_logprobs")
+            if (value := meta.output_token_sampling_mask) is not UNSET:
+                counts["meta_info.output_token_sampling_mask"] += len(value)
+                self._present.add("meta_info.output_token_sampling_mask")
+        return at
 
     def _flush(self) -> None:
         """Move the deltas collected so far from objects to JSON text."""
@@ -158,6 +191,12 @@ class _BytesAggregator(StreamAggregator):
 
 if tuple(path for path, _ in DELTA_FIELDS) != _FAST_PATHS:  # pragma: no cover
     raise AssertionError("_BytesAggregator must know every field of DELTA_FIELDS")
+if {path for _, path, _ in CONSISTENCY} != {  # pragma: no cover
+    "output_ids",
+    "meta_info.output_token_logprobs",
+    "meta_info.output_token_sampling_mask",
+}:
+    raise AssertionError("_BytesAggregator._add_deltas must count what CONSISTENCY counts")
 
 
 def _commas(pieces: list[BytesLike]) -> list[BytesLike]:
