@@ -309,6 +309,8 @@ def _one_line(payload: Payload) -> Payload:
 def _as_received(payloads: list[Payload]) -> bytes:
     """Events as SGLang frames them, each event's data unchanged."""
     parts: list[Any] = [b"\n\ndata: "] * (2 * len(payloads) + 1)  # one join: one copy
-    parts[1::2] = [_one_line(payload) for payload in payloads]
+    parts[1::2] = payloads
+    if bytearray in set(map(type, payloads)):  # rare: an event of several data lines
+        parts[1::2] = [_one_line(payload) for payload in payloads]
     parts[0], parts[-1] = b"data: ", b"\n\n"
     return b"".join(parts)
