@@ -301,6 +301,8 @@ def relay_rows(quick: bool, rounds: int, row: Callable[..., None]) -> None:
     )
     work, floor = alternate(same, split_and_validate(transcript), rounds)
     row("  against splitting and validating the JSON", work, floor, "(reference)", True)
+    work, floor = alternate(same, lambda: aggregate_sse(chunks(transcript)), rounds)
+    row("  against aggregate_sse of the same stream", work, floor, "(reference)", True)
     cum_frames = 300 if quick else 600
     cumulative, _ = cumulative_transcript(cum_frames)
     work, floor = alternate(relay(cumulative, incremental=False), split_events(cumulative), rounds)
