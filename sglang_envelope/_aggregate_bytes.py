@@ -37,6 +37,8 @@ __all__ = ["aggregate_sse_bytes", "aggregate_sse_bytes_async"]
 _DECODER: Final = msgspec.json.Decoder()
 _ENCODE: Final = msgspec.json.Encoder().encode
 _MARK: Final = b"\x00"  # never in msgspec's JSON output, which escapes control characters
+_MARKS: Final = tuple(msgspec.Raw(b"%b%d%b" % (_MARK, n, _MARK)) for n in range(len(DELTA_FIELDS)))
+_PLACES: Final = {path: (in_meta, key) for path, key, in_meta, _ in _ROWS}
 _TEXT: Final = "text"  # the one string field of DELTA_FIELDS: its pieces join without commas
 
 
@@ -224,22 +226,21 @@ def splice(
     meta = top["meta_info"] = dict(frame["meta_info"])
     order = list(values)
     for number, path in enumerate(order):
-        parent, _, key = path.rpartition(".")
-        (meta if parent else top)[key] = msgspec.Raw(b"%b%d%b" % (_MARK, number, _MARK))
-    parts: list[BytesLike] = [prefix]
+        in_meta, key = _PLACES[path]
+        (meta if in_meta else top)[key] = _MARKS[number]
+    # The JSON around the marks, and at odd places their numbers, in key order.
+    skeleton = _ENCODE(top).split(_MARK)
+    parts: list[BytesLike] = [prefix, skeleton[0]]
     spans: dict[str, tuple[int, int]] = {}
-    at = len(prefix)
-    for number, piece in enumerate(_ENCODE(top).split(_MARK)):
-        if number % 2 == 0:
-            parts.append(piece)
-            at += len(piece)
-            continue
-        path = order[int(piece)]
-        start = at
-        for part in values[path]:
-            parts.append(part)
-            at += len(part)
-        spans[path] = (start, at)
+    at = len(prefix) + len(skeleton[0])
+    for number in range(1, len(skeleton), 2):
+        path = order[int(skeleton[number])]
+        value = values[path]
+        size = sum(map(len, value))
+        spans[path] = (at, at + size)
+        parts += value
+        parts.append(skeleton[number + 1])
+        at += size + len(skeleton[number + 1])
     parts.append(suffix)
     return b"".join(parts), spans
 
