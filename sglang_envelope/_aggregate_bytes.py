@@ -5,7 +5,12 @@ the stream as `aggregate_sse` does (the same decoder, typed views, mode
 detection, bounds and verdicts), but after each chunk of the stream it
 encodes the deltas that chunk brought, once, and drops their objects: only the
 JSON text of the deltas lives to the end. The terminal frame is then encoded
-with placeholders where the delta fields go, and the texts are spliced in.
+with placeholders where the delta fields go, and the texts are spliced in
+(`splice`).
+
+The same store serves `relay_sse` to a cumulative client, which writes each
+frame it sends from it (`_BytesAggregator._write`), and, counting only,
+`relay_sse` to a client of the engine's own mode.
 """
 
 from __future__ import annotations
@@ -34,7 +39,6 @@ from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Payload, de
 
 __all__ = ["aggregate_sse_bytes", "aggregate_sse_bytes_async"]
 
-_DECODER: Final = msgspec.json.Decoder()
 _ENCODE: Final = msgspec.json.Encoder().encode
 _MARK: Final = b"\x00"  # never in msgspec's JSON output, which escapes control characters
 _MARKS: Final = tuple(msgspec.Raw(b"%b%d%b" % (_MARK, n, _MARK)) for n in range(len(DELTA_FIELDS)))
