@@ -323,6 +323,22 @@ def test_response_error_mid_stream_is_an_error_frame_after_the_frames_sent(
     assert error["message"] == str(refused.value)  # aggregation's words on the same bytes
 
 
+@pytest.mark.parametrize("fault", [b'"output_ids":"x"', b'"output_ids":[2,'])
+def test_a_fault_in_a_chunk_sends_the_state_of_the_frames_before_it(fault: bytes) -> None:
+    """One chunk: the converted frame holds exactly the frames admitted before the fault."""
+    stream = sse(frames_of(4)).replace(b'"output_ids":[2]', fault, 1)
+    out = relay([stream], incremental=True)
+    sent = events(out)
+    assert len(sent) == 3  # the frames before the fault as one cumulative frame, error, [DONE]
+    assert json.loads(sent[0][6:])["output_ids"] == [0, 1]
+    assert json.loads(sent[0][6:])["text"] == " t0 t1"
+    with pytest.raises(ResponseError) as refused:
+        aggregate_sse([stream], incremental=True)
+    error = error_of(out)
+    assert error is not None
+    assert error["message"] == str(refused.value)
+
+
 def test_engine_error_mid_stream_keeps_its_message_and_status() -> None:
     error = {"message": "out of memory", "type": "invalid_request_error", "code": 503}
     stream = sse(frames_of(3)[:2])[: -len(SSE_DONE)] + encode_sse({"error": error}) + SSE_DONE
