@@ -138,7 +138,7 @@ class _Relay:
         self._aggregator = _BytesAggregator(incremental=incremental, keep=not client_incremental)
         self._aggregation = _SseAggregation(what, self._aggregator, max_bytes, max_event_bytes)
         self._client = client_incremental
-        self._last: Payload | None = None  # the last frame sent as received
+        self._last: Payload | None = None  # the last frame sent before the mode was known
         self._sent: dict[str, Any] = {}  # what the last frame sent holds, once converting (_cut)
         self.ended = False  # a failure was written: the stream is over
 
@@ -191,7 +191,8 @@ class _Relay:
         if not payloads:
             return b""
         if self._sends_as_received():
-            self._last = payloads[-1]
+            if self._aggregator.incremental is None:  # kept in case a cut follows
+                self._last = payloads[-1]
             return _as_received(payloads)
         fields = _fields(payloads[-1])
         if fields is None:
