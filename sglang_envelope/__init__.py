@@ -60,6 +60,7 @@ from sglang_envelope._flat import (
 )
 from sglang_envelope._finalize import finalize_response
 from sglang_envelope._merge import merge_prefill_logprobs
+from sglang_envelope._relay import relay_sse, relay_sse_async
 from sglang_envelope._sse import SSE_DONE, SseDecoder, encode_sse
 
 # --- cancellation ---
@@ -117,6 +118,8 @@ __all__ = [
     "finalize_response",
     "merge_prefill_logprobs",
     "parse_unary",
+    "relay_sse",
+    "relay_sse_async",
     "FlatTopLogprobs",
     "decode_flat_top_logprobs",
     "encode_flat_top_logprobs",

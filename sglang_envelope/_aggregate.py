@@ -22,7 +22,7 @@ after a scan of its bytes shows that the full decoder would accept it too.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, cast
 
 import msgspec
@@ -255,17 +255,18 @@ class StreamAggregator:
         A frame after the terminal one, a frame that is not a JSON object with
         a ``meta_info`` object, a delta field of the wrong type, or, while the
         mode is being detected, a frame that fits neither mode raises
-        `ResponseError`.
+        `ResponseError`. A frame that raises adds nothing.
         """
         number = self._count + 1
         try:
             if type(frame) is not dict:
                 raise expected("frame", "an object", frame)
             meta = self._admit(frame, number)
-            if self._mode is not False:
-                self._collect(frame, meta)
+            found = _deltas(frame, meta) if self._mode is not False else []
             if self._mode is None:
                 self._detect(frame, meta)
+            if self._mode is not False:
+                self._collect(found)
         except ResponseError as exc:
             if type(exc) is ResponseError:
                 raise ResponseError(f"frame {number}: {exc}") from exc
@@ -331,9 +332,9 @@ class StreamAggregator:
             )
         return meta
 
-    def _collect(self, frame: dict[str, Any], meta: dict[str, Any]) -> None:
-        """Check the types of a frame's delta fields, then append them."""
-        for path, value in _deltas(frame, meta):
+    def _collect(self, found: list[tuple[str, Any]]) -> None:
+        """Append a frame's delta fields (`_deltas`)."""
+        for path, value in found:
             self._present.add(path)
             if type(value) is str:
                 self._pieces[path].append(value)
@@ -347,7 +348,9 @@ class StreamAggregator:
         (``completion_tokens`` is the length of the output ids sent up to
         this frame; likewise the ``*_length`` keys), so a count is the total
         of the deltas read incrementally and the frame's own array read
-        cumulatively. A cumulative frame also extends the previous one.
+        cumulatively. A cumulative frame also extends the previous one. Runs
+        before the frame's deltas are collected, so a frame that fails adds
+        nothing.
         """
         fits = self._fits
         for count_key, path, unless in CONSISTENCY:
@@ -355,7 +358,7 @@ class StreamAggregator:
             array = _field(frame, meta, path)
             if type(count) is not int or type(array) is not list or unless in meta:
                 continue
-            total = self._total(path)
+            total = self._total(path) + len(array)
             if fits[True] is None and count != total:
                 shown = show_value(count)
                 fits[True] = f"meta_info.{count_key} is {shown} but {path} has {total} entries"
@@ -427,21 +430,8 @@ class StreamAggregator:
             while at < end:
                 payload = payloads[at]
                 at += 1
-                frame: Any = None
-                if _NOT_TERMINAL in _searchable(payload):
-                    try:
-                        frame = decode(payload)
-                    except (msgspec.DecodeError, RecursionError):
-                        frame = None
-                if (
-                    frame is None
-                    or frame.error is not None
-                    or frame.object is not None
-                    or frame.meta_info is UNSET
-                    or frame.meta_info.finish_reason is not None
-                    or not (frame.index is index or _same(frame.index, index))
-                ):
-                    frame = None  # free the view before the full decode
+                frame = _intermediate_view(decode, payload, index)
+                if frame is None:
                     self.add(decode_frame(payload))
                     return at
                 self._count += 1
@@ -487,23 +477,9 @@ class StreamAggregator:
         index = self._index
         for at in range(start, len(payloads)):
             payload = payloads[at]
-            data = _searchable(payload)
-            view: Any = None
-            if _NOT_TERMINAL in data:
-                try:
-                    view = view_decode(payload)
-                except (msgspec.DecodeError, RecursionError):
-                    view = None
-            if (
-                view is None
-                or view.error is not None
-                or view.object is not None
-                or view.meta_info is UNSET
-                or view.meta_info.finish_reason is not None
-                or not (view.index is index or _same(view.index, index))
-                or not _plain(data)
+            if _intermediate_view(view_decode, payload, index) is None or not _plain(
+                _searchable(payload)
             ):
-                view = None  # free the view before the full decode
                 self.add(decode_frame(payload))
                 return at + 1
             self._count += 1
@@ -578,6 +554,31 @@ if tuple(path for path, _ in DELTA_FIELDS) != _FAST_PATHS:  # pragma: no cover
     raise AssertionError("StreamAggregator._add_deltas must read exactly DELTA_FIELDS")
 
 
+def _intermediate_view(decode: Callable[[Payload], Any], payload: Payload, index: Any) -> Any:
+    """An intermediate frame read through a typed view, or None to decode it in full and `add` it.
+
+    None when the bytes lack SGLang's ``"finish_reason":null`` (the frame may
+    be the terminal one), when the view cannot read them (an unknown key, a
+    wrong type), and for a frame with an error, no meta_info, a finish reason
+    or another index than the first frame's.
+    """
+    if _NOT_TERMINAL not in _searchable(payload):
+        return None
+    try:
+        view = decode(payload)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    if (
+        view.error is not None
+        or view.object is not None
+        or view.meta_info is UNSET
+        or view.meta_info.finish_reason is not None
+        or not (view.index is index or _same(view.index, index))
+    ):
+        return None
+    return view
+
+
 def _deltas(frame: dict[str, Any], meta: dict[str, Any]) -> list[tuple[str, Any]]:
     """The `DELTA_FIELDS` a frame carries, as (path, value), once all are of the right type."""
     found: list[tuple[str, Any]] = []
@@ -627,7 +628,7 @@ def _begins_with(value: Any, start: Any) -> bool:
 class _SseAggregation:
     """The sans-I/O core of `aggregate_sse` and its async twin: feed chunks, then finish."""
 
-    __slots__ = ("_aggregator", "_decoder", "_max_bytes", "_seen", "_what")
+    __slots__ = ("_aggregator", "_decoder", "_max_bytes", "_payloads", "_seen", "_what")
 
     def __init__(
         self, what: str, aggregator: StreamAggregator, max_bytes: int, max_event_bytes: int
@@ -638,6 +639,7 @@ class _SseAggregation:
         self._max_bytes = max_bytes
         self._seen = 0
         self._what = what
+        self._payloads: list[Payload] = []  # the events of the last chunk read
 
     def feed(self, chunk: BytesLike) -> None:
         """Read the next chunk; bytes past `max_bytes` raise `LimitExceeded` unread."""
@@ -653,8 +655,25 @@ class _SseAggregation:
         self._read(chunk)
 
     def _read(self, data: BytesLike) -> None:
-        self._aggregator._add_payloads(self._decoder._feed_raw(data))
+        self._payloads = self._decoder._feed_raw(data)
+        self._aggregator._add_payloads(self._payloads)
         self._decoder.raise_pending()
+
+    def admit(self, chunk: BytesLike) -> tuple[list[Payload], ResponseError | None]:
+        """`feed` for a relay: the chunk's events the aggregator admitted, and the fault.
+
+        The events come as received, in order, up to the fault that stopped the
+        stream (None: no fault yet). The aggregator holds exactly the admitted
+        frames, as a frame that fails adds nothing to it. After a fault, feed
+        nothing more.
+        """
+        count = self._aggregator._count
+        self._payloads = []
+        try:
+            self.feed(chunk)
+        except ResponseError as exc:
+            return self._payloads[: self._aggregator._count - count], exc
+        return self._payloads, None
 
     def close(self) -> bool:
         """Check the stream ended between events; return whether it said ``[DONE]``."""

@@ -5,7 +5,12 @@ the stream as `aggregate_sse` does (the same decoder, typed views, mode
 detection, bounds and verdicts), but after each chunk of the stream it
 encodes the deltas that chunk brought, once, and drops their objects: only the
 JSON text of the deltas lives to the end. The terminal frame is then encoded
-with placeholders where the delta fields go, and the texts are spliced in.
+with placeholders where the delta fields go, and the texts are spliced in
+(`splice`).
+
+The same store serves `relay_sse` to a cumulative client, which writes each
+frame it sends from it (`_BytesAggregator._write`), and, counting only,
+`relay_sse` to a client of the engine's own mode.
 """
 
 from __future__ import annotations
@@ -18,23 +23,26 @@ from msgspec import UNSET
 
 from sglang_envelope._aggregate import (
     _FAST_PATHS,
+    _INCREMENTAL_DECODER,
     _ROWS,
     DEFAULT_MAX_BYTES,
     DELTA_FIELDS,
     StreamAggregator,
+    _intermediate_view,
     _iterate,
     _SseAggregation,
 )
 from sglang_envelope._async import _aiterate
 from sglang_envelope._errors import ResponseError, show_value
 from sglang_envelope._frame import CONSISTENCY, check_consistency, expected
-from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Payload
+from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Payload, decode_frame
 
 __all__ = ["aggregate_sse_bytes", "aggregate_sse_bytes_async"]
 
-_DECODER: Final = msgspec.json.Decoder()
 _ENCODE: Final = msgspec.json.Encoder().encode
 _MARK: Final = b"\x00"  # never in msgspec's JSON output, which escapes control characters
+_MARKS: Final = tuple(msgspec.Raw(b"%b%d%b" % (_MARK, n, _MARK)) for n in range(len(DELTA_FIELDS)))
+_PLACES: Final = {path: (in_meta, key) for path, key, in_meta, _ in _ROWS}
 _TEXT: Final = "text"  # the one string field of DELTA_FIELDS: its pieces join without commas
 
 
@@ -43,19 +51,54 @@ class _BytesAggregator(StreamAggregator):
 
     Frames are read exactly as `StreamAggregator` reads them; the deltas one
     chunk of the stream brought are then encoded at once and the objects
-    dropped, so only the JSON text of the deltas lives to the end.
+    dropped, so only the JSON text of the deltas lives to the end. With
+    ``keep=False`` only their counts are kept (a relay to a client of the
+    engine's own mode needs no more for aggregation's final checks).
     """
 
-    __slots__ = ("_chunks", "_counts")
+    __slots__ = ("_chunks", "_counts", "_keep")
 
-    def __init__(self, *, incremental: bool | None) -> None:
+    def __init__(self, *, incremental: bool | None, keep: bool = True) -> None:
         super().__init__(incremental=incremental)
-        self._chunks: dict[str, list[bytes]] = {path: [] for path, _ in DELTA_FIELDS}
+        self._keep = keep
+        # Per path: the JSON inside its quotes or brackets, in pieces (no commas between).
+        self._chunks: dict[str, list[BytesLike]] = {path: [] for path, _ in DELTA_FIELDS}
         self._counts = dict.fromkeys(self._chunks, 0)
 
     def _add_payloads(self, payloads: list[Payload]) -> None:
         super()._add_payloads(payloads)
         self._flush()
+
+    def _add_deltas(self, payloads: list[Payload], at: int) -> int:
+        """`StreamAggregator._add_deltas`, or, when only counts are kept, a count of them.
+
+        Every byte is checked by the same view; the counted arrays are
+        counted, and each frame is dropped at once.
+        """
+        if self._keep:
+            return super()._add_deltas(payloads, at)
+        decode = _INCREMENTAL_DECODER.decode
+        counts = self._counts
+        index = self._index
+        while at < len(payloads):
+            payload = payloads[at]
+            at += 1
+            frame = _intermediate_view(decode, payload, index)
+            if frame is None:
+                self.add(decode_frame(payload))
+                return at
+            self._count += 1
+            meta = frame.meta_info
+            if (value := frame.output_ids) is not UNSET:
+                counts["output_ids"] += len(value)
+                self._present.add("output_ids")
+            if (value := meta.output_token_logprobs) is not UNSET:
+                counts["meta_info.output_token_logprobs"] += len(value)
+                self._present.add("meta_info.output_token_logprobs")
+            if (value := meta.output_token_sampling_mask) is not UNSET:
+                counts["meta_info.output_token_sampling_mask"] += len(value)
+                self._present.add("meta_info.output_token_sampling_mask")
+        return at
 
     def _flush(self) -> None:
         """Move the deltas collected so far from objects to JSON text."""
@@ -64,7 +107,7 @@ class _BytesAggregator(StreamAggregator):
                 continue
             value: Any = "".join(pieces) if path == _TEXT else pieces
             self._counts[path] += len(value)  # entries, or characters of the text
-            if value:
+            if value and self._keep:
                 # Inside the "" or [], copied to its exact size: the encoder's
                 # buffer has room to spare.
                 self._chunks[path].append(_ENCODE(value)[1:-1])
@@ -78,42 +121,53 @@ class _BytesAggregator(StreamAggregator):
         self._chunks = {path: [] for path, _ in DELTA_FIELDS}
         self._counts = dict.fromkeys(self._chunks, 0)
 
-    def _finish_bytes(self, said_done: bool) -> bytes:
+    def _checked_terminal(self, said_done: bool) -> dict[str, Any]:
+        """The terminal frame, once aggregation's final checks pass on the answer.
+
+        Raises what `result` raises: no terminal frame, an abort with a status
+        (`EngineError`), two readings that differ, counts that do not match.
+        """
         self._flush()
         terminal, aborted = self._terminal_frame(said_done)
+        meta = terminal["meta_info"]
         if self._mode is False:
             if not aborted:
-                check_consistency(terminal, terminal["meta_info"])
-            return _ENCODE(terminal)
+                check_consistency(terminal, meta)
+            return terminal
         if self._mode is None and not self._readings_agree(terminal):
             raise self._ambiguous()
-        response = dict(terminal)
-        meta = response["meta_info"] = dict(terminal["meta_info"])
         if not aborted:
             self._check_counts(meta)
-        spliced: list[str] = []
-        for path, key, in_meta, _ in _ROWS:
+        return terminal
+
+    def _finish_bytes(self, said_done: bool) -> bytes:
+        terminal = self._checked_terminal(said_done)
+        if self._mode is False:
+            return _ENCODE(terminal)
+        answer = self._write(terminal)
+        self._forget_deltas()
+        return answer
+
+    def _write(self, frame: dict[str, Any], prefix: bytes = b"", suffix: bytes = b"") -> bytes:
+        """`frame` with every delta field so far holding all its deltas, as JSON.
+
+        `frame` may hold `msgspec.Raw` values. The deltas' bytes are copied
+        once, into the result; the pieces are then views of it, so the next
+        write joins one piece per field and what came since.
+        """
+        self._flush()
+        values: dict[str, list[BytesLike]] = {}
+        for path, chunks in self._chunks.items():
             if path in self._present:
-                placeholder = msgspec.Raw(b"%b%d%b" % (_MARK, len(spliced), _MARK))
-                (meta if in_meta else response)[key] = placeholder
-                spliced.append(path)
-        # The JSON around the placeholders, and at odd places their numbers, in key order.
-        skeleton = _ENCODE(response).split(_MARK)
-        parts: list[bytes] = []
-        for at, piece in enumerate(skeleton):
-            if at % 2 == 0:
-                parts.append(piece)
-                continue
-            path = spliced[int(piece)]
-            quote = b'"' if path == _TEXT else b""
-            parts.append(quote or b"[")
-            for number, chunk in enumerate(self._chunks[path]):
-                if number and not quote:
-                    parts.append(b",")
-                parts.append(chunk)
-            parts.append(quote or b"]")
-        self._forget_deltas()  # the parts hold the buffers until the join
-        return b"".join(parts)
+                if path == _TEXT:
+                    values[path] = [b'"', *chunks, b'"']
+                else:
+                    values[path] = [b"[", *_commas(chunks), b"]"]
+        out, spans = splice(frame, values, prefix, suffix)
+        view = memoryview(out)
+        for path, (start, end) in spans.items():
+            self._chunks[path] = [view[start + 1 : end - 1]] if end - start > 2 else []
+        return out
 
     def _check_counts(self, meta: dict[str, Any]) -> None:
         """`check_consistency` on the answer, with the arrays' lengths for the arrays."""
@@ -143,6 +197,56 @@ class _BytesAggregator(StreamAggregator):
 
 if tuple(path for path, _ in DELTA_FIELDS) != _FAST_PATHS:  # pragma: no cover
     raise AssertionError("_BytesAggregator must know every field of DELTA_FIELDS")
+if {path for _, path, _ in CONSISTENCY} != {  # pragma: no cover
+    "output_ids",
+    "meta_info.output_token_logprobs",
+    "meta_info.output_token_sampling_mask",
+}:
+    raise AssertionError("_BytesAggregator._add_deltas must count what CONSISTENCY counts")
+
+
+def _commas(pieces: list[BytesLike]) -> list[BytesLike]:
+    """Array insides, with the commas that join them."""
+    if len(pieces) < 2:
+        return pieces
+    out: list[BytesLike] = [b","] * (2 * len(pieces) - 1)
+    out[::2] = pieces
+    return out
+
+
+def splice(
+    frame: dict[str, Any], values: dict[str, list[BytesLike]], prefix: bytes, suffix: bytes
+) -> tuple[bytes, dict[str, tuple[int, int]]]:
+    """`frame` as JSON between `prefix` and `suffix`, each `DELTA_FIELDS` path of `values`
+    holding the JSON its parts join to; and where each such value lies in the result.
+
+    A field keeps its place among the frame's keys; one the frame lacks goes
+    last in its object, as SGLang's ``_coalesce_streaming_chunks`` puts it.
+    msgspec writes the frame with numbered NUL-delimited marks where the values
+    go (JSON text holds no raw NUL) and the parts are joined in: each byte of
+    them is copied once.
+    """
+    top = dict(frame)
+    meta = top["meta_info"] = dict(frame["meta_info"])
+    order = list(values)
+    for number, path in enumerate(order):
+        in_meta, key = _PLACES[path]
+        (meta if in_meta else top)[key] = _MARKS[number]
+    # The JSON around the marks, and at odd places their numbers, in key order.
+    skeleton = _ENCODE(top).split(_MARK)
+    parts: list[BytesLike] = [prefix, skeleton[0]]
+    spans: dict[str, tuple[int, int]] = {}
+    at = len(prefix) + len(skeleton[0])
+    for number in range(1, len(skeleton), 2):
+        path = order[int(skeleton[number])]
+        value = values[path]
+        size = sum(map(len, value))
+        spans[path] = (at, at + size)
+        parts += value
+        parts.append(skeleton[number + 1])
+        at += size + len(skeleton[number + 1])
+    parts.append(suffix)
+    return b"".join(parts), spans
 
 
 def aggregate_sse_bytes(

@@ -1272,3 +1272,73 @@ def hand_built_fields(draw: st.DrawFn) -> dict[str, Any]:
     elif where == "input_ids":
         fields["input_ids"] = [*fields["input_ids"], value]
     return fields
+
+
+# --- relay ---
+
+
+@st.composite
+def relay_generations(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """One generation as SGLang streams it: its cumulative frames and its incremental ones.
+
+    Built as ``TokenizerManager._handle_batch_output`` builds frames: every
+    step adds at least one token; ``completion_tokens`` and the ``*_length``
+    counts are the totals so far; the incremental frames cut each delta field
+    at the output offset, as ``_slice_streaming_output_meta_info`` does.
+    """
+    steps = draw(st.integers(1, 6))
+    with_text, logprobs, masks = draw(st.booleans()), draw(st.booleans()), draw(st.booleans())
+    extras = draw(_meta_extras)
+    ids: list[int] = []
+    text = ""
+    lists: dict[str, list[Any]] = {
+        key: []
+        for key, wanted in (
+            ("output_token_logprobs", logprobs),
+            ("output_top_logprobs", logprobs),
+            ("output_token_sampling_mask", masks),
+        )
+        if wanted
+    }
+    cumulative: list[dict[str, Any]] = []
+    for step in range(steps):
+        new = draw(st.lists(_token_ids, min_size=1, max_size=3))
+        ids += new
+        text += draw(st.text(max_size=4))
+        for key, values in lists.items():
+            entry = {
+                "output_token_logprobs": _logprob_entries,
+                "output_top_logprobs": _top_rows,
+                "output_token_sampling_mask": st.lists(st.integers(0, 1), max_size=2),
+            }[key]
+            values += draw(st.lists(entry, min_size=len(new), max_size=len(new)))
+        last = step == steps - 1
+        meta: dict[str, Any] = {
+            "id": "rid-0",
+            "finish_reason": draw(_finish_reasons.filter(lambda r: r["type"] != "abort"))
+            if last
+            else None,
+            "prompt_tokens": 3,
+            **extras,
+        }
+        for key, values in lists.items():
+            meta[key] = list(values)
+            if key != "output_top_logprobs":
+                meta[f"{key}_length"] = len(values)
+        meta["completion_tokens"] = len(ids)
+        frame: dict[str, Any] = {"text": text} if with_text else {}
+        frame.update(output_ids=list(ids), meta_info=meta)
+        cumulative.append(frame)
+    incremental: list[dict[str, Any]] = []
+    offset, text_offset = 0, 0
+    for full in cumulative:
+        meta = dict(full["meta_info"])
+        for key in lists:
+            meta[key] = meta[key][offset:]
+        frame = {**full, "output_ids": full["output_ids"][offset:], "meta_info": meta}
+        if with_text:
+            frame["text"] = full["text"][text_offset:]
+            text_offset = len(full["text"])
+        offset = len(full["output_ids"])
+        incremental.append(frame)
+    return cumulative, incremental

@@ -22,10 +22,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 #: Pages whose examples are known not to run yet, with the reason.
-NOT_YET: dict[str, str] = {
-    "docs/responses.md": "its example uses names it never defines (NameError: chunks, "
-    "then send, prefill_body, decode_body); the page is owned and rewritten elsewhere",
-}
+NOT_YET: dict[str, str] = {}
 
 
 def python_blocks(path: Path) -> list[tuple[int, str]]:

@@ -65,6 +65,22 @@ def test_the_relay_example_sends_sglangs_cumulative_frames() -> None:
     assert [frame["output_ids"] for frame in relayed] == [f["output_ids"] for f in expected]
 
 
+def test_the_relay_section_example_streams_to_a_cumulative_client() -> None:
+    """The relay section's example: SGLang's own incremental stream, any chunking."""
+    engine = answer("logprobs_incremental")["body"].encode()
+    cumulative = answer("logprobs_cumulative")["body"].encode()
+    for size in (37, 4096):
+        sent: list[bytes] = []
+
+        async def send(data: bytes, sent: list[bytes] = sent) -> None:
+            sent.append(data)
+
+        asyncio.run(examples()["stream_to_client"](delivered(engine, size), send))
+        assert b"".join(sent).endswith(b"data: [DONE]\n\n")
+        relayed = SseDecoder().feed(b"".join(sent))
+        assert relayed[-1] == SseDecoder().feed(cumulative)[-1]
+
+
 def test_the_disaggregated_example_merges_prefill_logprobs() -> None:
     unary = answer("logprobs_unary")
     full = msgspec.json.decode(unary["body"].encode())

@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 import tracemalloc
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ from sglang_envelope import (
     Bootstrap,
     RequestRejected,
     Role,
+    SseDecoder,
+    StreamAggregator,
     aggregate_sse,
     aggregate_sse_bytes,
     build_engine_request,
@@ -47,6 +50,7 @@ from sglang_envelope import (
     encode_flat_top_logprobs,
     encode_sse,
     parse_unary,
+    relay_sse,
     to_worker_envelope,
 )
 
@@ -255,6 +259,143 @@ def chunks(data: bytes) -> Iterator[memoryview]:
     return (view[i : i + CHUNK] for i in range(0, len(view), CHUNK))
 
 
+# --- relay ---
+
+
+def relay(transcript: bytes | list[bytes], **options: Any) -> Callable[[], None]:
+    """relay_sse over the transcript (64 KiB chunks, or the chunks given), each output
+    dropped once made, as a server drops what it has sent."""
+
+    def run() -> None:
+        deque(
+            relay_sse(
+                chunks(transcript) if isinstance(transcript, bytes) else transcript, **options
+            ),
+            0,
+        )
+
+    return run
+
+
+def write(sent: list[bytes]) -> Callable[[], None]:
+    """The floor of a converting relay: writing the bytes it sent, from their JSON,
+    each piece dropped once made."""
+    views = [memoryview(piece) for piece in sent]
+
+    def run() -> None:
+        deque((b"".join((view[:6], view[6:-2], view[-2:])) for view in views), 0)
+
+    return run
+
+
+def split_events(transcript: bytes) -> Callable[[], None]:
+    """The floor of a relay that checks nothing: the SSE events split out, no JSON read."""
+
+    def run() -> None:
+        decoder = SseDecoder()
+        for chunk in chunks(transcript):
+            decoder._feed_raw(chunk)
+
+    return run
+
+
+class _Nothing(msgspec.Struct):
+    pass
+
+
+def split_and_validate(transcript: bytes) -> Callable[[], None]:
+    """Splitting, and msgspec validating each event's JSON without building it."""
+    validate = msgspec.json.Decoder(_Nothing).decode
+
+    def run() -> None:
+        decoder = SseDecoder()
+        for chunk in chunks(transcript):
+            for payload in decoder._feed_raw(chunk):
+                validate(payload)
+
+    return run
+
+
+def old_recipe(transcript: bytes) -> Callable[[], int]:
+    """The relay recipe before relay_sse: every frame decoded, cumulative() encoded again."""
+
+    def run() -> int:
+        decoder, aggregator, sent = SseDecoder(), StreamAggregator(), 0
+        for chunk in chunks(transcript):
+            for frame in decoder.feed(chunk):
+                aggregator.add(frame)
+                sent += len(encode_sse(aggregator.cumulative()))
+        decoder.close()
+        return sent
+
+    return run
+
+
+def one_token_frames(count: int) -> bytes:
+    """`count` frames of one token id each, as SGLang streams a skip_tokenizer_init request."""
+    frames = [
+        {
+            "output_ids": [i % 1000],
+            "meta_info": {
+                "finish_reason": {"type": "length"} if i == count - 1 else None,
+                "completion_tokens": i + 1,
+            },
+        }
+        for i in range(count)
+    ]
+    return b"".join(encode_sse(frame) for frame in frames) + SSE_DONE
+
+
+def relay_rows(quick: bool, rounds: int, row: Callable[..., None]) -> None:
+    frames = 2000
+    transcript, _ = incremental_transcript(frames)
+    same = relay(transcript, incremental=True, client_incremental=True)
+    work, floor = alternate(same, split_events(transcript), rounds)
+    row(
+        f"relay, same mode, incremental, {frames} frames",
+        work,
+        floor,
+        "<= 1.2x",
+        work <= 1.2 * floor,
+    )
+    work, floor = alternate(same, split_and_validate(transcript), rounds)
+    row("  against splitting and validating the JSON", work, floor, "(reference)", True)
+    work, floor = alternate(same, lambda: aggregate_sse(chunks(transcript)), rounds)
+    row("  against aggregate_sse of the same stream", work, floor, "(reference)", True)
+    cum_frames = 300 if quick else 600
+    cumulative, _ = cumulative_transcript(cum_frames)
+    work, floor = alternate(relay(cumulative, incremental=False), split_events(cumulative), rounds)
+    row(
+        f"relay, same mode, cumulative, {cum_frames} frames",
+        work,
+        floor,
+        "<= 1.2x",
+        work <= 1.2 * floor,
+    )
+
+    goal = "<= 2.0x writing the same bytes"
+    for frames in (500, 1000) if quick else (1000, 2000):
+        transcript, _ = incremental_transcript(frames, seed=4)
+        events = [event + b"\n\n" for event in transcript[:-2].split(b"\n\n")]
+        sent = list(relay_sse(events, incremental=True))
+        assert b"".join(sent) == cumulative_transcript(frames, seed=4)[0]  # SGLang's frames
+        work, floor = alternate(relay(events, incremental=True), write(sent), rounds)
+        name = f"relay, incremental -> cumulative, {frames} frames, an event a chunk"
+        row(name, work, floor, goal, work <= 2 * floor)
+
+    frames = 10_000 if quick else 40_000
+    transcript = one_token_frames(frames)
+    old_s = timed(old_recipe(transcript))
+    new_s = statistics.median(timed(relay(transcript, incremental=True)) for _ in range(rounds))
+    speedup = old_s / new_s
+    goal = f"(old: cumulative() per frame) {speedup:.0f}x faster"
+    row(f"  {frames} one-token frames, 64 KiB chunks", new_s, old_s, goal, True)
+    big = one_token_frames(4 * frames)
+    small_s, big_s = alternate(relay(transcript, incremental=True), relay(big, incremental=True), 3)
+    scale = big_s / small_s
+    row(f"  4x frames ({4 * frames}) vs {frames}", big_s, small_s, "<= 4.4x", scale <= 4.4, scale)
+
+
 def flat_fields(positions: int, k: int) -> dict[str, Any]:
     rng = random.Random(3)
     nested = [
@@ -358,6 +499,8 @@ def main() -> None:
     speedup = floor / work
     goal = f"<= 0.33x (3x faster): {speedup:.0f}x faster"
     row(f"cumulative SSE, {cum_frames} frames", work, floor, goal, speedup >= 3)
+
+    relay_rows(args.quick, rounds, row)
 
     fields = flat_fields(32_768, 20)
     val, idx = (

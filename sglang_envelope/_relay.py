@@ -1,0 +1,317 @@
+"""Relay SGLang's /generate stream to a streaming client: checked, in the client's mode.
+
+The engine streams in one mode (see `_aggregate`) and the client asked for one.
+The relay reads the engine's SSE bytes and writes client-ready SSE bytes, ending
+with ``data: [DONE]\\n\\n`` as SGLang's ``http_server.stream_results`` does:
+
+* same mode, or while the mode is not known: every event's data goes out as
+  received, framed as SGLang frames it;
+* incremental engine, cumulative client: the deltas are kept as JSON text
+  (`_aggregate_bytes`, the store `aggregate_sse_bytes` uses), and each frame
+  sent is the last frame read with those texts spliced in;
+* cumulative engine, incremental client: each delta is cut from the cumulative
+  field's JSON elements, as SGLang cuts them
+  (``tokenizer_manager._slice_streaming_output_meta_info``).
+
+A converted stream sends at most one frame per chunk read, the latest state,
+as SGLang itself does when frames queue up behind a slow reader
+(``_wait_one_response``: the last of a cumulative backlog, a
+``_coalesce_streaming_chunks`` of an incremental one).
+
+The checks are aggregation's, made by the aggregation core itself
+(`_aggregate._SseAggregation`, with its mode detection and bounds): a frame
+goes out only once admitted, and the terminal frame only after the final
+checks. A failure becomes SGLang's error frame (`error_event`) and ``[DONE]``,
+never an exception: the client already has a 200 and maybe frames, and SGLang
+answers a failed stream the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from typing import Any, Final
+
+import msgspec
+from msgspec import Raw
+
+from sglang_envelope._aggregate import DEFAULT_MAX_BYTES, DELTA_FIELDS, _iterate, _SseAggregation
+from sglang_envelope._aggregate_bytes import _BytesAggregator, splice
+from sglang_envelope._async import _aiterate
+from sglang_envelope._error_response import error_event
+from sglang_envelope._errors import EngineError, EnvelopeError, ResponseError, show_value
+from sglang_envelope._frame import decode_json
+from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, SSE_DONE, BytesLike, Payload
+
+__all__ = ["relay_sse", "relay_sse_async"]
+
+_ENCODE: Final = msgspec.json.Encoder().encode
+_FIELDS: Final = msgspec.json.Decoder(dict[str, Raw])
+_ELEMENTS: Final = msgspec.json.Decoder(list[Raw])
+# (dotted path, key in its parent, parent is meta_info, the field is a string)
+_ROWS: Final = tuple(
+    (path, path.rpartition(".")[2], "." in path, kind is str) for path, kind in DELTA_FIELDS
+)
+
+
+def relay_sse(
+    chunks: Iterable[BytesLike],
+    *,
+    incremental: bool | None = None,
+    client_incremental: bool = False,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> Iterator[bytes]:
+    """SGLang's SSE stream, read chunk by chunk, as client-ready SSE bytes.
+
+    `incremental` is the engine's mode (None: detected from the frames);
+    `client_incremental` the mode the client gets (False, SGLang's default:
+    cumulative). Yields the events each chunk completed, ending with
+    ``data: [DONE]\\n\\n``. A stream aggregation would refuse (`EngineError`,
+    `ResponseError`, `LimitExceeded`) ends with SGLang's error frame and
+    ``[DONE]`` instead of raising; an abort frame is relayed as SGLang sends
+    it. Raises `EnvelopeError` at once for bad arguments, and for a chunk that
+    is not bytes.
+    """
+    relay = _Relay("relay_sse", incremental, client_incremental, max_bytes, max_event_bytes)
+    return _relay(relay, _iterate(chunks, "relay_sse chunks"))
+
+
+def relay_sse_async(
+    chunks: AsyncIterable[BytesLike],
+    *,
+    incremental: bool | None = None,
+    client_incremental: bool = False,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> AsyncIterator[bytes]:
+    """`relay_sse` over an async iterable of bytes (an httpx ``aiter_bytes()``, ...).
+
+    Same bytes out for the same bytes in, whatever the chunking of either.
+    """
+    what = "relay_sse_async"
+    relay = _Relay(what, incremental, client_incremental, max_bytes, max_event_bytes)
+    return _relay_async(relay, _aiterate(chunks, f"{what} chunks"))
+
+
+def _relay(relay: _Relay, chunks: Iterator[BytesLike]) -> Iterator[bytes]:
+    for chunk in chunks:
+        out = relay.feed(chunk)
+        if out:
+            yield out
+        if relay.ended:
+            return
+    yield relay.close()
+
+
+async def _relay_async(relay: _Relay, chunks: AsyncIterator[BytesLike]) -> AsyncIterator[bytes]:
+    async for chunk in chunks:
+        out = relay.feed(chunk)
+        if out:
+            yield out
+        if relay.ended:
+            return
+    yield relay.close()
+
+
+class _Relay:
+    """The sans-I/O relay: `feed` engine bytes, get client bytes; `close` at the end."""
+
+    __slots__ = ("_aggregation", "_aggregator", "_client", "_last", "_sent", "ended")
+
+    def __init__(
+        self,
+        what: str,
+        incremental: bool | None,
+        client_incremental: bool,
+        max_bytes: int,
+        max_event_bytes: int,
+    ) -> None:
+        if incremental is not None and type(incremental) is not bool:
+            raise EnvelopeError(
+                f"incremental: expected True, False or None, got {show_value(incremental)}"
+            )
+        if type(client_incremental) is not bool:
+            raise EnvelopeError(
+                f"client_incremental: expected a bool, got {show_value(client_incremental)}"
+            )
+        # Keeps the deltas' JSON only for a cumulative client; counts in any case.
+        self._aggregator = _BytesAggregator(incremental=incremental, keep=not client_incremental)
+        self._aggregation = _SseAggregation(what, self._aggregator, max_bytes, max_event_bytes)
+        self._client = client_incremental
+        self._last: Payload | None = None  # the last frame sent before the mode was known
+        self._sent: dict[str, Any] = {}  # what the last frame sent holds, once converting (_cut)
+        self.ended = False  # a failure was written: the stream is over
+
+    def feed(self, chunk: BytesLike) -> bytes:
+        """The client's bytes for the events `chunk` completed (maybe empty).
+
+        After a failure they end with the error frame and ``[DONE]``, and
+        `ended` is true: feed nothing more.
+        """
+        payloads, error = self._aggregation.admit(chunk)
+        if error is None and payloads and self._aggregator.finished:
+            error = self._final_error()
+            if error is not None:  # the terminal frame fails: it does not go out
+                payloads = payloads[:-1] if self._sends_as_received() else []
+        try:
+            out = self._output(payloads)
+        except ResponseError as exc:  # no delta: the stream's own error, if any, comes first
+            out, error = b"", error or exc
+        if error is None:
+            return out
+        self.ended = True
+        return out + error_event(error) + SSE_DONE
+
+    def close(self) -> bytes:
+        """The last bytes for the client, ``[DONE]`` included, once the stream's end is checked."""
+        try:
+            said_done = self._aggregation.close()
+            if not self._aggregator.finished:
+                self._aggregator._checked_terminal(said_done)  # raises: no terminal frame
+        except ResponseError as exc:
+            return error_event(exc) + SSE_DONE
+        return SSE_DONE
+
+    def _final_error(self) -> ResponseError | None:
+        """Aggregation's final checks of the answer, made before the terminal frame goes out."""
+        try:
+            self._aggregator._checked_terminal(said_done=False)
+        except EngineError:
+            return None  # an abort with a status: SGLang streams it as a frame, as the relay does
+        except ResponseError as exc:
+            return exc
+        return None
+
+    def _sends_as_received(self) -> bool:
+        mode = self._aggregator.incremental
+        return mode is None or mode is self._client
+
+    def _output(self, payloads: list[Payload]) -> bytes:
+        """The client's bytes for frames that passed every check."""
+        if not payloads:
+            return b""
+        if self._sends_as_received():
+            if self._aggregator.incremental is None:  # kept in case a cut follows
+                self._last = payloads[-1]
+            return _as_received(payloads)
+        fields = _fields(payloads[-1])
+        if fields is None:
+            return b""
+        if self._aggregator.incremental:
+            return self._aggregator._write(fields, b"data: ", b"\n\n")
+        return self._to_incremental(fields)
+
+    def _to_incremental(self, fields: dict[str, Any]) -> bytes:
+        """The frame SGLang's incremental mode would send after the last one sent."""
+        if self._last is not None:  # sent as received: what a cumulative reading sent
+            last = _fields(self._last)
+            self._sent = {} if last is None else _cut(last, {}, {})
+            self._last = None
+        values: dict[str, list[BytesLike]] = {}
+        sent = _cut(fields, self._sent, values)
+        out, _ = splice(fields, values, b"data: ", b"\n\n")
+        self._sent = sent  # the next delta starts here
+        return out
+
+
+def _cut(
+    fields: dict[str, Any], sent: dict[str, Any], deltas: dict[str, list[BytesLike]]
+) -> dict[str, Any]:
+    """Put into `deltas` each field's JSON past what `sent` holds; return what `fields` holds.
+
+    What a frame holds is, per delta field, its text's JSON inside the quotes
+    or its list's JSON elements. A list's delta is its elements past those
+    sent; SGLang cuts every list at the ids sent (its output offset), which
+    is the same number for its streams, whose lists grow a token at a time.
+    A frame that does not extend the last one sent has no delta.
+    """
+    held: dict[str, Any] = {}
+    meta = fields["meta_info"]
+    for path, key, in_meta, is_text in _ROWS:
+        raw = (meta if in_meta else fields).get(key)
+        if raw is None:
+            if path in sent:  # an incremental frame cannot take a field back
+                raise _no_delta(path, "is missing, though the last frame sent had it")
+            continue
+        data = bytes(raw)
+        if data[:1] != (b'"' if is_text else b"["):
+            raise _no_delta(path, f"is not {'a string' if is_text else 'an array'}")
+        if is_text:
+            text = held[path] = data[1:-1]
+            deltas[path] = [b'"', _text_delta(sent.get(path, b""), text), b'"']
+            continue
+        try:
+            elements = held[path] = _ELEMENTS.decode(data)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise ResponseError(f"{path} is not valid JSON: {exc}") from exc
+        before = sent.get(path, [])
+        if not _extends(elements, before):
+            raise _no_delta(path, "does not extend the last frame sent")
+        deltas[path] = [b"[", b",".join(elements[len(before) :]), b"]"]
+    return held
+
+
+def _text_delta(sent: bytes, text: bytes) -> bytes:
+    """The JSON string inside for `text` past `sent` (both JSON string insides)."""
+    if text.startswith(sent):
+        return text[len(sent) :]
+    old = decode_json(b'"' + sent + b'"', "text")
+    new = decode_json(b'"' + text + b'"', "text")
+    if not new.startswith(old):
+        raise _no_delta("text", "does not extend the last frame sent")
+    return _ENCODE(new[len(old) :])[1:-1]
+
+
+def _no_delta(path: str, fault: str) -> ResponseError:
+    return ResponseError(f"{path} {fault}, so no incremental delta exists")
+
+
+def _extends(elements: list[Raw], before: list[Raw]) -> bool:
+    """Whether a list's JSON elements begin with `before`'s, as JSON values."""
+    head = elements[: len(before)]
+    if head == before:  # the same bytes: SGLang writes each entry alike every time
+        return True
+    if len(head) < len(before):
+        return False
+    try:
+        return all(
+            a == b or decode_json(a, "an entry") == decode_json(b, "an entry")
+            for a, b in zip(head, before, strict=True)
+        )
+    except (ResponseError, RecursionError):
+        return False
+
+
+def _fields(payload: Payload) -> dict[str, Any] | None:
+    """An admitted frame's keys and meta_info keys, each value its JSON (`msgspec.Raw`).
+
+    None for a frame whose keys are not UTF-8 (a cumulative frame is checked
+    no further than its finish reason until it is the answer): it cannot be
+    written again, and nothing is lost by not sending it, as the next frame
+    sent carries everything so far.
+    """
+    try:
+        fields = _FIELDS.decode(_one_line(payload))
+        fields["meta_info"] = _FIELDS.decode(fields["meta_info"])  # type: ignore[assignment]
+    except msgspec.DecodeError:
+        return None
+    return fields
+
+
+def _one_line(payload: Payload) -> Payload:
+    """An event's data as one line.
+
+    The data of several ``data`` lines is joined with LF (in a bytearray),
+    which in JSON the checks passed can only be whitespace: it becomes a space.
+    """
+    return payload.replace(b"\n", b" ") if type(payload) is bytearray else payload
+
+
+def _as_received(payloads: list[Payload]) -> bytes:
+    """Events as SGLang frames them, each event's data unchanged."""
+    parts: list[Any] = [b"\n\ndata: "] * (2 * len(payloads) + 1)  # one join: one copy
+    parts[1::2] = payloads
+    if bytearray in set(map(type, payloads)):  # rare: an event of several data lines
+        parts[1::2] = [_one_line(payload) for payload in payloads]
+    parts[0], parts[-1] = b"data: ", b"\n\n"
+    return b"".join(parts)

@@ -1,0 +1,573 @@
+"""relay_sse and relay_sse_async: SGLang's stream to a streaming client, checked, in its mode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator, Iterable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sglang_envelope import (
+    SSE_DONE,
+    EngineError,
+    EnvelopeError,
+    ResponseError,
+    aggregate_sse,
+    encode_sse,
+    relay_sse,
+    relay_sse_async,
+)
+from tests.strategies import (
+    HOSTILE_KINDS,
+    SGLANG_ANSWERS,
+    chunkings,
+    cumulative_splits,
+    final_responses,
+    hostile_streams,
+    incremental_splits,
+    mutated,
+    relay_generations,
+    sse_transcripts,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "relay_streams.jsonl"
+CASES: list[dict[str, Any]] = [json.loads(line) for line in FIXTURES.read_text().splitlines()]
+MODES = {"incremental": True, "cumulative": False}
+#: error_event's types for a ResponseError and a LimitExceeded
+REFUSALS = {"response_error", "limit_exceeded"}
+
+
+def events(stream: bytes) -> list[bytes]:
+    """The events of a stream in SGLang's shape, each with its blank line."""
+    assert stream.endswith(b"\n\n")
+    return [event + b"\n\n" for event in stream[:-2].split(b"\n\n")]
+
+
+def one_event_per_chunk(stream: bytes) -> list[bytes]:
+    return events(stream)
+
+
+def relay(chunks: Iterable[bytes | bytearray | memoryview], **options: Any) -> bytes:
+    return b"".join(relay_sse(chunks, **options))
+
+
+def sse(frames: list[dict[str, Any]]) -> bytes:
+    return b"".join(encode_sse(frame) for frame in frames) + SSE_DONE
+
+
+def error_of(stream: bytes) -> dict[str, Any] | None:
+    """The error frame a relayed stream ends with, checking it ends as SGLang's does."""
+    assert stream.endswith(SSE_DONE)
+    last = events(stream)[:-1][-1:]
+    if not last or not last[0].startswith(b'data: {"error":'):
+        return None
+    frame = json.loads(last[0][6:])
+    assert list(frame["error"]) == ["message", "type", "code", "retryable"]
+    # SGLang's type for SGLang's own errors; error_event's for a stream the library refused
+    expected_type = "invalid_request_error" if frame["error"]["code"] != 502 else None
+    assert frame["error"]["type"] in ({expected_type} if expected_type else REFUSALS)
+    assert frame["error"]["retryable"] is False
+    error: dict[str, Any] = frame["error"]
+    return error
+
+
+# --- against SGLang's own streams ---
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
+@pytest.mark.parametrize("engine", ["incremental", "cumulative"])
+@pytest.mark.parametrize("client", ["incremental", "cumulative"])
+@pytest.mark.parametrize("detect", [True, False])
+def test_writes_sglang_stream_in_the_clients_mode(
+    case: dict[str, Any], engine: str, client: str, detect: bool
+) -> None:
+    """One event a chunk: the client gets exactly the stream SGLang writes in its mode."""
+    stream = case[engine].encode()
+    out = relay(
+        one_event_per_chunk(stream),
+        incremental=None if detect else MODES[engine],
+        client_incremental=MODES[client],
+    )
+    assert out == case[client].encode()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case["name"] for case in CASES])
+@pytest.mark.parametrize("engine", ["incremental", "cumulative"])
+@pytest.mark.parametrize("client", ["incremental", "cumulative"])
+def test_frames_read_together_become_sglangs_one_frame(
+    case: dict[str, Any], engine: str, client: str
+) -> None:
+    """Any chunking: each frame sent is SGLang's own for the frames its chunk completed.
+
+    Same mode, every event goes out; converted, one frame a chunk, the one
+    SGLang sends a reader that fell behind by those frames.
+    """
+    stream = case[engine].encode()
+    expected = events(case[client].encode())
+    rng = random.Random(case["name"] + engine + client)
+    for _ in range(20):
+        cuts = sorted(rng.sample(range(len(stream)), rng.randint(0, 8)))
+        chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+        out = events(relay(chunks, client_incremental=MODES[client]))
+        assert out[-1] == SSE_DONE
+        if engine == client:
+            assert out == expected
+            continue
+        start = 0
+        runs = case["runs"][client]
+        for event in out[:-1]:
+            if event.startswith(b'data: {"error":'):
+                assert event == expected[-2]  # SGLang's error frame, as SGLang wrote it
+                break
+            end = next(
+                j
+                for j in range(start + 1, len(runs) + 2)
+                if runs.get(f"{start}:{j}") == event.decode()
+            )
+            start = end
+        else:
+            assert start == len(expected) - 1  # every frame covered, the terminal one last
+
+
+def test_an_error_frame_is_sglangs_and_ends_the_stream() -> None:
+    case = next(case for case in CASES if case["name"] == "error_frame")
+    out = relay(one_event_per_chunk(case["incremental"].encode()))
+    assert error_of(out) == {
+        "message": "The running request was aborted by a backend error.",
+        "type": "invalid_request_error",
+        "code": 503,
+        "retryable": False,
+    }
+    assert events(out)[:3] == events(case["cumulative"].encode())[:3]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [a for a in SGLANG_ANSWERS if a["kind"] == "sse"],
+    ids=[a["name"] for a in SGLANG_ANSWERS if a["kind"] == "sse"],
+)
+@pytest.mark.parametrize("client_incremental", [True, False])
+def test_relayed_stream_aggregates_to_sglangs_answer(
+    answer: dict[str, Any], client_incremental: bool
+) -> None:
+    """Every stream of the SSE fixture, 37-byte chunks: the client's stream gives SGLang's answer.
+
+    An abort is relayed as the frame SGLang streams; aggregating it gives the
+    same verdict as aggregating the engine's stream.
+    """
+    body = answer["body"].encode()
+    out = relay(
+        [body[i : i + 37] for i in range(0, len(body), 37)], client_incremental=client_incremental
+    )
+    expected = answer["expected"]
+    try:
+        result = aggregate_sse([out], incremental=client_incremental)
+    except EngineError as exc:
+        assert expected["error"] == {"message": exc.message, "code": exc.code}
+    else:
+        assert result == expected
+
+
+# --- properties ---
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), engine=st.booleans(), client=st.booleans(), detect=st.booleans())
+def test_relay_keeps_the_answer(
+    data: st.DataObject, engine: bool, client: bool, detect: bool
+) -> None:
+    """Any SGLang generation, any SSE form and chunking, every pair of modes."""
+    cumulative, incremental = data.draw(relay_generations())
+    stream = data.draw(sse_transcripts(incremental if engine else cumulative))
+    chunks = data.draw(chunkings(stream))
+    out = relay(chunks, incremental=None if detect else engine, client_incremental=client)
+    assert aggregate_sse([out], incremental=client) == cumulative[-1]
+    frames = [msgspec.json.decode(event[6:]) for event in events(out)[:-1]]
+    if client and not engine:  # each is the delta since the last one sent
+        sent = len(frames[0]["output_ids"])
+        assert frames[0]["output_ids"] == cumulative[-1]["output_ids"][:sent]
+    elif not client:  # each is one of SGLang's cumulative frames, in order
+        indices = [cumulative.index(frame) for frame in frames]
+        assert indices == sorted(set(indices))
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), engine=st.booleans())
+def test_same_mode_sends_every_event_unchanged(data: st.DataObject, engine: bool) -> None:
+    cumulative, incremental = data.draw(relay_generations())
+    stream = sse(incremental if engine else cumulative)
+    chunks = data.draw(chunkings(stream))
+    assert relay(chunks, client_incremental=engine) == stream
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), response=final_responses(), to_cumulative=st.booleans())
+def test_forced_incremental_matches_aggregation(
+    data: st.DataObject, response: dict[str, Any], to_cumulative: bool
+) -> None:
+    """Incremental streams with every field coming and going, relayed in either mode."""
+    frames = data.draw(incremental_splits(response))
+    stream = data.draw(sse_transcripts(frames))
+    chunks = data.draw(chunkings(stream))
+    out = relay(chunks, incremental=True, client_incremental=not to_cumulative)
+    assert aggregate_sse([out], incremental=not to_cumulative) == aggregate_sse(
+        [stream], incremental=True
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), response=final_responses())
+def test_forced_cumulative_matches_aggregation(
+    data: st.DataObject, response: dict[str, Any]
+) -> None:
+    frames = data.draw(cumulative_splits(response))
+    stream = data.draw(sse_transcripts(frames))
+    out = relay(data.draw(chunkings(stream)), incremental=False)
+    assert aggregate_sse([out], incremental=False) == aggregate_sse([stream], incremental=False)
+
+
+def verdict(run: Any) -> tuple[str, Any]:
+    try:
+        return "ok", run()
+    except EngineError as exc:
+        return "error", exc.message
+    except ResponseError as exc:
+        return "error", str(exc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), engine=st.booleans(), client=st.booleans())
+def test_damaged_streams_get_aggregations_verdict(
+    data: st.DataObject, engine: bool, client: bool
+) -> None:
+    """Whatever aggregation says of a stream, the relayed stream says to its client."""
+    cumulative, incremental = data.draw(relay_generations())
+    stream = data.draw(mutated(sse(incremental if engine else cumulative)))
+    same_verdict(stream, data.draw(chunkings(stream)), engine, client)
+
+
+def same_verdict(stream: bytes, chunks: list[bytes], engine: bool, client: bool) -> None:
+    """The relayed stream says what aggregation says of the engine's stream.
+
+    In one chunk, the same words. In several, the relay may find a fault of the
+    terminal frame before a fault after it, which aggregation reads first. One
+    verdict is the relay's own: a cumulative stream whose text or ids do not
+    extend the last frame's has no incremental deltas.
+    """
+    expected = verdict(partial(aggregate_sse, [stream], incremental=engine))
+    out = relay(chunks, incremental=engine, client_incremental=client)
+    error = error_of(out)
+    if error is None:
+        assert verdict(partial(aggregate_sse, [out], incremental=client)) == expected
+    elif error["message"].endswith("so no incremental delta exists"):
+        assert client and not engine
+    elif len(chunks) == 1:
+        assert expected == ("error", error["message"])
+    else:
+        assert expected[0] == "error"
+
+
+@pytest.mark.parametrize("kind", HOSTILE_KINDS)
+def test_hostile_streams_get_aggregations_verdict(kind: str) -> None:
+    """Every hostile stream of the shared matrix, whole and in thirds, every mode pair."""
+    for stream in hostile_streams(kind):
+        third = max(1, len(stream) // 3)
+        for chunks in ([stream], [stream[i : i + third] for i in range(0, len(stream), third)]):
+            for engine in (True, False):
+                for client in (True, False):
+                    same_verdict(stream, chunks, engine, client)
+
+
+# --- failures in the middle of a stream ---
+
+
+def frames_of(count: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "text": f" t{i}",
+            "output_ids": [i],
+            "meta_info": {
+                "finish_reason": {"type": "length"} if i == count - 1 else None,
+                "completion_tokens": i + 1,
+            },
+        }
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize("client_incremental", [True, False])
+def test_response_error_mid_stream_is_an_error_frame_after_the_frames_sent(
+    client_incremental: bool,
+) -> None:
+    stream = sse(frames_of(3)[:2])[: -len(SSE_DONE)] + b"data: {not json\n\n" + SSE_DONE
+    out = events(
+        relay(one_event_per_chunk(stream), incremental=True, client_incremental=client_incremental)
+    )
+    assert len(out) == 4  # two frames, the error frame, [DONE]
+    assert [json.loads(e[6:])["output_ids"] for e in out[:2]] == (
+        [[0], [1]] if client_incremental else [[0], [0, 1]]
+    )
+    error = error_of(b"".join(out))
+    assert error is not None
+    assert error["code"] == 502
+    with pytest.raises(ResponseError) as refused:
+        aggregate_sse([stream], incremental=True)
+    assert error["message"] == str(refused.value)  # aggregation's words on the same bytes
+
+
+@pytest.mark.parametrize("fault", [b'"output_ids":"x"', b'"output_ids":[2,'])
+def test_a_fault_in_a_chunk_sends_the_state_of_the_frames_before_it(fault: bytes) -> None:
+    """One chunk: the converted frame holds exactly the frames admitted before the fault."""
+    stream = sse(frames_of(4)).replace(b'"output_ids":[2]', fault, 1)
+    out = relay([stream], incremental=True)
+    sent = events(out)
+    assert len(sent) == 3  # the frames before the fault as one cumulative frame, error, [DONE]
+    assert json.loads(sent[0][6:])["output_ids"] == [0, 1]
+    assert json.loads(sent[0][6:])["text"] == " t0 t1"
+    with pytest.raises(ResponseError) as refused:
+        aggregate_sse([stream], incremental=True)
+    error = error_of(out)
+    assert error is not None
+    assert error["message"] == str(refused.value)
+
+
+def test_engine_error_mid_stream_keeps_its_message_and_status() -> None:
+    error = {"message": "out of memory", "type": "invalid_request_error", "code": 503}
+    stream = sse(frames_of(3)[:2])[: -len(SSE_DONE)] + encode_sse({"error": error}) + SSE_DONE
+    out = relay(one_event_per_chunk(stream))
+    assert len(events(out)) == 4
+    assert error_of(out) == {**error, "retryable": False}
+    with pytest.raises(EngineError, match="out of memory"):
+        aggregate_sse([out])
+
+
+def test_engine_error_without_status_is_500() -> None:
+    out = relay([encode_sse({"error": {"message": "boom"}}) + SSE_DONE])
+    assert error_of(out) == {
+        "message": "boom",
+        "type": "invalid_request_error",
+        "code": 500,
+        "retryable": False,
+    }
+
+
+def test_inconsistent_counts_stop_the_terminal_frame() -> None:
+    frames = frames_of(3)
+    frames[-1]["meta_info"]["completion_tokens"] = 7
+    out = relay(one_event_per_chunk(sse(frames)), incremental=True, client_incremental=True)
+    assert len(events(out)) == 4  # two frames, then the error instead of the terminal frame
+    error = error_of(out)
+    assert error is not None
+    assert error["message"] == "meta_info.completion_tokens is 7 but output_ids has 3 entries"
+
+
+def test_abort_with_status_is_relayed_as_sglang_streams_it() -> None:
+    frames = frames_of(2)
+    frames[-1]["meta_info"]["finish_reason"] = {
+        "type": "abort",
+        "status_code": 503,
+        "message": "Request running timeout reached.",
+    }
+    stream = sse(frames)
+    assert relay([stream], incremental=True, client_incremental=True) == stream
+    with pytest.raises(EngineError, match="timeout"):
+        aggregate_sse([relay([stream], incremental=True)])
+
+
+@pytest.mark.parametrize(
+    ("options", "stream", "message"),
+    [
+        ({"max_bytes": 100}, sse(frames_of(3)), "the stream is larger than max_bytes (100 bytes)"),
+        (
+            {"max_event_bytes": 50},
+            sse(frames_of(3)),
+            "an SSE event is larger than max_event_bytes (50 bytes)",
+        ),
+        ({}, sse(frames_of(3))[:-30], "the stream ended inside an event"),
+        ({}, sse(frames_of(3)[:2]), "the stream said data: [DONE] after 2 frames without"),
+        ({}, b"", "the stream ended before any frame"),
+        ({}, sse(frames_of(2)) + b"data: {}\n\n", "the stream sent an event after data: [DONE]"),
+    ],
+)
+def test_every_failure_ends_as_sglang_ends_a_failed_stream(
+    options: dict[str, Any], stream: bytes, message: str
+) -> None:
+    out = relay([stream[i : i + 40] for i in range(0, len(stream), 40)], **options)
+    error = error_of(out)
+    assert error is not None
+    assert error["code"] == 502
+    assert error["message"].startswith(message)
+
+
+# --- stream mode ---
+
+
+def test_detects_a_cumulative_engine_and_cuts_deltas() -> None:
+    cumulative = frames_of(3)
+    for i, frame in enumerate(cumulative):
+        frame["text"] = "".join(f" t{j}" for j in range(i + 1))
+        frame["output_ids"] = list(range(i + 1))
+    out = relay(one_event_per_chunk(sse(cumulative)), client_incremental=True)
+    assert out == sse(frames_of(3))
+
+
+def test_a_stream_consistent_with_neither_mode_names_both() -> None:
+    frames = frames_of(3)
+    frames[1]["meta_info"]["completion_tokens"] = 5
+    error = error_of(relay([sse(frames)]))
+    assert error is not None
+    assert error["message"] == (
+        "frame 2: it fits neither stream mode: read incrementally (frames hold deltas), "
+        "meta_info.completion_tokens is 5 but output_ids has 2 entries; read cumulatively "
+        "(each frame holds everything so far), meta_info.completion_tokens is 5 but this "
+        "frame's output_ids has 1 entries"
+    )
+
+
+def test_a_count_too_long_for_json_is_aggregations_refusal() -> None:
+    """A 5,000-digit count: the full decoder refuses the frame, and so does the relay."""
+    stream = sse(frames_of(3)).replace(
+        b'"completion_tokens":2', b'"completion_tokens":1' + b"0" * 5000
+    )
+    with pytest.raises(ResponseError) as refused:
+        aggregate_sse([stream])
+    for client in (True, False):
+        error = error_of(relay([stream], client_incremental=client))
+        assert error is not None
+        assert error["message"] == str(refused.value)
+
+
+def test_a_stream_consistent_with_both_modes_passes_unchanged() -> None:
+    frames = frames_of(1)
+    frames[0]["output_ids"] = [4, 5]
+    frames[0]["meta_info"]["completion_tokens"] = 2
+    for client in (True, False):
+        assert relay([sse(frames)], client_incremental=client) == sse(frames)
+
+
+def test_wrong_delta_type_is_aggregations_error() -> None:
+    frames = frames_of(2)
+    frames[0]["output_ids"] = "7"
+    error = error_of(relay([sse(frames)], incremental=True))
+    assert error is not None
+    assert error["message"] == "frame 1: output_ids: expected an array, got a string"
+
+
+def test_many_small_frames_read_in_large_chunks_make_few_cumulative_frames() -> None:
+    """Converting costs the bytes sent: one frame a chunk read, not one per frame."""
+    stream = sse(frames_of(40_000))
+    chunks = [stream[i : i + 65536] for i in range(0, len(stream), 65536)]
+    out = relay(chunks, incremental=True)
+    assert len(events(out)) <= len(chunks) + 1
+    response = aggregate_sse([out], incremental=False)
+    assert response["output_ids"] == list(range(40_000))
+
+
+# --- arguments ---
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"incremental": 1}, "incremental: expected True, False or None, got 1"),
+        ({"client_incremental": None}, "client_incremental: expected a bool, got None"),
+        ({"max_bytes": 0}, "max_bytes: expected a positive integer, got 0"),
+        ({"max_event_bytes": "1"}, "max_event_bytes: expected a positive integer"),
+    ],
+)
+def test_bad_arguments_raise_at_once(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(EnvelopeError, match=message.replace("(", r"\(")):
+        relay_sse([], **options)
+    with pytest.raises(EnvelopeError, match=message.replace("(", r"\(")):
+        relay_sse_async(aiter_of([]), **options)
+
+
+def test_chunks_must_be_bytes() -> None:
+    with pytest.raises(EnvelopeError, match="expected an iterable, got int"):
+        relay_sse(3)  # type: ignore[arg-type]
+    with pytest.raises(EnvelopeError, match="expected an async iterable, got list"):
+        relay_sse_async([b""])  # type: ignore[arg-type]
+    with pytest.raises(EnvelopeError, match="relay_sse chunk: expected bytes, got str"):
+        relay(["data: {}\n\n"])  # type: ignore[list-item]
+    assert relay([bytearray(sse(frames_of(1))), memoryview(b"")]) == sse(frames_of(1))
+
+
+# --- async, over a real socket ---
+
+
+async def aiter_of(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+async def relay_async(chunks: AsyncIterator[bytes], **options: Any) -> bytes:
+    return b"".join([part async for part in relay_sse_async(chunks, **options)])
+
+
+@settings(max_examples=50, deadline=None)
+@given(data=st.data(), client=st.booleans())
+def test_async_writes_the_same_bytes(data: st.DataObject, client: bool) -> None:
+    _, incremental = data.draw(relay_generations())
+    stream = data.draw(sse_transcripts(incremental))
+    chunks = data.draw(chunkings(stream))
+    out = asyncio.run(relay_async(aiter_of(chunks), client_incremental=client))
+    assert out == relay(chunks, client_incremental=client)
+
+
+async def serve_and_relay(stream: bytes, **options: Any) -> bytes:
+    """An engine on 127.0.0.1 writes `stream` in irregular pieces; relay what the socket gives."""
+
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        rng = random.Random(11)
+        at = 0
+        while at < len(stream):
+            size = rng.choice([1, 3, 7, 64, 500, 4096])
+            writer.write(stream[at : at + size])
+            await writer.drain()
+            at += size
+            if rng.random() < 0.1:
+                await asyncio.sleep(0.001)
+        writer.close()
+        await writer.wait_closed()
+
+    server = await asyncio.start_server(engine, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+
+        async def body() -> AsyncIterator[bytes]:
+            while chunk := await reader.read(1024):
+                yield chunk
+
+        try:
+            return await asyncio.wait_for(relay_async(body(), **options), 10)
+        finally:
+            writer.close()
+            await writer.wait_closed()
+
+
+@pytest.mark.parametrize("case", CASES[:2] + CASES[-1:], ids=lambda case: case["name"])
+@pytest.mark.parametrize("engine", ["incremental", "cumulative"])
+@pytest.mark.parametrize("client", ["incremental", "cumulative"])
+def test_async_relay_over_loopback(case: dict[str, Any], engine: str, client: str) -> None:
+    stream = case[engine].encode()
+    out = asyncio.run(serve_and_relay(stream, client_incremental=MODES[client]))
+    if engine == client:
+        assert out == stream
+        return
+    expected = case[client].encode()
+    assert events(out)[-1] == SSE_DONE
+    if case["name"] == "error_frame":
+        assert events(out)[-2:] == events(expected)[-2:]
+    else:
+        assert aggregate_sse([out], incremental=MODES[client]) == aggregate_sse(
+            [expected], incremental=MODES[client]
+        )
