@@ -244,7 +244,37 @@ def test_every_command_has_help(command: list[str], capsys: pytest.CaptureFixtur
     assert exit_info.value.code == 0
     help_text = capsys.readouterr().out
     assert help_text.startswith(f"usage: sglang-envelope {' '.join(command)}".rstrip())
-    assert "exit codes: 0 ok, 1" in help_text
+    assert "exit codes: 0 ok, " in " ".join(help_text.split())
+
+
+#: The exit codes each command's --help lists: those it can end with.
+HELP_EXITS = {
+    "": {0, 1, 2, 141},
+    "demo": {0, 2, 141},
+    "normalize": {0, 2, 141},
+    "aggregate": {0, 1, 2, 141},
+    "flat": {0, 2, 141},
+}
+
+
+@pytest.mark.parametrize("command", list(HELP_EXITS))
+def test_each_help_lists_the_exit_codes_its_command_uses(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main([*command.split(), "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the footer
+    footer = text.partition("exit codes: ")[2]
+    listed = {int(code) for code in re.findall(r"(?:^|, )(\d+) ", footer)}
+    assert listed == HELP_EXITS[command]
+    assert "141 stdout was closed before the output was written" in footer
+
+
+def test_flat_side_is_explained(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["flat", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "output_top_logprobs_*" in text and "input_top_logprobs_*" in text
 
 
 def test_usage_error_exits_2_with_json(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
