@@ -37,7 +37,9 @@ from sglang_envelope import (
     decode_client_request,
     decode_flat_top_logprobs,
     encode_envelope,
+    error_response,
     parse_unary,
+    relay_sse,
     to_worker_envelope,
 )
 from sglang_envelope._demo import (
@@ -324,6 +326,8 @@ def _demo_rejection() -> None:
     except RequestRejected as error:
         _say(f"  rejected: code {error.code}, field {error.field}")
         _say(f"  {error.message}")
+        status, body = error_response(error)
+        _say(f"  the client's answer (error_response): {status} {body.decode()}")
     else:  # pragma: no cover -- the rule table says otherwise
         raise AssertionError("the streaming request was accepted")
 
@@ -350,6 +354,11 @@ def _demo_stream() -> None:
             _say(f"  {line}")
     _say("  final response:")
     _say(f"  {_json(aggregate_sse([DEMO_SSE_TRANSCRIPT]))}")
+    _heading("7. The same stream relayed to a streaming client (cumulative, SGLang's default)")
+    events = [event + b"\n\n" for event in DEMO_SSE_TRANSCRIPT.split(b"\n\n") if event]
+    for line in b"".join(relay_sse(events)).decode().splitlines():
+        if line:
+            _say(f"  {line}")
 
 
 # --- parser -------------------------------------------------------------------
@@ -427,7 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
         "show the whole job on built-in data",
         "Show, on built-in data: a request becoming a worker envelope and the engine "
         "request for each role; the same request with stream true, rejected; a unary "
-        "response's Base64 flat top logprobs decoded; an SSE transcript aggregated.",
+        "response's Base64 flat top logprobs decoded; an SSE transcript aggregated, "
+        "and relayed to a streaming client.",
     )
     demo.set_defaults(run=cmd_demo)
 

@@ -69,9 +69,15 @@ def test_demo_shows_the_whole_job() -> None:
     assert re.search(r"^\s+0\s+791\s+-0\.2500$", out, re.MULTILINE)
     assert re.search(r"^\s+2\s+11\s+-2\.5000$", out, re.MULTILINE)
     # The SSE transcript is aggregated.
-    final = json.loads(out.split("final response:")[1])
+    final = json.loads(out.split("final response:")[1].splitlines()[1])
     assert final["text"] == " The answer."
     assert final["output_ids"] == [791, 3363, 13]
+    # The rejection as the client gets it, and the stream relayed in cumulative frames.
+    assert '(error_response): 400 {"error":{' in out
+    relayed = out.split("7. The same stream relayed")[1].splitlines()[1:]
+    texts = [json.loads(line.strip()[len("data: ") :])["text"] for line in relayed[:-1]]
+    assert texts == [" The", " The answer", " The answer."]
+    assert relayed[-1].strip() == "data: [DONE]"
 
 
 # --- normalize ----------------------------------------------------------------
