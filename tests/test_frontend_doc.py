@@ -220,11 +220,14 @@ async def fail_mid_stream(
 def test_an_engine_error_mid_stream_reaches_the_client_as_sglang_writes_it(
     page: dict[str, Any],
 ) -> None:
-    status, answer, _ = run(page, fail_mid_stream, b'{"input_ids": [1, 2], "stream": true}')
+    body = b'{"rid": "oom-1", "input_ids": [1, 2], "stream": true}'
+    status, answer, fake = run(page, fail_mid_stream, body)
     assert status == 200
     first, error, done = events(answer)
     assert first["text"] == " The" and done == "[DONE]"
     assert error["error"]["message"] == "out of memory" and error["error"]["code"] == 503
+    # The relay stopped reading: the engine request is aborted before the answer ends.
+    assert fake.aborts == [{"rid": "oom-1"}]
 
 
 async def stream_until_aborted(
