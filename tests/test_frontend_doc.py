@@ -161,6 +161,25 @@ def test_a_unary_client_with_output_flat_gets_the_unary_body(page: dict[str, Any
     assert sent["rid"] == "client-1" and sent["routed_dp_rank"] == 0
 
 
+async def refuse(fake: FakeSGLang, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
+    writer.write(b"HTTP/1.0 400 Bad Request\r\nContent-Type: application/json\r\n\r\n")
+    writer.write(b'{"error": {"message": "Input length exceeds the context length"}}')
+
+
+def test_an_engine_error_body_reaches_the_client_with_the_engine_s_status(
+    page: dict[str, Any],
+) -> None:
+    status, answer, fake = run(page, refuse, FLAT_BODY)
+    assert status == 400 and len(fake.generate) == 1 and fake.aborts == []
+    error = msgspec.json.decode(answer)["error"]
+    assert error == {
+        "message": "Input length exceeds the context length",
+        "type": "invalid_request_error",
+        "code": 400,
+        "retryable": False,
+    }
+
+
 def test_the_decode_leg_notes_the_prompt_logprobs_it_has_not(page: dict[str, Any]) -> None:
     bootstrap = Bootstrap("10.0.0.7", 8998, 42)
     status, answer, fake = run(page, answer_unary, FLAT_BODY, ROLE=Role.DECODE, BOOTSTRAP=bootstrap)
