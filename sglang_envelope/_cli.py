@@ -2,7 +2,8 @@
 
 JSON results go to stdout, one line each; diagnostics go to stderr. A failure
 prints `{"error": {...}}` on stdout as well, so a script always gets JSON.
-Exit codes: 0 ok, 1 the engine answered with an error, 2 bad input or usage.
+Exit codes: 0 ok, 1 the engine answered with an error, 2 bad input or usage,
+141 stdout was closed before the output was written.
 See `docs/cli.md`.
 """
 
@@ -36,7 +37,9 @@ from sglang_envelope import (
     decode_client_request,
     decode_flat_top_logprobs,
     encode_envelope,
+    error_response,
     parse_unary,
+    relay_sse,
     to_worker_envelope,
 )
 from sglang_envelope._demo import (
@@ -323,6 +326,8 @@ def _demo_rejection() -> None:
     except RequestRejected as error:
         _say(f"  rejected: code {error.code}, field {error.field}")
         _say(f"  {error.message}")
+        status, body = error_response(error)
+        _say(f"  the client's answer (error_response): {status} {body.decode()}")
     else:  # pragma: no cover -- the rule table says otherwise
         raise AssertionError("the streaming request was accepted")
 
@@ -349,11 +354,36 @@ def _demo_stream() -> None:
             _say(f"  {line}")
     _say("  final response:")
     _say(f"  {_json(aggregate_sse([DEMO_SSE_TRANSCRIPT]))}")
+    _heading("7. The same stream relayed to a streaming client (cumulative, SGLang's default)")
+    events = [event + b"\n\n" for event in DEMO_SSE_TRANSCRIPT.split(b"\n\n") if event]
+    for line in b"".join(relay_sse(events)).decode().splitlines():
+        if line:
+            _say(f"  {line}")
 
 
 # --- parser -------------------------------------------------------------------
 
-_EPILOG = "exit codes: 0 ok, 1 the engine answered with an error, 2 bad input or usage"
+#: What each exit code means, as every --help says it.
+_EXIT_MEANINGS = {
+    EXIT_OK: "ok",
+    EXIT_ENGINE_ERROR: "the engine answered with an error",
+    EXIT_BAD_INPUT: "bad input or usage",
+    EXIT_BROKEN_PIPE: "stdout was closed before the output was written",
+}
+#: The exit codes each command ends with (2 includes a usage error, for every command).
+_COMMAND_EXITS = {
+    "demo": (EXIT_OK, EXIT_BAD_INPUT, EXIT_BROKEN_PIPE),
+    "normalize": (EXIT_OK, EXIT_BAD_INPUT, EXIT_BROKEN_PIPE),
+    "aggregate": (EXIT_OK, EXIT_ENGINE_ERROR, EXIT_BAD_INPUT, EXIT_BROKEN_PIPE),
+    "flat": (EXIT_OK, EXIT_BAD_INPUT, EXIT_BROKEN_PIPE),
+}
+
+
+def _exit_codes(codes: Sequence[int]) -> str:
+    return "exit codes: " + ", ".join(f"{code} {_EXIT_MEANINGS[code]}" for code in codes)
+
+
+_EPILOG = _exit_codes(list(_EXIT_MEANINGS))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -371,7 +401,8 @@ _Commands = argparse._SubParsersAction  # the type of add_subparsers()
 
 
 def _command(commands: _Commands[_Parser], name: str, summary: str, description: str) -> _Parser:
-    return commands.add_parser(name, help=summary, description=description, epilog=_EPILOG)
+    epilog = _exit_codes(_COMMAND_EXITS[name])
+    return commands.add_parser(name, help=summary, description=description, epilog=epilog)
 
 
 def _utf8(value: str) -> str:
@@ -405,7 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
         "show the whole job on built-in data",
         "Show, on built-in data: a request becoming a worker envelope and the engine "
         "request for each role; the same request with stream true, rejected; a unary "
-        "response's Base64 flat top logprobs decoded; an SSE transcript aggregated.",
+        "response's Base64 flat top logprobs decoded; an SSE transcript aggregated, "
+        "and relayed to a streaming client.",
     )
     demo.set_defaults(run=cmd_demo)
 
@@ -495,7 +527,13 @@ def build_parser() -> argparse.ArgumentParser:
         "[null | [[logprob, token_id, null], ...], ...]}.",
     )
     _add_file(flat, "a response with meta_info, or a meta_info object")
-    flat.add_argument("--side", choices=["output", "input"], default="output")
+    flat.add_argument(
+        "--side",
+        choices=["output", "input"],
+        default="output",
+        help="which fields to decode: output_top_logprobs_* (the generated tokens', the "
+        "default) or input_top_logprobs_* (the prompt's)",
+    )
     flat.add_argument(
         "--max-positions",
         metavar="N",

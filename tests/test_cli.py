@@ -69,9 +69,15 @@ def test_demo_shows_the_whole_job() -> None:
     assert re.search(r"^\s+0\s+791\s+-0\.2500$", out, re.MULTILINE)
     assert re.search(r"^\s+2\s+11\s+-2\.5000$", out, re.MULTILINE)
     # The SSE transcript is aggregated.
-    final = json.loads(out.split("final response:")[1])
+    final = json.loads(out.split("final response:")[1].splitlines()[1])
     assert final["text"] == " The answer."
     assert final["output_ids"] == [791, 3363, 13]
+    # The rejection as the client gets it, and the stream relayed in cumulative frames.
+    assert '(error_response): 400 {"error":{' in out
+    relayed = out.split("7. The same stream relayed")[1].splitlines()[1:]
+    texts = [json.loads(line.strip()[len("data: ") :])["text"] for line in relayed[:-1]]
+    assert texts == [" The", " The answer", " The answer."]
+    assert relayed[-1].strip() == "data: [DONE]"
 
 
 # --- normalize ----------------------------------------------------------------
@@ -244,7 +250,37 @@ def test_every_command_has_help(command: list[str], capsys: pytest.CaptureFixtur
     assert exit_info.value.code == 0
     help_text = capsys.readouterr().out
     assert help_text.startswith(f"usage: sglang-envelope {' '.join(command)}".rstrip())
-    assert "exit codes: 0 ok, 1" in help_text
+    assert "exit codes: 0 ok, " in " ".join(help_text.split())
+
+
+#: The exit codes each command's --help lists: those it can end with.
+HELP_EXITS = {
+    "": {0, 1, 2, 141},
+    "demo": {0, 2, 141},
+    "normalize": {0, 2, 141},
+    "aggregate": {0, 1, 2, 141},
+    "flat": {0, 2, 141},
+}
+
+
+@pytest.mark.parametrize("command", list(HELP_EXITS))
+def test_each_help_lists_the_exit_codes_its_command_uses(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main([*command.split(), "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the footer
+    footer = text.partition("exit codes: ")[2]
+    listed = {int(code) for code in re.findall(r"(?:^|, )(\d+) ", footer)}
+    assert listed == HELP_EXITS[command]
+    assert "141 stdout was closed before the output was written" in footer
+
+
+def test_flat_side_is_explained(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["flat", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "output_top_logprobs_*" in text and "input_top_logprobs_*" in text
 
 
 def test_usage_error_exits_2_with_json(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
