@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from sglang_envelope import AbortPolicy, Bootstrap, Role, encode_flat_top_logprobs
+from sglang_envelope import AbortPolicy, Bootstrap, Role, aggregate_frames, encode_flat_top_logprobs
 from tests.test_docs import run_blocks
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "frontend.md"
@@ -164,6 +164,20 @@ def test_a_unary_client_with_output_flat_gets_the_unary_body(page: dict[str, Any
 async def refuse(fake: FakeSGLang, body: dict[str, Any], writer: asyncio.StreamWriter) -> None:
     writer.write(b"HTTP/1.0 400 Bad Request\r\nContent-Type: application/json\r\n\r\n")
     writer.write(b'{"error": {"message": "Input length exceeds the context length"}}')
+
+
+def test_a_unary_client_without_output_flat_gets_one_body_from_the_engine_s_frames(
+    page: dict[str, Any],
+) -> None:
+    status, answer, fake = run(page, stream_incremental, b'{"input_ids": [1, 2], "stream": false}')
+    (sent,) = fake.generate
+    assert sent["stream"] is True  # the worker streams internally for a unary client
+    assert status == 200
+    reply = msgspec.json.decode(answer)  # one JSON body, not SSE
+    expected = aggregate_frames([msgspec.json.decode(f[len(b"data: ") :]) for f in INCREMENTAL])
+    assert reply["text"] == expected["text"] == " The answer."
+    assert reply["output_ids"] == expected["output_ids"]
+    assert reply["meta_info"] == expected["meta_info"] | {"id": sent["rid"]}  # the client's rid
 
 
 def test_an_engine_error_body_reaches_the_client_with_the_engine_s_status(

@@ -74,6 +74,18 @@ def test_a_unary_request_with_output_flat_gets_the_unary_body() -> None:
     assert status == 200 and msgspec.json.decode(answer) == finished
 
 
+def test_a_unary_client_without_output_flat_gets_one_body_from_the_engine_s_frames() -> None:
+    frames = [_response("hi", [7], 1), _response("!", [8], 2, {"type": "stop", "matched": 2})]
+    engine = Engine(b"".join(encode_sse(frame) for frame in frames) + SSE_DONE)
+    status, answer = _serve(b'{"rid": "client-1", "input_ids": [5], "stream": false}', engine)
+    ((_, sent, accept),) = engine.sent
+    assert sent["stream"] is True and accept == "text/event-stream"  # streamed internally
+    assert status == 200
+    reply = msgspec.json.decode(answer)  # one JSON body, not SSE
+    assert reply["text"] == "hi!" and reply["output_ids"] == [7, 8]
+    assert reply["meta_info"]["id"] == "client-1"
+
+
 def test_a_streaming_client_gets_cumulative_frames() -> None:
     frames = [_response("hi", [7], 1), _response("!", [8], 2, {"type": "stop", "matched": 2})]
     engine = Engine(b"".join(encode_sse(frame) for frame in frames) + SSE_DONE)
