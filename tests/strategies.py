@@ -708,7 +708,7 @@ HOSTILE_KINDS: tuple[str, ...] = (
     "huge_array",
     "unterminated",
 )
-"""The kinds of hostile input every entry point must survive (the issue's list)."""
+"""The kinds of hostile input every entry point must survive."""
 
 DEEP = 100_000
 """Brackets in a deeply nested value: far beyond any decoder's recursion limit."""

@@ -181,7 +181,7 @@ STRICTER_BY_DESIGN: dict[str, str] = {
 
 
 class Known(NamedTuple):
-    """A body on which the library and SGLang disagree, not on purpose: a reported issue."""
+    """A body on which the library and SGLang disagree, not on purpose: a known bug to fix."""
 
     body: Body
     reason: str
@@ -307,7 +307,7 @@ def test_corpus_is_varied() -> None:
     assert set(FIELD_OWNERS.items()) <= refused
     # each of SGLang's rules is met at least once, in SGLang's words
     assert set(_sglang_rule_messages()) == SGLANG_RULE_CODES
-    # the seed case of the issue is there and accepted
+    # the seed case (stream=false with output-flat, the request layers used to break) is accepted
     seed = CASES_BY_BODY[
         _key(
             {
