@@ -67,7 +67,7 @@ from sglang_envelope._sse import SSE_DONE, SseDecoder, encode_sse
 from sglang_envelope._abort import AbortPlan, AbortPolicy, plan_abort
 from sglang_envelope._run_abort import AbortOutcome, AbortSend, run_abort
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "EngineError",
