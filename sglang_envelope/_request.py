@@ -32,12 +32,16 @@ from msgspec import UNSET, Raw, UnsetType
 from sglang_envelope._errors import EnvelopeError
 from sglang_envelope._rules import (
     DECODE_ERRORS,
+    DEFAULT_TARGET,
     KNOWN_FIELDS,
+    Contract,
     check_request,
+    contract_for,
     prepare_checks,
     reject,
     translate_validation_error,
 )
+from sglang_envelope._target import Target
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -91,13 +95,13 @@ class SamplingParams(
     stop: Raw | UnsetType = UNSET
     stop_token_ids: Raw | UnsetType = UNSET
     stop_regex: Raw | UnsetType = UNSET
-    temperature: float | UnsetType | None = UNSET
-    top_p: float | UnsetType | None = UNSET
+    temperature: int | float | UnsetType | None = UNSET
+    top_p: int | float | UnsetType | None = UNSET
     top_k: int | UnsetType | None = UNSET
-    min_p: float | UnsetType | None = UNSET
-    frequency_penalty: float | UnsetType | None = UNSET
-    presence_penalty: float | UnsetType | None = UNSET
-    repetition_penalty: float | UnsetType | None = UNSET
+    min_p: int | float | UnsetType | None = UNSET
+    frequency_penalty: int | float | UnsetType | None = UNSET
+    presence_penalty: int | float | UnsetType | None = UNSET
+    repetition_penalty: int | float | UnsetType | None = UNSET
     min_new_tokens: int | UnsetType | None = UNSET
     n: int | UnsetType | None = UNSET
     json_schema: str | UnsetType | None = UNSET
@@ -114,6 +118,7 @@ class SamplingParams(
     custom_params: Raw | UnsetType = UNSET
     beam_width: int | UnsetType | None = UNSET
     watermark: Watermark | UnsetType | None = UNSET
+    ebnf_full_assistant: bool | UnsetType | None = UNSET
     choice: Raw | UnsetType = UNSET
 
 
@@ -178,14 +183,16 @@ DEFAULT_LIMITS = Limits()
 _decoding: contextvars.ContextVar[bool] = contextvars.ContextVar("decoding", default=False)
 
 
-class ClientRequest(RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class ClientRequest(
+    RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=True, dict=True
+):
     """One native `/generate` request with token input, as the client sent it.
 
     Fields left out by the client keep SGLang's defaults and are left out again
     when the request is encoded; a field the client set is kept as set, an
     explicit `"stream": false` included. Every instance has passed every rule
-    (see the module's docstring): one made by hand with a broken rule raises
-    `RequestRejected` when made.
+    of its `target` (see the module's docstring): one made by hand is checked
+    for the default target and raises `RequestRejected` for a broken rule.
     """
 
     def __post_init__(self) -> None:
@@ -194,6 +201,12 @@ class ClientRequest(RequestFields, frozen=True, kw_only=True, forbid_unknown_fie
         checked = _check_made(self)
         for name in self.__struct_fields__:
             msgspec.structs.force_setattr(self, name, getattr(checked, name))
+
+    @property
+    def target(self) -> Target:
+        """The target whose rules this request was checked against (not encoded)."""
+        target: Target = self.__dict__.get("target", DEFAULT_TARGET)
+        return target
 
 
 def _raw_to_value(value: Any) -> Any:
@@ -424,6 +437,7 @@ prepare_checks(
     {field.name: field.default for field in msgspec.structs.fields(ClientRequest)},
     {field.name: field.default for field in msgspec.structs.fields(SamplingParams)},
 )
+_DEFAULT_CONTRACT = contract_for(DEFAULT_TARGET)
 
 
 def json_size(data: object) -> int | None:
@@ -534,14 +548,26 @@ def make_limits(*bounds: Any) -> Limits:
     return Limits(*bounds)
 
 
-def decode_with_limits(data: object, limits: Limits) -> ClientRequest:
-    """`decode_client_request` with its bounds already checked."""
+def contract_of(target: object) -> Contract:
+    """The compiled rules of `target`; `EnvelopeError` when it is not a `Target`."""
+    if target is DEFAULT_TARGET:
+        return _DEFAULT_CONTRACT
+    if type(target) is not Target:
+        raise EnvelopeError(f"target must be a Target, got {type(target).__name__}")
+    return contract_for(target)
+
+
+def decode_with_limits(
+    data: object, limits: Limits, contract: Contract | None = None
+) -> ClientRequest:
+    """`decode_client_request` with its bounds and target already checked."""
+    contract = contract or _DEFAULT_CONTRACT
     data = _as_json(data, limits.max_body_bytes)
     token = _decoding.set(True)
     try:
         request = _decoder.decode(data)
     except DECODE_ERRORS as error:
-        raise translate_validation_error(error, data=data) from None
+        raise translate_validation_error(error, data=data, contract=contract) from None
     finally:
         _decoding.reset(token)
     ids = request.input_ids
@@ -551,7 +577,9 @@ def decode_with_limits(data: object, limits: Limits) -> ClientRequest:
         index = next(i for i, token_id in enumerate(ids) if token_id > limits.max_token_id)
         raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id)
     check_raw_fields(request, limits)
-    check_request(request)
+    check_request(request, contract)
+    if contract is not _DEFAULT_CONTRACT:
+        request.__dict__["target"] = contract.target
     return request
 
 
@@ -563,8 +591,13 @@ def decode_client_request(
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
     max_json_items: int = DEFAULT_MAX_JSON_ITEMS,
     max_token_id: int | None = None,
+    target: Target = DEFAULT_TARGET,
 ) -> ClientRequest:
     """Decode and check a client's `/generate` body (JSON bytes or text, or a parsed mapping).
+
+    `target` is the SGLang release and transport the request is for (default:
+    SGLang 0.5.23 over HTTP): its fields, `sampling_params` keys and SGLang's own
+    checks of that release, in its words. The request records it (`.target`).
 
     Every bound is applied before the work it bounds: the body's size in bytes
     (a mapping's before it is encoded), the number of token ids, the nesting
@@ -572,9 +605,11 @@ def decode_client_request(
     `max_token_id` is given, the largest token id (the model's vocabulary).
     A mapping is held to what JSON can carry (string keys, finite numbers).
     Raises `RequestRejected` naming the broken rule (`docs/contract.md`), and
-    `EnvelopeError` for a bound that is not an integer >= 0.
+    `EnvelopeError` for a bound that is not an integer >= 0 or a `target` that
+    is not a `Target`.
     """
+    contract = contract_of(target)
     limits = make_limits(
         max_body_bytes, max_input_ids, max_json_depth, max_json_items, max_token_id
     )
-    return decode_with_limits(body, limits)
+    return decode_with_limits(body, limits, contract)
