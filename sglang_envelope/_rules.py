@@ -548,6 +548,8 @@ class _Checks(NamedTuple):
     unguarded: tuple[_Entry, ...]
     guards: Callable[[Any], tuple[Any, ...]]  # the guarding fields' values, at once
     defaults: tuple[Any, ...]  # their defaults
+    #: The rules to run, by which guards differ from their defaults (see `_run`).
+    plans: dict[tuple[bool, ...], tuple[_Entry, ...]]
 
 
 def _checks(rules: list[tuple[Rule, str]], defaults: Mapping[str, Any]) -> _Checks:
@@ -569,7 +571,7 @@ def _checks(rules: list[tuple[Rule, str]], defaults: Mapping[str, Any]) -> _Chec
     unguarded = tuple(entry for entry in entries if entry[4] is None)
     names = guards if len(guards) > 1 else guards * 2  # so that the getter gives a tuple
     getter = operator.attrgetter(*names) if names else (lambda value: ())
-    return _Checks(entries, unguarded, getter, tuple(defaults[name] for name in names))
+    return _Checks(entries, unguarded, getter, tuple(defaults[name] for name in names), {})
 
 
 def _names(when: str | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -577,26 +579,38 @@ def _names(when: str | tuple[str, ...] | None) -> tuple[str, ...]:
 
 
 def _run(checks: _Checks, value: Any) -> None:
-    """Raise `RequestRejected` for the first rule of `checks` that `value` breaks."""
+    """Raise `RequestRejected` for the first rule of `checks` that `value` breaks.
+
+    Only the rules some changed guard allows are run; which those are is worked
+    out once for each combination of changed guards, then kept.
+    """
     guards = checks.guards(value)
-    defaults = checks.defaults
-    if guards == defaults:  # no guarded rule can be broken
-        for entry in checks.unguarded:
-            facts = entry[3](value)
-            if facts is not None:
-                raise _rejected(entry, facts)
-        return
-    for entry in checks.rules:
-        at = entry[4]
-        if at is not None:
-            if type(at) is int:
-                if guards[at] == defaults[at]:
-                    continue
-            elif all(guards[i] == defaults[i] for i in at):  # type: ignore[union-attr]
-                continue
+    if guards == checks.defaults:  # no guarded rule can be broken
+        entries = checks.unguarded
+    else:
+        changed = tuple(map(operator.ne, guards, checks.defaults))
+        found = checks.plans.get(changed)
+        entries = found if found is not None else _plan(checks, changed)
+    for entry in entries:
         facts = entry[3](value)
         if facts is not None:
             raise _rejected(entry, facts)
+
+
+_MAX_PLANS = 4096  # combinations of changed guards kept per scope
+
+
+def _plan(checks: _Checks, changed: tuple[bool, ...]) -> tuple[_Entry, ...]:
+    """The rules to run when the guards `changed` differ from their defaults."""
+    entries = []
+    for entry in checks.rules:
+        at = entry[4]
+        if at is None or any(changed[i] for i in ((at,) if isinstance(at, int) else at)):
+            entries.append(entry)
+    plan = tuple(entries)
+    if len(checks.plans) < _MAX_PLANS:
+        checks.plans[changed] = plan
+    return plan
 
 
 def _rejected(entry: _Entry, facts: dict[str, object]) -> RequestRejected:
