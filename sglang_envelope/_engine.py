@@ -19,7 +19,14 @@ from msgspec import UNSET, Raw
 
 from sglang_envelope._envelope import WorkerEnvelope, _is_utf8
 from sglang_envelope._errors import EnvelopeError, show_value
-from sglang_envelope._request import RequestFields, SamplingParams, TokenId
+from sglang_envelope._request import (
+    NO_PASSED_FIELDS,
+    PassedFields,
+    RequestFields,
+    SamplingParams,
+    TokenId,
+    with_passed_fields,
+)
 from sglang_envelope._target import Target
 
 __all__ = [
@@ -205,6 +212,9 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     role: Role
     body: EngineBody
+    #: Keys the tables do not know that the client sent to a target with
+    #: `unknown_fields="pass"`; `to_json()` and `to_dict()` carry them unchanged.
+    passed: PassedFields = NO_PASSED_FIELDS
 
     def __post_init__(self) -> None:
         if not getattr(_building, "on", False):
@@ -212,7 +222,7 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled and copied as what it is: a request already built."""
-        return (_made, (self.role, self.body))
+        return (_made, (self.role, self.body, self.passed))
 
     @property
     def rid(self) -> str:
@@ -236,14 +246,14 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     def to_json(self) -> bytes:
         """The HTTP body for `POST /generate`."""
-        return _encoder.encode(self.body)
+        return with_passed_fields(_encoder.encode(self.body), self.passed)
 
 
-def _made(role: Role, body: EngineBody) -> EngineRequest:
+def _made(role: Role, body: EngineBody, passed: PassedFields = NO_PASSED_FIELDS) -> EngineRequest:
     """An `EngineRequest` of a body built before (an unpickled or copied one)."""
     _building.on = True
     try:
-        return EngineRequest(role, body)
+        return EngineRequest(role, body, PassedFields(*passed))
     finally:
         _building.on = False
 
@@ -383,4 +393,4 @@ def build_engine_request(
             values[_PRIORITY_AT] = routing.priority
         extra["external_trace_header"] = _labels_json(routing.trace_header)
         extra["custom_labels"] = _labels_json(routing.labels)
-    return _made(role, EngineBody(*values, **extra))
+    return _made(role, EngineBody(*values, **extra), request.passed_fields)

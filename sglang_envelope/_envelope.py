@@ -18,11 +18,13 @@ from sglang_envelope._request import (
     DEFAULT_MAX_INPUT_IDS,
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_JSON_ITEMS,
+    NO_PASSED_FIELDS,
     ClientRequest,
     contract_of,
     decode_with_limits,
     json_size,
     make_limits,
+    with_passed_fields,
 )
 from sglang_envelope._rules import (
     DECODE_ERRORS,
@@ -112,7 +114,11 @@ def encode_envelope(envelope: WorkerEnvelope) -> bytes:
     """
     if type(envelope) is not WorkerEnvelope:
         raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")
-    return _encoder.encode(envelope)
+    passed = envelope.request.passed_fields
+    if passed is NO_PASSED_FIELDS:
+        return _encoder.encode(envelope)
+    request = with_passed_fields(_encoder.encode(envelope.request), passed)
+    return _encoder.encode(_WireEnvelope(envelope.rid, msgspec.Raw(request)))
 
 
 def _envelope_error(error: Exception, data: Any) -> Exception:

@@ -33,6 +33,7 @@ from sglang_envelope._errors import EnvelopeError
 from sglang_envelope._rules import (
     DECODE_ERRORS,
     DEFAULT_TARGET,
+    FIELD_OWNERS,
     KNOWN_FIELDS,
     Contract,
     check_request,
@@ -207,6 +208,39 @@ class ClientRequest(
         """The target whose rules this request was checked against (not encoded)."""
         target: Target = self.__dict__.get("target", DEFAULT_TARGET)
         return target
+
+    @property
+    def passed_fields(self) -> PassedFields:
+        """Keys the tables do not know, kept as sent (a target with `unknown_fields="pass"`)."""
+        passed: PassedFields = self.__dict__.get("passed", NO_PASSED_FIELDS)
+        return passed
+
+
+class PassedFields(NamedTuple):
+    """Keys no table knows, passed through unchanged: `(key, JSON)` pairs, in body order."""
+
+    top_level: tuple[tuple[str, Raw], ...] = ()
+    sampling_params: tuple[tuple[str, Raw], ...] = ()
+
+
+NO_PASSED_FIELDS = PassedFields()
+_raw_members = msgspec.json.Decoder(dict[str, Raw])
+_json = msgspec.json.Encoder()
+
+
+def with_passed_fields(data: bytes, passed: PassedFields) -> bytes:
+    """JSON object bytes `data` with the passed keys added back (sampling ones inside
+    `sampling_params`)."""
+    if passed is NO_PASSED_FIELDS:
+        return data
+    members = _raw_members.decode(data)
+    if passed.sampling_params:
+        inner = members.get("sampling_params")
+        params = {} if inner is None or inner == Raw(b"null") else _raw_members.decode(inner)
+        params.update(passed.sampling_params)
+        members["sampling_params"] = Raw(_json.encode(params))
+    members.update(passed.top_level)
+    return _json.encode(members)
 
 
 def _raw_to_value(value: Any) -> Any:
@@ -438,6 +472,10 @@ prepare_checks(
     {field.name: field.default for field in msgspec.structs.fields(SamplingParams)},
 )
 _DEFAULT_CONTRACT = contract_for(DEFAULT_TARGET)
+#: Keys some table knows: a typed field's, or one only the serving system sets.
+_KNOWN_TOP = frozenset(ClientRequest.__struct_fields__) | frozenset(FIELD_OWNERS)
+_KNOWN_SAMPLING = frozenset(SamplingParams.__struct_fields__)
+_NOTHING_PASSES: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
 
 
 def json_size(data: object) -> int | None:
@@ -557,17 +595,62 @@ def contract_of(target: object) -> Contract:
     return contract_for(target)
 
 
+def _split_unknown(data: Any, limits: Limits, contract: Contract) -> tuple[Any, PassedFields]:
+    """The body without the keys no typed field holds that the target passes through,
+    and those keys (bounded as free-form JSON).
+
+    A body that is not a JSON object is returned as is, for the typed decode's verdict.
+    """
+    pass_top, pass_sampling = contract.passes
+    try:
+        members = _raw_members.decode(data)
+    except DECODE_ERRORS:
+        return data, NO_PASSED_FIELDS
+    top = [
+        (k, v)
+        for k, v in members.items()
+        if k not in _KNOWN_TOP and (pass_top is None or k in pass_top)
+    ]
+    sampling: list[tuple[str, Raw]] = []
+    inner = members.get("sampling_params")
+    if inner is not None and bytes(inner)[:1] == b"{":
+        try:
+            params = _raw_members.decode(inner)
+        except DECODE_ERRORS:
+            params = {}
+        sampling = [
+            (k, v)
+            for k, v in params.items()
+            if k not in _KNOWN_SAMPLING and (pass_sampling is None or k in pass_sampling)
+        ]
+        if sampling:
+            passing = {k for k, _ in sampling}
+            kept = {k: v for k, v in params.items() if k not in passing}
+            members["sampling_params"] = Raw(_json.encode(kept))
+    if not top and not sampling:
+        return data, NO_PASSED_FIELDS
+    for prefix, pairs in (("", top), ("sampling_params.", sampling)):
+        for key, value in pairs:
+            check_free_form(value, prefix + key, limits, object_only=False)
+    for key, _ in top:
+        del members[key]
+    return _json.encode(members), PassedFields(tuple(top), tuple(sampling))
+
+
 def decode_with_limits(
     data: object, limits: Limits, contract: Contract | None = None
 ) -> ClientRequest:
     """`decode_client_request` with its bounds and target already checked."""
     contract = contract or _DEFAULT_CONTRACT
-    data = _as_json(data, limits.max_body_bytes)
+    body = _as_json(data, limits.max_body_bytes)
+    passed = NO_PASSED_FIELDS
+    if contract.passes != _NOTHING_PASSES:
+        body, passed = _split_unknown(body, limits, contract)
     token = _decoding.set(True)
     try:
-        request = _decoder.decode(data)
+        request = _decoder.decode(body)
     except DECODE_ERRORS as error:
-        raise translate_validation_error(error, data=data, contract=contract) from None
+        raise translate_validation_error(error, data=body, contract=contract) from None
     finally:
         _decoding.reset(token)
     ids = request.input_ids
@@ -580,6 +663,8 @@ def decode_with_limits(
     check_request(request, contract)
     if contract is not _DEFAULT_CONTRACT:
         request.__dict__["target"] = contract.target
+    if passed is not NO_PASSED_FIELDS:
+        request.__dict__["passed"] = passed
     return request
 
 

@@ -653,6 +653,9 @@ class Contract(NamedTuple):
     absent: tuple[tuple[str, Any, str, dict[str, object]], ...]
     #: (key, rule, facts) of each typed `sampling_params` key the target refuses.
     absent_sampling: tuple[tuple[str, str, dict[str, object]], ...]
+    #: Keys no typed field holds that pass through unchanged: all of them (None,
+    #: `unknown_fields="pass"`), or those the installed SGLang has.
+    passes: tuple[frozenset[str] | None, frozenset[str] | None]
 
 
 _TYPED_FIELDS: dict[str, tuple[tuple[str, Any], ...]] = {}  # filled by `prepare_checks`
@@ -677,15 +680,21 @@ def _templates(tables: ReleaseTables) -> frozenset[str]:
     return frozenset(check.message for step in steps for check in step)
 
 
+def _release(target: Target) -> str:
+    """The release the target's messages name: the installed SGLang's version, if read."""
+    installed = target.installed_fields
+    return target.sglang if installed is None else installed.version
+
+
 def _sampling_refusal(target: Target, key: str) -> tuple[str, dict[str, object]] | None:
     """Why the target refuses typed `sampling_params.key`, or None when it takes it."""
-    tables, gate, release = target.tables, target.gate, target.sglang
+    tables, gate, release = target.tables, target.gate, _release(target)
     if gate is not None and key not in gate.sampling_keys:
         return "unknown_sampling_param", {"key": key, "expected": _expected(gate.sampling_keys)}
     if key in tables.sampling_params_fields:
         return None
     first = first_release_with(key, sampling=True)
-    if first is not None and _newer(first, release):
+    if first is not None and _newer(first, target.sglang):
         path = f"sampling_params.{key}"
         return _ABSENT, {"key": path, "path": path, "first": first, "release": release}
     if first is not None or (gate is not None and key in gate.sampling_keys):
@@ -704,7 +713,7 @@ def _expected(keys: tuple[str, ...]) -> str:
 @functools.lru_cache(maxsize=64)
 def contract_for(target: Target) -> Contract:
     """The compiled rules of `target`: cached, as targets are hashable."""
-    tables, release = target.tables, target.sglang
+    tables, release = target.tables, _release(target)
     templates = _templates(tables)
     messages = {} if tables.features.output_flat else _WITHOUT_OUTPUT_FLAT
     scoped: dict[bool, list[tuple[Rule, str]]] = {False: [], True: []}
@@ -717,10 +726,12 @@ def contract_for(target: Target) -> Contract:
     absent: list[tuple[str, Any, str, dict[str, object]]] = []
     for name, default in _DEFAULTS[False].items():
         if name not in fields and name != "input_ids":
-            first = first_release_with(name) or "a newer release"
-            facts: dict[str, object] = {"key": name, "path": name, "first": first}
-            facts["release"] = release
-            absent.append((name, default, _ABSENT, facts))
+            first = first_release_with(name)
+            facts: dict[str, object] = {"key": name, "path": name, "release": release}
+            if first is not None and _newer(first, target.sglang):
+                absent.append((name, default, _ABSENT, {**facts, "first": first}))
+            else:  # an installed SGLang without it
+                absent.append((name, default, "unknown_field", {**facts, "hint": ""}))
     absent_sampling: list[tuple[str, str, dict[str, object]]] = []
     for key in _DEFAULTS[True]:
         refusal = _sampling_refusal(target, key)
@@ -746,7 +757,19 @@ def contract_for(target: Target) -> Contract:
         unknown_sampling=unknown,
         absent=tuple(absent),
         absent_sampling=tuple(absent_sampling),
+        passes=_passes(target),
     )
+
+
+def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+    if target.unknown_fields == "pass":
+        return None, None
+    installed = target.installed_fields
+    if installed is None:
+        return frozenset(), frozenset()
+    typed_top, typed_sampling = set(_DEFAULTS[False]), set(_DEFAULTS[True])
+    top = frozenset(installed.generate_req_input_fields) - typed_top - set(FIELD_OWNERS)
+    return top, frozenset(installed.sampling_params_fields) - typed_sampling
 
 
 def check_request(request: ClientRequest, contract: Contract) -> None:
