@@ -47,3 +47,36 @@ def test_role_table_matches_the_code() -> None:
         for role, plan in ROLE_PLANS.items()
     }
     assert documented == in_code
+
+
+def targets_table() -> list[list[str]]:
+    """The per-target table of docs/contract.md, as the compiled contracts have it."""
+    from sglang_envelope import KNOWN_RELEASES, Target
+    from sglang_envelope._rules import contract_for
+
+    templated = [rule.code for rule in RULES if rule.template is not None]
+    rows = []
+    for release in KNOWN_RELEASES:
+        for transport in ("http", "engine"):
+            target = Target(sglang=release, transport=transport)
+            contract = contract_for(target)
+            made = {entry[0] for scope in (contract.request, contract.sampling) for entry in scope.rules}
+            lacking = ", ".join(f"{name} ({code})" for name, _, code, _ in contract.absent)
+            keys = ", ".join(f"{key} ({code})" for key, code, _ in contract.absent_sampling)
+            skipped = ", ".join(code for code in templated if code not in made)
+            rows.append(
+                [
+                    f"{release} {transport}",
+                    "yes" if target.gate is not None else "no",
+                    lacking or "—",
+                    keys or "—",
+                    str(sum(code in made for code in templated)),
+                    skipped or "—",
+                ]
+            )
+    return rows
+
+
+def test_targets_table_matches_the_compiled_contracts() -> None:
+    documented = [[cell.replace("`", "") for cell in row] for row in _table("targets")]
+    assert documented == targets_table()
