@@ -60,7 +60,8 @@ def targets_table() -> list[list[str]]:
         for transport in ("http", "engine"):
             target = Target(sglang=release, transport=transport)
             contract = contract_for(target)
-            made = {entry[0] for scope in (contract.request, contract.sampling) for entry in scope.rules}
+            scopes = (contract.request, contract.sampling)
+            made = {entry[0] for scope in scopes for entry in scope.rules}
             lacking = ", ".join(f"{name} ({code})" for name, _, code, _ in contract.absent)
             keys = ", ".join(f"{key} ({code})" for key, code, _ in contract.absent_sampling)
             skipped = ", ".join(code for code in templated if code not in made)
