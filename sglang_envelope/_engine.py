@@ -222,7 +222,7 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled and copied as what it is: a request already built."""
-        return (_made, (self.role, self.body, self.passed))
+        return (_made, (self.role, self.body, *_passed_args(self.passed)))
 
     @property
     def rid(self) -> str:
@@ -249,11 +249,15 @@ class EngineRequest(msgspec.Struct, frozen=True):
         return with_passed_fields(_encoder.encode(self.body), self.passed)
 
 
+def _passed_args(passed: PassedFields) -> tuple[PassedFields, ...]:
+    return () if passed is NO_PASSED_FIELDS else (passed,)
+
+
 def _made(role: Role, body: EngineBody, passed: PassedFields = NO_PASSED_FIELDS) -> EngineRequest:
     """An `EngineRequest` of a body built before (an unpickled or copied one)."""
     _building.on = True
     try:
-        return EngineRequest(role, body, PassedFields(*passed))
+        return EngineRequest(role, body, passed)
     finally:
         _building.on = False
 

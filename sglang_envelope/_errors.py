@@ -64,6 +64,8 @@ RejectionCode = Literal[
     "watermark_context_window",
     "watermark_key_when_disabled",
     "watermark_sets_nothing",
+    "sampling_watermark_key_when_disabled",
+    "sampling_watermark_sets_nothing",
     "parallel_sampling",
     "unsupported_sampling_param",
     "sampling_watermark_not_object",

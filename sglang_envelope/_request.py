@@ -231,7 +231,7 @@ _json = msgspec.json.Encoder()
 def with_passed_fields(data: bytes, passed: PassedFields) -> bytes:
     """JSON object bytes `data` with the passed keys added back (sampling ones inside
     `sampling_params`)."""
-    if passed is NO_PASSED_FIELDS:
+    if passed is NO_PASSED_FIELDS or passed == NO_PASSED_FIELDS:
         return data
     members = _raw_members.decode(data)
     if passed.sampling_params:
@@ -475,7 +475,6 @@ _DEFAULT_CONTRACT = contract_for(DEFAULT_TARGET)
 #: Keys some table knows: a typed field's, or one only the serving system sets.
 _KNOWN_TOP = frozenset(ClientRequest.__struct_fields__) | frozenset(FIELD_OWNERS)
 _KNOWN_SAMPLING = frozenset(SamplingParams.__struct_fields__)
-_NOTHING_PASSES: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
 
 
 def json_size(data: object) -> int | None:
@@ -641,10 +640,11 @@ def decode_with_limits(
     data: object, limits: Limits, contract: Contract | None = None
 ) -> ClientRequest:
     """`decode_client_request` with its bounds and target already checked."""
-    contract = contract or _DEFAULT_CONTRACT
+    if contract is None:
+        contract = _DEFAULT_CONTRACT
     body = _as_json(data, limits.max_body_bytes)
     passed = NO_PASSED_FIELDS
-    if contract.passes != _NOTHING_PASSES:
+    if contract.splits:
         body, passed = _split_unknown(body, limits, contract)
     token = _decoding.set(True)
     try:

@@ -210,31 +210,29 @@ def _watermark_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, obj
     return check
 
 
-def _effective_watermark(r: ClientRequest) -> Any:
-    """The watermark SGLang resolves for the request (the top-level one moves in),
-    once `SamplingParams` has accepted it (None until then)."""
-    params = r.sampling_params
-    inner = None if params is None or params is UNSET else params.watermark
-    if inner is not None and inner is not UNSET:
-        mark = msgspec.to_builtins(inner)
-    else:
-        top = r.watermark
-        mark = msgspec.json.decode(top) if top is not UNSET and top != _NULL else None
-    return None if watermark_problem(mark) is not None else mark
+def _resolve_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, object] | None]:
+    """The check that `resolve_watermark_request` refuses the watermark (`inner`: the one in
+    `sampling_params`; a request with both is refused before) with `message`, once
+    `SamplingParams` has accepted it."""
 
+    def check(value: Any) -> dict[str, object] | None:
+        mark = value.watermark
+        if mark is UNSET or mark is None or (not inner and mark == _NULL):
+            return None
+        plain = msgspec.to_builtins(mark) if inner else msgspec.json.decode(mark)
+        if not isinstance(plain, dict) or watermark_problem(plain) is not None:
+            return None
+        enabled, key = plain.get("enabled"), plain.get("key")
+        found = (
+            "request watermark key cannot be combined with enabled=false"
+            if enabled is False and key is not None
+            else "request watermark must set enabled or key"
+            if enabled is None and key is None
+            else None
+        )
+        return {} if found == message else None
 
-def _watermark_key_when_disabled(r: ClientRequest) -> dict[str, object] | None:
-    mark = _effective_watermark(r)
-    if isinstance(mark, dict) and mark.get("enabled") is False and mark.get("key") is not None:
-        return {}
-    return None
-
-
-def _watermark_sets_nothing(r: ClientRequest) -> dict[str, object] | None:
-    mark = _effective_watermark(r)
-    if isinstance(mark, dict) and mark.get("enabled") is None and mark.get("key") is None:
-        return {}
-    return None
+    return check
 
 
 def _stop_list(raw: Any) -> list[str] | None:
@@ -284,13 +282,20 @@ def _temperature(p: SamplingParams) -> float:
 
 
 def _bad_temperature(p: SamplingParams) -> dict[str, object] | None:
-    t = _temperature(p)
-    return {"temperature": t} if not math.isfinite(t) or t < 0.0 else None
+    t = p.temperature
+    if t is UNSET or t is None or (t >= 0.0 and math.isfinite(t)):
+        return None
+    return {"temperature": t}
 
 
-def _outside(name: str, low: float, high: float, default: float, *, open_low: bool = False) -> Any:
+def _outside(name: str, low: float, high: float, *, open_low: bool = False) -> Any:
+    """The range check of `name`, whose default (None, or left out) is inside the range."""
+    read = operator.attrgetter(name)
+
     def check(p: SamplingParams) -> dict[str, object] | None:
-        v = _value(getattr(p, name), default)
+        v = read(p)
+        if v is UNSET or v is None:
+            return None  # the default, which is inside
         inside = (low < v if open_low else low <= v) and v <= high
         return None if inside else {name: v}
 
@@ -373,6 +378,10 @@ _WATERMARK_CODES = (
     "watermark_key_not_text", "watermark_key_length", "watermark_key_not_hex",
     "watermark_context_window",
 )  # fmt: skip
+_RESOLVE = (
+    ("watermark_key_when_disabled", "request watermark key cannot be combined with enabled=false"),
+    ("watermark_sets_nothing", "request watermark must set enabled or key"),
+)
 _PRIORITY_MESSAGE = (
     "priority must be a signed 64-bit integer between -9223372036854775808 and 9223372036854775807"
 )
@@ -446,11 +455,11 @@ RULES: tuple[Rule, ...] = (
       for code, message in zip(_WATERMARK_CODES, _WATERMARK_MESSAGES, strict=True)),
     # resolve_watermark_request()'s checks that need only the request (the release
     # tables do not list them; they hold where SGLang has a watermark at all).
-    Rule("watermark_key_when_disabled", "watermark",
-         "request watermark key cannot be combined with enabled=false",
-         _watermark_key_when_disabled, ("watermark", "sampling_params")),
-    Rule("watermark_sets_nothing", "watermark", "request watermark must set enabled or key",
-         _watermark_sets_nothing, ("watermark", "sampling_params")),
+    *(Rule(code, "watermark", message, _resolve_is(message, inner=False), "watermark")
+      for code, message in _RESOLVE),
+    *(Rule(f"sampling_{code}", "sampling_params.watermark", message,
+           _resolve_is(message, inner=True), "watermark")
+      for code, message in _RESOLVE),
     # Sampling: one sequence a request, and SGLang's SamplingParams.normalize() and
     # .verify() checks, in its words and order.
     Rule("parallel_sampling", "sampling_params.n",
@@ -478,20 +487,20 @@ RULES: tuple[Rule, ...] = (
             _bad_temperature, "temperature"),
     _sglang("top_p_out_of_range", "sampling_params.top_p",
             "top_p must be in (0, 1], got {top_p}.",
-            _outside("top_p", 0.0, 1.0, 1.0, open_low=True), "top_p"),
+            _outside("top_p", 0.0, 1.0, open_low=True), "top_p"),
     _sglang("min_p_out_of_range", "sampling_params.min_p",
-            "min_p must be in [0, 1], got {min_p}.", _outside("min_p", 0.0, 1.0, 0.0), "min_p"),
+            "min_p must be in [0, 1], got {min_p}.", _outside("min_p", 0.0, 1.0), "min_p"),
     _sglang("top_k_out_of_range", "sampling_params.top_k",
             "top_k must be -1 (disable) or at least 1, got {top_k}.", _bad_top_k, "top_k"),
     _sglang("frequency_penalty_out_of_range", "sampling_params.frequency_penalty",
             "frequency_penalty must be in [-2, 2], got {frequency_penalty}.",
-            _outside("frequency_penalty", -2.0, 2.0, 0.0), "frequency_penalty"),
+            _outside("frequency_penalty", -2.0, 2.0), "frequency_penalty"),
     _sglang("presence_penalty_out_of_range", "sampling_params.presence_penalty",
             "presence_penalty must be in [-2, 2], got {presence_penalty}.",
-            _outside("presence_penalty", -2.0, 2.0, 0.0), "presence_penalty"),
+            _outside("presence_penalty", -2.0, 2.0), "presence_penalty"),
     _sglang("repetition_penalty_out_of_range", "sampling_params.repetition_penalty",
             "repetition_penalty must be in (0, 2] (1.0 = no penalty), got {repetition_penalty}.",
-            _outside("repetition_penalty", 0.0, 2.0, 1.0, open_low=True), "repetition_penalty"),
+            _outside("repetition_penalty", 0.0, 2.0, open_low=True), "repetition_penalty"),
     _sglang("min_new_tokens_negative", "sampling_params.min_new_tokens",
             "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}.",
             _min_negative, "min_new_tokens"),
@@ -571,7 +580,9 @@ def _checks(rules: list[tuple[Rule, str]], defaults: Mapping[str, Any]) -> _Chec
     unguarded = tuple(entry for entry in entries if entry[4] is None)
     names = guards if len(guards) > 1 else guards * 2  # so that the getter gives a tuple
     getter = operator.attrgetter(*names) if names else (lambda value: ())
-    return _Checks(entries, unguarded, getter, tuple(defaults[name] for name in names), {})
+    kept = tuple(defaults[name] for name in names)
+    assert all(d is None or d is False or d is UNSET for d in kept), "guards default to singletons"
+    return _Checks(entries, unguarded, getter, kept, {(False,) * len(names): unguarded})
 
 
 def _names(when: str | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -582,15 +593,13 @@ def _run(checks: _Checks, value: Any) -> None:
     """Raise `RequestRejected` for the first rule of `checks` that `value` breaks.
 
     Only the rules some changed guard allows are run; which those are is worked
-    out once for each combination of changed guards, then kept.
+    out once for each combination of changed guards, then kept. Every guard's
+    default is a singleton (None, False, UNSET), so "changed" is "is not".
     """
-    guards = checks.guards(value)
-    if guards == checks.defaults:  # no guarded rule can be broken
-        entries = checks.unguarded
-    else:
-        changed = tuple(map(operator.ne, guards, checks.defaults))
-        found = checks.plans.get(changed)
-        entries = found if found is not None else _plan(checks, changed)
+    changed = tuple(map(operator.is_not, checks.guards(value), checks.defaults))
+    entries = checks.plans.get(changed)
+    if entries is None:
+        entries = _plan(checks, changed)
     for entry in entries:
         facts = entry[3](value)
         if facts is not None:
@@ -656,6 +665,7 @@ class Contract(NamedTuple):
     #: Keys no typed field holds that pass through unchanged: all of them (None,
     #: `unknown_fields="pass"`), or those the installed SGLang has.
     passes: tuple[frozenset[str] | None, frozenset[str] | None]
+    splits: bool  # whether any key passes
 
 
 _TYPED_FIELDS: dict[str, tuple[tuple[str, Any], ...]] = {}  # filled by `prepare_checks`
@@ -737,6 +747,7 @@ def contract_for(target: Target) -> Contract:
         refusal = _sampling_refusal(target, key)
         if refusal is not None:
             absent_sampling.append((key, *refusal))
+    passes = _passes(target)
     gate = target.gate
     if gate is not None:
         sampling_keys = frozenset(gate.sampling_keys) & frozenset(tables.sampling_params_fields)
@@ -757,7 +768,8 @@ def contract_for(target: Target) -> Contract:
         unknown_sampling=unknown,
         absent=tuple(absent),
         absent_sampling=tuple(absent_sampling),
-        passes=_passes(target),
+        passes=passes,
+        splits=passes != (frozenset(), frozenset()),
     )
 
 

@@ -69,6 +69,8 @@ SGLANG_WORDED = {rule.code for rule in RULES if rule.template is not None} | {
     "session_id_with_session_params",
     "watermark_key_when_disabled",
     "watermark_sets_nothing",
+    "sampling_watermark_key_when_disabled",
+    "sampling_watermark_sets_nothing",
     "logit_bias_key_not_integer",
     "unknown_sampling_param",
     "unexpected_sampling_param",
