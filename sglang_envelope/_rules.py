@@ -550,19 +550,16 @@ _Entry = tuple[str, "str | None", str, _Check, "int | tuple[int, ...] | None"]
 
 
 class _Checks(NamedTuple):
-    """The checked rules of one scope for one target, in order, and the fields that guard them."""
+    """The checked rules of one scope for one target, in order, and how they are run."""
 
     rules: tuple[_Entry, ...]
-    #: The rules no field guards: all that can break while every guard holds its default.
-    unguarded: tuple[_Entry, ...]
-    guards: Callable[[Any], tuple[Any, ...]]  # the guarding fields' values, at once
-    defaults: tuple[Any, ...]  # their defaults
-    #: The rules to run, by which guards differ from their defaults (see `_run`).
-    plans: dict[tuple[bool, ...], tuple[_Entry, ...]]
+    guards: tuple[str, ...]  # the fields that guard them, each default a singleton
+    #: Runs the rules on a value: raises `RequestRejected` for the first it breaks.
+    run: Callable[[Any], None]
 
 
 def _checks(rules: list[tuple[Rule, str]], defaults: Mapping[str, Any]) -> _Checks:
-    """`rules` (each with its message for the target) grouped for `_run`."""
+    """`rules` (each with its message for the target), compiled to run in order."""
     guards = sorted({name for rule, _ in rules for name in _names(rule.when)})
 
     def at(when: str | tuple[str, ...] | None) -> int | tuple[int, ...] | None:
@@ -577,49 +574,47 @@ def _checks(rules: list[tuple[Rule, str]], defaults: Mapping[str, Any]) -> _Chec
         for rule, message in rules
         if rule.check is not None
     )
-    unguarded = tuple(entry for entry in entries if entry[4] is None)
-    names = guards if len(guards) > 1 else guards * 2  # so that the getter gives a tuple
-    getter = operator.attrgetter(*names) if names else (lambda value: ())
-    kept = tuple(defaults[name] for name in names)
-    assert all(d is None or d is False or d is UNSET for d in kept), "guards default to singletons"
-    return _Checks(entries, unguarded, getter, kept, {(False,) * len(names): unguarded})
+    return _Checks(entries, tuple(guards), _compile(entries, guards, defaults))
+
+
+def _compile(
+    entries: tuple[_Entry, ...], guards: list[str], defaults: Mapping[str, Any]
+) -> Callable[[Any], None]:
+    """The rules of one scope as one Python function, compiled once per target.
+
+    Each guarding field is read once; a rule's check runs only when one of its
+    guards is not its default (None, False or UNSET, compared by identity) or
+    it has none. The source holds only field names and indices; the checks,
+    entries and defaults are bound as globals.
+    """
+    namespace: dict[str, Any] = {"_rejected": _rejected}
+    lines = ["def run(v):"]
+    read: set[int] = set()
+    for i, name in enumerate(guards):
+        default = defaults[name]
+        assert name.isidentifier() and (default is None or default is False or default is UNSET)
+        namespace[f"d{i}"] = default
+    for k, entry in enumerate(entries):
+        namespace[f"e{k}"], namespace[f"c{k}"] = entry, entry[3]
+        at = entry[4]
+        indices = () if at is None else (at,) if isinstance(at, int) else at
+        for i in indices:
+            if i not in read:
+                lines.append(f"    g{i} = v.{guards[i]}")
+                read.add(i)
+        condition = " or ".join(f"g{i} is not d{i}" for i in indices) or "True"
+        lines.append(f"    if {condition}:")
+        lines.append(f"        f = c{k}(v)")
+        lines.append("        if f is not None:")
+        lines.append(f"            raise _rejected(e{k}, f)")
+    lines.append("    return None")
+    exec("\n".join(lines), namespace)
+    run: Callable[[Any], None] = namespace["run"]
+    return run
 
 
 def _names(when: str | tuple[str, ...] | None) -> tuple[str, ...]:
     return () if when is None else (when,) if isinstance(when, str) else when
-
-
-def _run(checks: _Checks, value: Any) -> None:
-    """Raise `RequestRejected` for the first rule of `checks` that `value` breaks.
-
-    Only the rules some changed guard allows are run; which those are is worked
-    out once for each combination of changed guards, then kept. Every guard's
-    default is a singleton (None, False, UNSET), so "changed" is "is not".
-    """
-    changed = tuple(map(operator.is_not, checks.guards(value), checks.defaults))
-    entries = checks.plans.get(changed)
-    if entries is None:
-        entries = _plan(checks, changed)
-    for entry in entries:
-        facts = entry[3](value)
-        if facts is not None:
-            raise _rejected(entry, facts)
-
-
-_MAX_PLANS = 4096  # combinations of changed guards kept per scope
-
-
-def _plan(checks: _Checks, changed: tuple[bool, ...]) -> tuple[_Entry, ...]:
-    """The rules to run when the guards `changed` differ from their defaults."""
-    entries = []
-    for entry in checks.rules:
-        at = entry[4]
-        if at is None or any(changed[i] for i in ((at,) if isinstance(at, int) else at)):
-            entries.append(entry)
-    plan = tuple(entries)
-    if len(checks.plans) < _MAX_PLANS:
-        checks.plans[changed] = plan
-    return plan
 
 
 def _rejected(entry: _Entry, facts: dict[str, object]) -> RequestRejected:
@@ -758,11 +753,15 @@ def contract_for(target: Target) -> Contract:
     else:
         sampling_keys = frozenset(tables.sampling_params_fields)
         unknown = ("unexpected_sampling_param", {})
+    presence = [_presence(name, default, code, facts) for name, default, code, facts in absent]
+    presence_in_sampling = [
+        _presence(key, UNSET, code, facts) for key, code, facts in absent_sampling
+    ]
     return Contract(
         target=target,
         release=release,
-        request=_checks(scoped[False], _DEFAULTS[False]),
-        sampling=_checks(scoped[True], _DEFAULTS[True]),
+        request=_checks(presence + scoped[False], _DEFAULTS[False]),
+        sampling=_checks(presence_in_sampling + scoped[True], _DEFAULTS[True]),
         fields=fields,
         sampling_keys=sampling_keys,
         unknown_sampling=unknown,
@@ -771,6 +770,22 @@ def contract_for(target: Target) -> Contract:
         passes=passes,
         splits=passes != (frozenset(), frozenset()),
     )
+
+
+def _presence(name: str, default: Any, code: str, facts: dict[str, object]) -> tuple[Rule, str]:
+    """The rule refusing field `name` (set to other than `default`) with rule `code`."""
+    rule = _RULES_BY_CODE[code]
+
+    def check(value: Any) -> dict[str, object] | None:
+        return facts if getattr(value, name) != default else None
+
+    singleton = default is None or default is False or default is UNSET
+    message = (
+        rule.message.replace("{release}", str(facts["release"]))
+        if "release" in facts
+        else rule.message
+    )
+    return rule._replace(check=check, when=name if singleton else None), message
 
 
 def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | None]:
@@ -786,18 +801,10 @@ def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | Non
 
 def check_request(request: ClientRequest, contract: Contract) -> None:
     """Raise `RequestRejected` for the first rule of `contract` that `request` breaks."""
+    contract.request.run(request)
     params = request.sampling_params
-    has_params = params is not None and params is not UNSET
-    for name, default, code, facts in contract.absent:
-        if getattr(request, name) != default:
-            raise reject(code, **facts)
-    if has_params:
-        for key, code, facts in contract.absent_sampling:
-            if getattr(params, key) is not UNSET:
-                raise reject(code, **facts)
-    _run(contract.request, request)
-    if has_params:
-        _run(contract.sampling, params)
+    if params is not None and params is not UNSET:
+        contract.sampling.run(params)
 
 
 # msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level. The
