@@ -36,7 +36,6 @@ from sglang_envelope._rules import (
     FIELD_OWNERS,
     KNOWN_FIELDS,
     Contract,
-    check_request,
     contract_for,
     prepare_checks,
     reject,
@@ -660,9 +659,10 @@ def decode_with_limits(
         index = next(i for i, token_id in enumerate(ids) if token_id > limits.max_token_id)
         raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id)
     check_raw_fields(request, limits)
-    check_request(request, contract)
-    if contract is not _DEFAULT_CONTRACT:
-        request.__dict__["target"] = contract.target
+    contract.check(request)
+    if contract is _DEFAULT_CONTRACT:
+        return request
+    request.__dict__["target"] = contract.target
     if passed is not NO_PASSED_FIELDS:
         request.__dict__["passed"] = passed
     return request
@@ -693,7 +693,7 @@ def decode_client_request(
     `EnvelopeError` for a bound that is not an integer >= 0 or a `target` that
     is not a `Target`.
     """
-    contract = contract_of(target)
+    contract = _DEFAULT_CONTRACT if target is DEFAULT_TARGET else contract_of(target)
     limits = make_limits(
         max_body_bytes, max_input_ids, max_json_depth, max_json_items, max_token_id
     )

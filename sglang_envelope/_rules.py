@@ -661,6 +661,8 @@ class Contract(NamedTuple):
     #: `unknown_fields="pass"`), or those the installed SGLang has.
     passes: tuple[frozenset[str] | None, frozenset[str] | None]
     splits: bool  # whether any key passes
+    #: Raises `RequestRejected` for the first rule a decoded request breaks.
+    check: Callable[[ClientRequest], None]
 
 
 _TYPED_FIELDS: dict[str, tuple[tuple[str, Any], ...]] = {}  # filled by `prepare_checks`
@@ -757,11 +759,13 @@ def contract_for(target: Target) -> Contract:
     presence_in_sampling = [
         _presence(key, UNSET, code, facts) for key, code, facts in absent_sampling
     ]
+    request = _checks(presence + scoped[False], _DEFAULTS[False])
+    sampling = _checks(presence_in_sampling + scoped[True], _DEFAULTS[True])
     return Contract(
         target=target,
         release=release,
-        request=_checks(presence + scoped[False], _DEFAULTS[False]),
-        sampling=_checks(presence_in_sampling + scoped[True], _DEFAULTS[True]),
+        request=request,
+        sampling=sampling,
         fields=fields,
         sampling_keys=sampling_keys,
         unknown_sampling=unknown,
@@ -769,7 +773,20 @@ def contract_for(target: Target) -> Contract:
         absent_sampling=tuple(absent_sampling),
         passes=passes,
         splits=passes != (frozenset(), frozenset()),
+        check=_checker(request.run, sampling.run),
     )
+
+
+def _checker(
+    run_request: Callable[[Any], None], run_sampling: Callable[[Any], None]
+) -> Callable[[ClientRequest], None]:
+    def check(request: ClientRequest) -> None:
+        run_request(request)
+        params = request.sampling_params
+        if params is not None and params is not UNSET:
+            run_sampling(params)
+
+    return check
 
 
 def _presence(name: str, default: Any, code: str, facts: dict[str, object]) -> tuple[Rule, str]:
@@ -801,10 +818,7 @@ def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | Non
 
 def check_request(request: ClientRequest, contract: Contract) -> None:
     """Raise `RequestRejected` for the first rule of `contract` that `request` breaks."""
-    contract.request.run(request)
-    params = request.sampling_params
-    if params is not None and params is not UNSET:
-        contract.sampling.run(params)
+    contract.check(request)
 
 
 # msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level. The
