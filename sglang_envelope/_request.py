@@ -80,7 +80,11 @@ class Watermark(
 class SamplingParams(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
 ):
-    """The client's `sampling_params`, typed as SGLang 0.5.23's contract gate accepts them.
+    """The client's `sampling_params`, typed as SGLang's contract gate accepts them.
+
+    It holds the keys of every known release (`ebnf_full_assistant`, which the
+    gate refuses but `SamplingParams` takes, too); which of them a target takes
+    is its contract's (`_rules.contract_for`).
 
     A key the client left out is `UNSET` (and left out again when encoded); an
     explicit `null` is None, which SGLang may read differently (a null
