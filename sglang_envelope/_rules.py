@@ -550,15 +550,13 @@ _Entry = tuple[str, "str | None", str, _Check, "int | tuple[int, ...] | None"]
 
 
 class _Checks(NamedTuple):
-    """The checked rules of one scope for one target, in order, and how they are run."""
+    """The checked rules of one scope for one target, in order, and their guards."""
 
     rules: tuple[_Entry, ...]
     guards: tuple[str, ...]  # the fields that guard them, each default a singleton
-    #: Runs the rules on a value: raises `RequestRejected` for the first it breaks.
-    run: Callable[[Any], None]
 
 
-def _checks(rules: list[tuple[Rule, str]], defaults: Mapping[str, Any]) -> _Checks:
+def _checks(rules: list[tuple[Rule, str]]) -> _Checks:
     """`rules` (each with its message for the target), compiled to run in order."""
     guards = sorted({name for rule, _ in rules for name in _names(rule.when)})
 
@@ -574,43 +572,53 @@ def _checks(rules: list[tuple[Rule, str]], defaults: Mapping[str, Any]) -> _Chec
         for rule, message in rules
         if rule.check is not None
     )
-    return _Checks(entries, tuple(guards), _compile(entries, guards, defaults))
+    return _Checks(entries, tuple(guards))
 
 
-def _compile(
-    entries: tuple[_Entry, ...], guards: list[str], defaults: Mapping[str, Any]
-) -> Callable[[Any], None]:
-    """The rules of one scope as one Python function, compiled once per target.
+def _scope_source(
+    checks: _Checks, defaults: Mapping[str, Any], var: str, tag: str, namespace: dict[str, Any]
+) -> list[str]:
+    """The lines that run one scope's rules on `var`, at an indent of two levels.
 
     Each guarding field is read once; a rule's check runs only when one of its
     guards is not its default (None, False or UNSET, compared by identity) or
-    it has none. The source holds only field names and indices; the checks,
-    entries and defaults are bound as globals.
+    it has none. The lines hold only field names and names made here; the
+    checks, entries and defaults are bound in `namespace`.
     """
-    namespace: dict[str, Any] = {"_rejected": _rejected}
-    lines = ["def run(v):"]
+    lines = []
     read: set[int] = set()
-    for i, name in enumerate(guards):
+    for i, name in enumerate(checks.guards):
         default = defaults[name]
         assert name.isidentifier() and (default is None or default is False or default is UNSET)
-        namespace[f"d{i}"] = default
-    for k, entry in enumerate(entries):
-        namespace[f"e{k}"], namespace[f"c{k}"] = entry, entry[3]
+        namespace[f"d{tag}{i}"] = default
+    for k, entry in enumerate(checks.rules):
+        namespace[f"e{tag}{k}"], namespace[f"c{tag}{k}"] = entry, entry[3]
         at = entry[4]
         indices = () if at is None else (at,) if isinstance(at, int) else at
         for i in indices:
             if i not in read:
-                lines.append(f"    g{i} = v.{guards[i]}")
+                lines.append(f"        g{tag}{i} = {var}.{checks.guards[i]}")
                 read.add(i)
-        condition = " or ".join(f"g{i} is not d{i}" for i in indices) or "True"
-        lines.append(f"    if {condition}:")
-        lines.append(f"        f = c{k}(v)")
-        lines.append("        if f is not None:")
-        lines.append(f"            raise _rejected(e{k}, f)")
+        condition = " or ".join(f"g{tag}{i} is not d{tag}{i}" for i in indices) or "True"
+        lines.append(f"        if {condition}:")
+        lines.append(f"            f = c{tag}{k}({var})")
+        lines.append("            if f is not None:")
+        lines.append(f"                raise _rejected(e{tag}{k}, f)")
+    return lines
+
+
+def _compile(request: _Checks, sampling: _Checks) -> Callable[[ClientRequest], None]:
+    """A target's rules as one Python function, compiled once: the request's rules,
+    then those of its `sampling_params` when it has them."""
+    namespace: dict[str, Any] = {"_rejected": _rejected, "UNSET": UNSET}
+    lines = ["def check(v):", "    if True:"]
+    lines += _scope_source(request, _DEFAULTS[False], "v", "r", namespace)
+    lines += ["    p = v.sampling_params", "    if p is not None and p is not UNSET:"]
+    lines += _scope_source(sampling, _DEFAULTS[True], "p", "s", namespace)
     lines.append("    return None")
-    exec("\n".join(lines), namespace)
-    run: Callable[[Any], None] = namespace["run"]
-    return run
+    exec("\n".join(lines), namespace)  # our own rule table, compiled once per target
+    check: Callable[[ClientRequest], None] = namespace["check"]
+    return check
 
 
 def _names(when: str | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -759,8 +767,8 @@ def contract_for(target: Target) -> Contract:
     presence_in_sampling = [
         _presence(key, UNSET, code, facts) for key, code, facts in absent_sampling
     ]
-    request = _checks(presence + scoped[False], _DEFAULTS[False])
-    sampling = _checks(presence_in_sampling + scoped[True], _DEFAULTS[True])
+    request = _checks(presence + scoped[False])
+    sampling = _checks(presence_in_sampling + scoped[True])
     return Contract(
         target=target,
         release=release,
@@ -773,20 +781,8 @@ def contract_for(target: Target) -> Contract:
         absent_sampling=tuple(absent_sampling),
         passes=passes,
         splits=passes != (frozenset(), frozenset()),
-        check=_checker(request.run, sampling.run),
+        check=_compile(request, sampling),
     )
-
-
-def _checker(
-    run_request: Callable[[Any], None], run_sampling: Callable[[Any], None]
-) -> Callable[[ClientRequest], None]:
-    def check(request: ClientRequest) -> None:
-        run_request(request)
-        params = request.sampling_params
-        if params is not None and params is not UNSET:
-            run_sampling(params)
-
-    return check
 
 
 def _presence(name: str, default: Any, code: str, facts: dict[str, object]) -> tuple[Rule, str]:
