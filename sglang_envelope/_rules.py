@@ -591,6 +591,7 @@ def _scope_source(
         default = defaults[name]
         assert name.isidentifier() and (default is None or default is False or default is UNSET)
         namespace[f"d{tag}{i}"] = default
+    previous: tuple[int, ...] | None = None
     for k, entry in enumerate(checks.rules):
         namespace[f"e{tag}{k}"], namespace[f"c{tag}{k}"] = entry, entry[3]
         at = entry[4]
@@ -599,8 +600,10 @@ def _scope_source(
             if i not in read:
                 lines.append(f"        g{tag}{i} = {var}.{checks.guards[i]}")
                 read.add(i)
-        condition = " or ".join(f"g{tag}{i} is not d{tag}{i}" for i in indices) or "True"
-        lines.append(f"        if {condition}:")
+        if indices != previous:  # rules with the same guards share one test
+            condition = " or ".join(f"g{tag}{i} is not d{tag}{i}" for i in indices) or "True"
+            lines.append(f"        if {condition}:")
+            previous = indices
         lines.append(f"            f = c{tag}{k}({var})")
         lines.append("            if f is not None:")
         lines.append(f"                raise _rejected(e{tag}{k}, f)")
