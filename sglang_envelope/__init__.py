@@ -39,6 +39,7 @@ from sglang_envelope._request import (
     Watermark,
     decode_client_request,
 )
+from sglang_envelope._target import KNOWN_RELEASES, Target
 
 # --- response side ---
 from sglang_envelope._aggregate import (
@@ -84,6 +85,7 @@ __all__ = [
     "DEFAULT_MAX_INPUT_IDS",
     "DEFAULT_MAX_JSON_DEPTH",
     "DEFAULT_MAX_JSON_ITEMS",
+    "KNOWN_RELEASES",
     "Bootstrap",
     "ClientRequest",
     "EngineBody",
@@ -92,6 +94,7 @@ __all__ = [
     "RoleName",
     "Routing",
     "SamplingParams",
+    "Target",
     "Watermark",
     "WorkerEnvelope",
     "build_engine_request",

@@ -50,6 +50,7 @@ from sglang_envelope._demo import (
     demo_unary_body,
 )
 from sglang_envelope._engine import ROLE_PLANS
+from sglang_envelope._target import KNOWN_RELEASES, TRANSPORTS, UNKNOWN_FIELD_POLICIES, Target
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -211,7 +212,10 @@ def cmd_normalize(args: argparse.Namespace) -> int:
         bootstrap = _bootstrap(role, args)
         routing = None if args.dp_rank is None else Routing(dp_rank=args.dp_rank)
         data = _read_bounded(args.file, DEFAULT_MAX_BODY_BYTES)
-        request = decode_client_request(data, max_token_id=args.max_token_id)
+        target = Target(
+            sglang=args.sglang, transport=args.transport, unknown_fields=args.unknown_fields
+        )
+        request = decode_client_request(data, max_token_id=args.max_token_id, target=target)
         rid = args.rid if args.rid is not None else (request.rid or uuid.uuid4().hex)
         envelope = to_worker_envelope(request, rid=rid)
         engine = build_engine_request(
@@ -483,6 +487,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         type=int,
         help="the model's largest token id: larger input ids are refused",
+    )
+    normalize.add_argument(
+        "--sglang",
+        choices=KNOWN_RELEASES,
+        default=KNOWN_RELEASES[-1],
+        help="the SGLang release the request is for (default: %(default)s)",
+    )
+    normalize.add_argument(
+        "--transport",
+        choices=TRANSPORTS,
+        default="http",
+        help="how the request reaches SGLang: http, its /generate route, or engine, "
+        "in-process (default: %(default)s)",
+    )
+    normalize.add_argument(
+        "--unknown-fields",
+        choices=UNKNOWN_FIELD_POLICIES,
+        default="reject",
+        help="keys the release tables do not know: reject them, or pass them through "
+        "unchanged for a newer SGLang (default: %(default)s)",
     )
     normalize.set_defaults(run=cmd_normalize)
 

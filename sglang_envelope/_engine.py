@@ -19,7 +19,15 @@ from msgspec import UNSET, Raw
 
 from sglang_envelope._envelope import WorkerEnvelope, _is_utf8
 from sglang_envelope._errors import EnvelopeError, show_value
-from sglang_envelope._request import RequestFields, SamplingParams, TokenId
+from sglang_envelope._request import (
+    NO_PASSED_FIELDS,
+    PassedFields,
+    RequestFields,
+    SamplingParams,
+    TokenId,
+    with_passed_fields,
+)
+from sglang_envelope._target import Target
 
 __all__ = [
     "ROLE_PLANS",
@@ -204,6 +212,9 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     role: Role
     body: EngineBody
+    #: Keys the tables do not know that the client sent to a target with
+    #: `unknown_fields="pass"`; `to_json()` and `to_dict()` carry them unchanged.
+    passed: PassedFields = NO_PASSED_FIELDS
 
     def __post_init__(self) -> None:
         if not getattr(_building, "on", False):
@@ -211,7 +222,7 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled and copied as what it is: a request already built."""
-        return (_made, (self.role, self.body))
+        return (_made, (self.role, self.body, *_passed_args(self.passed)))
 
     @property
     def rid(self) -> str:
@@ -235,14 +246,18 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     def to_json(self) -> bytes:
         """The HTTP body for `POST /generate`."""
-        return _encoder.encode(self.body)
+        return with_passed_fields(_encoder.encode(self.body), self.passed)
 
 
-def _made(role: Role, body: EngineBody) -> EngineRequest:
+def _passed_args(passed: PassedFields) -> tuple[PassedFields, ...]:
+    return () if passed is NO_PASSED_FIELDS else (passed,)
+
+
+def _made(role: Role, body: EngineBody, passed: PassedFields = NO_PASSED_FIELDS) -> EngineRequest:
     """An `EngineRequest` of a body built before (an unpickled or copied one)."""
     _building.on = True
     try:
-        return EngineRequest(role, body)
+        return EngineRequest(role, body, passed)
     finally:
         _building.on = False
 
@@ -301,6 +316,21 @@ _SAMPLING_AT = _FIELD_INDEX["sampling_params"]
 _LORA_PATH_AT, _PRIORITY_AT = _FIELD_INDEX["lora_path"], _FIELD_INDEX["priority"]
 
 
+def _describe(target: Target) -> str:
+    return (
+        f"SGLang {target.sglang} over {target.transport} (unknown fields: {target.unknown_fields})"
+    )
+
+
+def _refuse_other_target(target: object, checked: Target) -> None:
+    if type(target) is not Target:
+        raise EnvelopeError(f"target must be a Target, got {type(target).__name__}")
+    raise EnvelopeError(
+        f"the request was checked for {_describe(checked)}, not for {_describe(target)}: "
+        "decode it with that target (decode_envelope(..., target=...)) first"
+    )
+
+
 def _labels_json(labels: Mapping[str, str] | None) -> Raw | None:
     return None if labels is None else Raw(_encoder.encode(dict(labels)))
 
@@ -312,8 +342,13 @@ def build_engine_request(
     role: Role | RoleName,
     bootstrap: Bootstrap | None = None,
     routing: Routing | None = None,
+    target: Target | None = None,
 ) -> EngineRequest:
     """Build the request a worker in `role` sends SGLang for `envelope`.
+
+    `target` is the SGLang the request goes to; None means the target the
+    envelope's request was checked for (`envelope.target`). A request checked
+    for another target is refused with `EnvelopeError`: decode it for this one.
 
     `routing` carries what the router decided (see `Routing`); its `lora_path`
     and `priority` replace the client's. Raises `EnvelopeError` for the caller's
@@ -332,6 +367,8 @@ def build_engine_request(
     if routing is not None and type(routing) is not Routing:
         raise EnvelopeError(f"routing must be a Routing, got {type(routing).__name__}")
     request = envelope.request
+    if target is not None and target != request.target:
+        _refuse_other_target(target, request.target)
     # The client's fields in order (an engine body starts with them), then what changes.
     values = list(msgspec.structs.astuple(request))
     values[_RID_AT] = envelope.rid
@@ -360,4 +397,4 @@ def build_engine_request(
             values[_PRIORITY_AT] = routing.priority
         extra["external_trace_header"] = _labels_json(routing.trace_header)
         extra["custom_labels"] = _labels_json(routing.labels)
-    return _made(role, EngineBody(*values, **extra))
+    return _made(role, EngineBody(*values, **extra), request.passed_fields)

@@ -18,18 +18,23 @@ from sglang_envelope._request import (
     DEFAULT_MAX_INPUT_IDS,
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_JSON_ITEMS,
+    NO_PASSED_FIELDS,
     ClientRequest,
+    contract_of,
     decode_with_limits,
     json_size,
     make_limits,
+    with_passed_fields,
 )
 from sglang_envelope._rules import (
     DECODE_ERRORS,
+    DEFAULT_TARGET,
     KNOWN_FIELDS,
     first_unknown_key,
     reject,
     translate_validation_error,
 )
+from sglang_envelope._target import Target
 
 __all__ = ["WorkerEnvelope", "decode_envelope", "encode_envelope", "to_worker_envelope"]
 
@@ -57,8 +62,9 @@ class WorkerEnvelope(msgspec.Struct, frozen=True, kw_only=True):
     """A client request on its way to a worker.
 
     `rid` is the id the frontend resolved (never empty); `request` is the
-    client's request exactly as decoded, so `stream` is the client's own mode.
-    Checked when made: `EnvelopeError` names the field.
+    client's request exactly as decoded, so `stream` is the client's own mode,
+    and `target` the target it was checked for. Checked when made:
+    `EnvelopeError` names the field.
     """
 
     rid: str
@@ -74,6 +80,11 @@ class WorkerEnvelope(msgspec.Struct, frozen=True, kw_only=True):
     def stream(self) -> bool:
         """The stream mode the client asked for."""
         return bool(self.request.stream)
+
+    @property
+    def target(self) -> Target:
+        """The target the request was checked for (its wire form does not carry it)."""
+        return self.request.target
 
 
 class _WireEnvelope(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -103,7 +114,11 @@ def encode_envelope(envelope: WorkerEnvelope) -> bytes:
     """
     if type(envelope) is not WorkerEnvelope:
         raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")
-    return _encoder.encode(envelope)
+    passed = envelope.request.passed_fields
+    if passed is NO_PASSED_FIELDS:
+        return _encoder.encode(envelope)
+    request = with_passed_fields(_encoder.encode(envelope.request), passed)
+    return _encoder.encode(_WireEnvelope(envelope.rid, msgspec.Raw(request)))
 
 
 def _envelope_error(error: Exception, data: Any) -> Exception:
@@ -130,13 +145,16 @@ def decode_envelope(
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
     max_json_items: int = DEFAULT_MAX_JSON_ITEMS,
     max_token_id: int | None = None,
+    target: Target = DEFAULT_TARGET,
 ) -> WorkerEnvelope:
     """Decode an envelope from its wire form, checking the request against every rule.
 
-    The bounds are `decode_client_request`'s. Raises `RequestRejected`: code
-    `invalid_envelope` when the envelope itself is malformed, else the code of
-    the rule the enclosed request breaks.
+    The bounds and `target` are `decode_client_request`'s: the worker names the
+    SGLang it serves, and the request is checked for it. Raises
+    `RequestRejected`: code `invalid_envelope` when the envelope itself is
+    malformed, else the code of the rule the enclosed request breaks.
     """
+    contract = contract_of(target)
     limits = make_limits(
         max_body_bytes, max_input_ids, max_json_depth, max_json_items, max_token_id
     )
@@ -147,7 +165,7 @@ def decode_envelope(
         raise _envelope_error(error, wire_bytes) from None
     if not _is_utf8(wire.rid):
         raise reject("invalid_envelope", detail="rid must be valid UTF-8")
-    request = decode_with_limits(wire.request, limits)
+    request = decode_with_limits(wire.request, limits, contract)
     return WorkerEnvelope(rid=wire.rid, request=request)
 
 

@@ -32,12 +32,16 @@ from msgspec import UNSET, Raw, UnsetType
 from sglang_envelope._errors import EnvelopeError
 from sglang_envelope._rules import (
     DECODE_ERRORS,
+    DEFAULT_TARGET,
+    FIELD_OWNERS,
     KNOWN_FIELDS,
-    check_request,
+    Contract,
+    contract_for,
     prepare_checks,
     reject,
     translate_validation_error,
 )
+from sglang_envelope._target import Target
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -76,7 +80,11 @@ class Watermark(
 class SamplingParams(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
 ):
-    """The client's `sampling_params`, typed as SGLang 0.5.23's contract gate accepts them.
+    """The client's `sampling_params`, typed as SGLang's contract gate accepts them.
+
+    It holds the keys of every known release (`ebnf_full_assistant`, which the
+    gate refuses but `SamplingParams` takes, too); which of them a target takes
+    is its contract's (`_rules.contract_for`).
 
     A key the client left out is `UNSET` (and left out again when encoded); an
     explicit `null` is None, which SGLang may read differently (a null
@@ -91,13 +99,13 @@ class SamplingParams(
     stop: Raw | UnsetType = UNSET
     stop_token_ids: Raw | UnsetType = UNSET
     stop_regex: Raw | UnsetType = UNSET
-    temperature: float | UnsetType | None = UNSET
-    top_p: float | UnsetType | None = UNSET
+    temperature: int | float | UnsetType | None = UNSET
+    top_p: int | float | UnsetType | None = UNSET
     top_k: int | UnsetType | None = UNSET
-    min_p: float | UnsetType | None = UNSET
-    frequency_penalty: float | UnsetType | None = UNSET
-    presence_penalty: float | UnsetType | None = UNSET
-    repetition_penalty: float | UnsetType | None = UNSET
+    min_p: int | float | UnsetType | None = UNSET
+    frequency_penalty: int | float | UnsetType | None = UNSET
+    presence_penalty: int | float | UnsetType | None = UNSET
+    repetition_penalty: int | float | UnsetType | None = UNSET
     min_new_tokens: int | UnsetType | None = UNSET
     n: int | UnsetType | None = UNSET
     json_schema: str | UnsetType | None = UNSET
@@ -114,6 +122,7 @@ class SamplingParams(
     custom_params: Raw | UnsetType = UNSET
     beam_width: int | UnsetType | None = UNSET
     watermark: Watermark | UnsetType | None = UNSET
+    ebnf_full_assistant: bool | UnsetType | None = UNSET
     choice: Raw | UnsetType = UNSET
 
 
@@ -178,14 +187,16 @@ DEFAULT_LIMITS = Limits()
 _decoding: contextvars.ContextVar[bool] = contextvars.ContextVar("decoding", default=False)
 
 
-class ClientRequest(RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class ClientRequest(
+    RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=True, dict=True
+):
     """One native `/generate` request with token input, as the client sent it.
 
     Fields left out by the client keep SGLang's defaults and are left out again
     when the request is encoded; a field the client set is kept as set, an
     explicit `"stream": false` included. Every instance has passed every rule
-    (see the module's docstring): one made by hand with a broken rule raises
-    `RequestRejected` when made.
+    of its `target` (see the module's docstring): one made by hand is checked
+    for the default target and raises `RequestRejected` for a broken rule.
     """
 
     def __post_init__(self) -> None:
@@ -194,6 +205,45 @@ class ClientRequest(RequestFields, frozen=True, kw_only=True, forbid_unknown_fie
         checked = _check_made(self)
         for name in self.__struct_fields__:
             msgspec.structs.force_setattr(self, name, getattr(checked, name))
+
+    @property
+    def target(self) -> Target:
+        """The target whose rules this request was checked against (not encoded)."""
+        target: Target = self.__dict__.get("target", DEFAULT_TARGET)
+        return target
+
+    @property
+    def passed_fields(self) -> PassedFields:
+        """Keys the tables do not know, kept as sent (a target with `unknown_fields="pass"`)."""
+        passed: PassedFields = self.__dict__.get("passed", NO_PASSED_FIELDS)
+        return passed
+
+
+class PassedFields(NamedTuple):
+    """Keys no table knows, passed through unchanged: `(key, JSON)` pairs, in body order."""
+
+    top_level: tuple[tuple[str, Raw], ...] = ()
+    sampling_params: tuple[tuple[str, Raw], ...] = ()
+
+
+NO_PASSED_FIELDS = PassedFields()
+_raw_members = msgspec.json.Decoder(dict[str, Raw])
+_json = msgspec.json.Encoder()
+
+
+def with_passed_fields(data: bytes, passed: PassedFields) -> bytes:
+    """JSON object bytes `data` with the passed keys added back (sampling ones inside
+    `sampling_params`)."""
+    if passed is NO_PASSED_FIELDS or passed == NO_PASSED_FIELDS:
+        return data
+    members = _raw_members.decode(data)
+    if passed.sampling_params:
+        inner = members.get("sampling_params")
+        params = {} if inner is None or inner == Raw(b"null") else _raw_members.decode(inner)
+        params.update(passed.sampling_params)
+        members["sampling_params"] = Raw(_json.encode(params))
+    members.update(passed.top_level)
+    return _json.encode(members)
 
 
 def _raw_to_value(value: Any) -> Any:
@@ -424,6 +474,10 @@ prepare_checks(
     {field.name: field.default for field in msgspec.structs.fields(ClientRequest)},
     {field.name: field.default for field in msgspec.structs.fields(SamplingParams)},
 )
+_DEFAULT_CONTRACT = contract_for(DEFAULT_TARGET)
+#: Keys some table knows: a typed field's, or one only the serving system sets.
+_KNOWN_TOP = frozenset(ClientRequest.__struct_fields__) | frozenset(FIELD_OWNERS)
+_KNOWN_SAMPLING = frozenset(SamplingParams.__struct_fields__)
 
 
 def json_size(data: object) -> int | None:
@@ -534,14 +588,72 @@ def make_limits(*bounds: Any) -> Limits:
     return Limits(*bounds)
 
 
-def decode_with_limits(data: object, limits: Limits) -> ClientRequest:
-    """`decode_client_request` with its bounds already checked."""
-    data = _as_json(data, limits.max_body_bytes)
+def contract_of(target: object) -> Contract:
+    """The compiled rules of `target`; `EnvelopeError` when it is not a `Target`."""
+    if target is DEFAULT_TARGET:
+        return _DEFAULT_CONTRACT
+    if type(target) is not Target:
+        raise EnvelopeError(f"target must be a Target, got {type(target).__name__}")
+    return contract_for(target)
+
+
+def _split_unknown(data: Any, limits: Limits, contract: Contract) -> tuple[Any, PassedFields]:
+    """The body without the keys no typed field holds that the target passes through,
+    and those keys (bounded as free-form JSON).
+
+    A body that is not a JSON object is returned as is, for the typed decode's verdict.
+    """
+    pass_top, pass_sampling = contract.passes
+    try:
+        members = _raw_members.decode(data)
+    except DECODE_ERRORS:
+        return data, NO_PASSED_FIELDS
+    top = [
+        (k, v)
+        for k, v in members.items()
+        if k not in _KNOWN_TOP and (pass_top is None or k in pass_top)
+    ]
+    sampling: list[tuple[str, Raw]] = []
+    inner = members.get("sampling_params")
+    if inner is not None and bytes(inner)[:1] == b"{":
+        try:
+            params = _raw_members.decode(inner)
+        except DECODE_ERRORS:
+            params = {}
+        sampling = [
+            (k, v)
+            for k, v in params.items()
+            if k not in _KNOWN_SAMPLING and (pass_sampling is None or k in pass_sampling)
+        ]
+        if sampling:
+            passing = {k for k, _ in sampling}
+            kept = {k: v for k, v in params.items() if k not in passing}
+            members["sampling_params"] = Raw(_json.encode(kept))
+    if not top and not sampling:
+        return data, NO_PASSED_FIELDS
+    for prefix, pairs in (("", top), ("sampling_params.", sampling)):
+        for key, value in pairs:
+            check_free_form(value, prefix + key, limits, object_only=False)
+    for key, _ in top:
+        del members[key]
+    return _json.encode(members), PassedFields(tuple(top), tuple(sampling))
+
+
+def decode_with_limits(
+    data: object, limits: Limits, contract: Contract | None = None
+) -> ClientRequest:
+    """`decode_client_request` with its bounds and target already checked."""
+    if contract is None:
+        contract = _DEFAULT_CONTRACT
+    body = _as_json(data, limits.max_body_bytes)
+    passed = NO_PASSED_FIELDS
+    if contract.splits:
+        body, passed = _split_unknown(body, limits, contract)
     token = _decoding.set(True)
     try:
-        request = _decoder.decode(data)
+        request = _decoder.decode(body)
     except DECODE_ERRORS as error:
-        raise translate_validation_error(error, data=data) from None
+        raise translate_validation_error(error, data=body, contract=contract) from None
     finally:
         _decoding.reset(token)
     ids = request.input_ids
@@ -551,7 +663,12 @@ def decode_with_limits(data: object, limits: Limits) -> ClientRequest:
         index = next(i for i, token_id in enumerate(ids) if token_id > limits.max_token_id)
         raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id)
     check_raw_fields(request, limits)
-    check_request(request)
+    contract.check(request)
+    if contract is _DEFAULT_CONTRACT:
+        return request
+    request.__dict__["target"] = contract.target
+    if passed is not NO_PASSED_FIELDS:
+        request.__dict__["passed"] = passed
     return request
 
 
@@ -563,8 +680,13 @@ def decode_client_request(
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
     max_json_items: int = DEFAULT_MAX_JSON_ITEMS,
     max_token_id: int | None = None,
+    target: Target = DEFAULT_TARGET,
 ) -> ClientRequest:
     """Decode and check a client's `/generate` body (JSON bytes or text, or a parsed mapping).
+
+    `target` is the SGLang release and transport the request is for (default:
+    SGLang 0.5.23 over HTTP): its fields, `sampling_params` keys and SGLang's own
+    checks of that release, in its words. The request records it (`.target`).
 
     Every bound is applied before the work it bounds: the body's size in bytes
     (a mapping's before it is encoded), the number of token ids, the nesting
@@ -572,9 +694,11 @@ def decode_client_request(
     `max_token_id` is given, the largest token id (the model's vocabulary).
     A mapping is held to what JSON can carry (string keys, finite numbers).
     Raises `RequestRejected` naming the broken rule (`docs/contract.md`), and
-    `EnvelopeError` for a bound that is not an integer >= 0.
+    `EnvelopeError` for a bound that is not an integer >= 0 or a `target` that
+    is not a `Target`.
     """
+    contract = _DEFAULT_CONTRACT if target is DEFAULT_TARGET else contract_of(target)
     limits = make_limits(
         max_body_bytes, max_input_ids, max_json_depth, max_json_items, max_token_id
     )
-    return decode_with_limits(body, limits)
+    return decode_with_limits(body, limits, contract)

@@ -3,13 +3,19 @@
 Two tables hold the whole contract, and `docs/contract.md` shows the same
 tables (a test checks that the two agree):
 
-- `FIELD_OWNERS` names every field of SGLang 0.5.23's `GenerateReqInput` that a
+- `FIELD_OWNERS` names every field of SGLang's `GenerateReqInput` that a
   client may not send, and why: it is input other than one list of token ids,
   or only the serving system sets it.
 - `RULES` lists every rule: its stable code, the field it is about, the message
   a client sees, and the check. Rules whose check is None are enforced by the
   typed decode of `ClientRequest`; their messages are filled in from msgspec's
   verdict by `translate_validation_error`.
+
+The rules are shared by every `Target`; `contract_for(target)` compiles them
+once per target from its release tables: the fields and `sampling_params` keys
+the release has (a field it lacks is refused, naming the first release with
+it), its gate or none, SGLang's own checks that release makes (a rule with a
+`template` holds where the tables carry that message) and its words.
 
 Messages that quote SGLang use its own words, so a client sees the same text
 whether the frontend or the engine refused it.
@@ -18,6 +24,8 @@ whether the frontend or the engine refused it.
 from __future__ import annotations
 
 import difflib
+import functools
+import math
 import operator
 import re
 from collections.abc import Callable, Mapping
@@ -27,56 +35,41 @@ import msgspec
 from msgspec import UNSET
 
 from sglang_envelope._errors import RequestRejected
+from sglang_envelope._target import KNOWN_RELEASES, ReleaseTables, Target, first_release_with
 
 if TYPE_CHECKING:
     from sglang_envelope._request import ClientRequest, SamplingParams
 
 __all__ = [
     "DECODE_ERRORS",
+    "DEFAULT_TARGET",
     "FIELD_OWNERS",
     "GENERATE_REQ_INPUT_FIELDS",
     "KNOWN_FIELDS",
     "RULES",
     "SAMPLING_PARAMS_FIELDS",
+    "SGLANG_CHECKS_LEFT",
+    "TARGET_RULES",
+    "Contract",
     "Rule",
     "check_request",
+    "contract_for",
     "first_unknown_key",
     "is_given",
     "prepare_checks",
     "reject",
     "translate_validation_error",
+    "unknown_sampling_key",
+    "unknown_top_level_key",
+    "watermark_problem",
 ]
 
+#: The target of every call that names none: SGLang 0.5.23 over HTTP.
+DEFAULT_TARGET = Target()
 #: Every keyword argument of SGLang 0.5.23's `GenerateReqInput`, in its order.
-GENERATE_REQ_INPUT_FIELDS: tuple[str, ...] = (
-    "rid", "session_id", "text", "input_ids", "input_embeds", "image_data", "video_data",
-    "audio_data", "mm_hashes", "mm_content_hashes", "use_audio_in_video", "video_config",
-    "sampling_params", "watermark", "return_logprob", "logprob_start_len", "top_logprobs_num",
-    "token_ids_logprob", "return_sampling_mask", "sampling_logprobs_mode",
-    "return_text_in_logprobs", "return_flat_raw_top_logprobs",
-    "return_flat_raw_output_top_logprobs", "return_flat_raw_top_logprobs_b64", "stream",
-    "log_metrics", "return_hidden_states", "return_routed_experts", "routed_experts_start_len",
-    "return_indexer_topk", "modalities", "session_params", "lora_path", "lora_id",
-    "custom_logit_processor", "positional_embed_overrides", "bootstrap_host", "bootstrap_port",
-    "bootstrap_room", "bootstrap_pair_key", "decode_tp_size", "routed_dp_rank",
-    "data_parallel_rank", "disagg_prefill_dp_rank", "routing_key", "conversation_id",
-    "http_worker_ipc", "background", "require_reasoning", "max_thinking_tokens", "priority",
-    "extra_key", "no_logs", "custom_labels", "return_bytes", "return_entropy",
-    "return_prompt_token_ids", "external_trace_header", "received_time",
-    "need_wait_for_mm_inputs", "num_items_assigned", "encoder_urls", "max_dynamic_patch",
-    "min_dynamic_patch", "image_max_dynamic_patch", "video_max_dynamic_patch", "images_config",
-    "mm_processor_kwargs", "multi_item_delimiter_indices", "token_indices_to_pool", "cache_salt",
-    "kv_hints",
-)  # fmt: skip
-
+GENERATE_REQ_INPUT_FIELDS = DEFAULT_TARGET.tables.generate_req_input_fields
 #: The keys SGLang 0.5.23's contract gate accepts in `sampling_params`, in its order.
-SAMPLING_PARAMS_FIELDS: tuple[str, ...] = (
-    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
-    "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n",
-    "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens",
-    "spaces_between_special_tokens", "no_stop_trim", "stream_interval", "logit_bias",
-    "sampling_seed", "custom_params", "beam_width", "watermark", "choice",
-)  # fmt: skip
+SAMPLING_PARAMS_FIELDS = DEFAULT_TARGET.gate.sampling_keys if DEFAULT_TARGET.gate else ()
 
 NOT_TOKEN_INPUT = "not_token_input"
 ORCHESTRATOR_FIELD = "orchestrator_field"
@@ -143,6 +136,11 @@ def _given(value: Any, default: Any) -> Any:
     return default if value is UNSET else value
 
 
+def _value(value: Any, default: Any) -> Any:
+    """A sampling parameter as SGLang's `SamplingParams.__post_init__` leaves it."""
+    return default if value is UNSET or value is None else value
+
+
 def _n_not_one(p: SamplingParams) -> dict[str, object] | None:
     # An explicit null is refused too: SGLang's gate reads it as 1, but
     # normalize_batch_and_arguments() then fails on it with a TypeError.
@@ -150,14 +148,165 @@ def _n_not_one(p: SamplingParams) -> dict[str, object] | None:
     return None if n is UNSET or n == 1 else {"n": n}
 
 
-#: Keys SGLang's contract gate accepts in `sampling_params` that its engine's
-#: SamplingParams cannot take (it fails with a TypeError after dispatch).
-UNSUPPORTED_SAMPLING_KEYS = ("choice",)
+# --- SGLang's own checks after dispatch (their messages are the release tables') ---
+
+_SAMPLING_EPS = 1e-6  # SGLang's: a smaller temperature means greedy (top_k 1)
+_INT64 = (-(2**63), 2**63 - 1)
 
 
-def _unsupported_sampling_key(p: SamplingParams) -> dict[str, object] | None:
-    found = [key for key in UNSUPPORTED_SAMPLING_KEYS if getattr(p, key) is not UNSET]
-    return {"key": found[0]} if found else None
+def _priority_out_of_range(r: ClientRequest) -> dict[str, object] | None:
+    p = r.priority
+    return {} if p is not None and not _INT64[0] <= p <= _INT64[1] else None
+
+
+def _mode_without_mask(r: ClientRequest) -> dict[str, object] | None:
+    return {} if r.sampling_logprobs_mode is not None and not r.return_sampling_mask else None
+
+
+def _watermark_in_both(r: ClientRequest) -> dict[str, object] | None:
+    params = r.sampling_params
+    inner = None if params is None or params is UNSET else params.watermark
+    return {} if is_given(r.watermark) and inner is not None and inner is not UNSET else None
+
+
+_WATERMARK_KEYS = frozenset(("enabled", "key", "context_window"))
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def watermark_problem(value: Any) -> str | None:
+    """SGLang's `normalize_watermark_request` verdict on a watermark: its message, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return "watermark must be an object"
+    if set(value) - _WATERMARK_KEYS:
+        return "watermark contains unknown fields"
+    enabled, key, window = value.get("enabled"), value.get("key"), value.get("context_window")
+    if enabled is not None and type(enabled) is not bool:
+        return "watermark enabled must be a boolean"
+    if key is not None:
+        if not isinstance(key, str):
+            return "watermark key must be a hex string"
+        digits = key[2:] if key.lower().startswith("0x") else key
+        if not 1 <= len(digits) <= 16:
+            return "watermark key must contain 1 to 16 hex digits"
+        if not _HEX.issuperset(digits):
+            return "watermark key must contain only hex digits"
+    if window is not None and (type(window) is not int or window < 1):
+        return "watermark context_window must be a positive integer"
+    return None
+
+
+def _watermark_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, object] | None]:
+    """The check that the watermark (`inner`: in `sampling_params`) breaks with `message`."""
+
+    def check(value: Any) -> dict[str, object] | None:
+        mark = value.watermark
+        if mark is UNSET or mark is None:
+            return None
+        plain = msgspec.to_builtins(mark) if inner else msgspec.json.decode(mark)
+        return {} if watermark_problem(plain) == message else None
+
+    return check
+
+
+def _resolve_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, object] | None]:
+    """The check that `resolve_watermark_request` refuses the watermark (`inner`: the one in
+    `sampling_params`; a request with both is refused before) with `message`, once
+    `SamplingParams` has accepted it."""
+
+    def check(value: Any) -> dict[str, object] | None:
+        mark = value.watermark
+        if mark is UNSET or mark is None or (not inner and mark == _NULL):
+            return None
+        plain = msgspec.to_builtins(mark) if inner else msgspec.json.decode(mark)
+        if not isinstance(plain, dict) or watermark_problem(plain) is not None:
+            return None
+        enabled, key = plain.get("enabled"), plain.get("key")
+        found = (
+            "request watermark key cannot be combined with enabled=false"
+            if enabled is False and key is not None
+            else "request watermark must set enabled or key"
+            if enabled is None and key is None
+            else None
+        )
+        return {} if found == message else None
+
+    return check
+
+
+def _stop_list(raw: Any) -> list[str] | None:
+    if raw is UNSET or raw == _NULL:
+        return None
+    value = msgspec.json.decode(raw)
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _too_many_stops(p: SamplingParams) -> dict[str, object] | None:
+    stops = _stop_list(p.stop)
+    return {"count": len(stops)} if stops is not None and len(stops) > 32 else None
+
+
+def _too_many_stop_regexes(p: SamplingParams) -> dict[str, object] | None:
+    stops = _stop_list(p.stop_regex)
+    return {"count": len(stops)} if stops is not None and len(stops) > 32 else None
+
+
+def _stop_regex_too_long(p: SamplingParams) -> dict[str, object] | None:
+    for pattern in _stop_list(p.stop_regex) or ():
+        size = len(pattern.encode("utf-8"))
+        if size > 256:
+            return {"stop_regex_len": size}
+    return None
+
+
+def _logit_bias_key_not_integer(p: SamplingParams) -> dict[str, object] | None:
+    bias = p.logit_bias
+    if bias is UNSET or bias == _NULL:
+        return None
+    for key in msgspec.json.decode(bias):  # its size was bounded by the decode
+        try:
+            int(key)
+        except ValueError as error:
+            return {"detail": str(error)}
+    return None
+
+
+def _beam_width_below_one(p: SamplingParams) -> dict[str, object] | None:
+    width = _value(p.beam_width, None)
+    return {"beam_width": width} if width is not None and width < 1 else None
+
+
+def _temperature(p: SamplingParams) -> float:
+    return _value(p.temperature, 1.0)  # type: ignore[no-any-return]
+
+
+def _bad_temperature(p: SamplingParams) -> dict[str, object] | None:
+    t = p.temperature
+    if t is UNSET or t is None or (t >= 0.0 and math.isfinite(t)):
+        return None
+    return {"temperature": t}
+
+
+def _outside(name: str, low: float, high: float, *, open_low: bool = False) -> Any:
+    """The range check of `name`, whose default (None, or left out) is inside the range."""
+    read = operator.attrgetter(name)
+
+    def check(p: SamplingParams) -> dict[str, object] | None:
+        v = read(p)
+        if v is UNSET or v is None:
+            return None  # the default, which is inside
+        inside = (low < v if open_low else low <= v) and v <= high
+        return None if inside else {name: v}
+
+    return check
+
+
+def _bad_top_k(p: SamplingParams) -> dict[str, object] | None:
+    k = _value(p.top_k, -1)
+    if 0 <= _temperature(p) < _SAMPLING_EPS:
+        k = 1  # greedy
+    return {"top_k": k} if k != -1 and k < 1 else None
 
 
 def _max_negative(p: SamplingParams) -> dict[str, object] | None:
@@ -166,16 +315,28 @@ def _max_negative(p: SamplingParams) -> dict[str, object] | None:
 
 
 def _min_negative(p: SamplingParams) -> dict[str, object] | None:
-    low = _given(p.min_new_tokens, None)
-    return {"min_new_tokens": low} if low is not None and low < 0 else None
+    low = _value(p.min_new_tokens, 0)
+    return {"min_new_tokens": low} if low < 0 else None
 
 
 def _min_over_max(p: SamplingParams) -> dict[str, object] | None:
-    low = _given(p.min_new_tokens, None)
+    low = _value(p.min_new_tokens, 0)
     high = _given(p.max_new_tokens, 128)
-    if low is None or high is None or low <= high:
+    if high is None or low <= high:
         return None
     return {"min_new_tokens": low, "max_new_tokens": high}
+
+
+def _seed_out_of_range(p: SamplingParams) -> dict[str, object] | None:
+    seed = _value(p.sampling_seed, None)
+    return (
+        {"sampling_seed": seed} if seed is not None and not _INT64[0] <= seed <= _INT64[1] else None
+    )
+
+
+def _grammars(p: SamplingParams) -> dict[str, object] | None:
+    given = sum(1 for g in (p.json_schema, p.regex, p.ebnf, p.structural_tag) if g)
+    return {} if given > 1 else None
 
 
 class Rule(NamedTuple):
@@ -183,7 +344,9 @@ class Rule(NamedTuple):
 
     `check` returns None when the request keeps the rule, else the facts the
     message template is filled with. None as `check` means the typed decode
-    enforces the rule.
+    enforces the rule. `template`, for one of SGLang's own checks, is its
+    message in the release tables: the rule holds on a target whose tables
+    carry it, in that release's words.
     """
 
     code: str
@@ -191,10 +354,37 @@ class Rule(NamedTuple):
     message: str
     #: Takes the request, or its `SamplingParams` for a rule on `sampling_params`.
     check: Callable[[Any], dict[str, object] | None] | None = None
-    #: A field the check reads that must differ from its default for the rule to be
-    #: broken: while it holds its default, the check is skipped.
-    when: str | None = None
+    #: Fields the check reads that must differ from their defaults for the rule to
+    #: be broken: while all hold their defaults, the check is skipped.
+    when: str | tuple[str, ...] | None = None
+    template: str | None = None
 
+
+def _sglang(code: str, field: str, template: str, check: Any, when: Any) -> Rule:
+    return Rule(code, field, template, check, when, template)
+
+
+_WATERMARK_MESSAGES = (
+    "watermark must be an object",
+    "watermark contains unknown fields",
+    "watermark enabled must be a boolean",
+    "watermark key must be a hex string",
+    "watermark key must contain 1 to 16 hex digits",
+    "watermark key must contain only hex digits",
+    "watermark context_window must be a positive integer",
+)
+_WATERMARK_CODES = (
+    "watermark_not_object", "watermark_unknown_key", "watermark_enabled_not_bool",
+    "watermark_key_not_text", "watermark_key_length", "watermark_key_not_hex",
+    "watermark_context_window",
+)  # fmt: skip
+_RESOLVE = (
+    ("watermark_key_when_disabled", "request watermark key cannot be combined with enabled=false"),
+    ("watermark_sets_nothing", "request watermark must set enabled or key"),
+)
+_PRIORITY_MESSAGE = (
+    "priority must be a signed 64-bit integer between -9223372036854775808 and 9223372036854775807"
+)
 
 #: Every rule, in the order they are applied. `{…}` in a message is filled in.
 RULES: tuple[Rule, ...] = (
@@ -206,9 +396,13 @@ RULES: tuple[Rule, ...] = (
     Rule("orchestrator_field", "{key}",
          "{key} is set only by the serving system; a client may not send it"),
     Rule("unknown_field", "{key}",
-         "unknown field `{key}`: SGLang 0.5.23's GenerateReqInput has no such field{hint}"),
+         "unknown field `{key}`: SGLang {release}'s GenerateReqInput has no such field{hint}"),
     Rule("unknown_nested_field", "{path}.{key}", "unknown field `{key}` in {path}"),
     Rule("unknown_sampling_param", "sampling_params.{key}", "unknown field `{key}`, {expected}"),
+    Rule("unexpected_sampling_param", "sampling_params.{key}",
+         "Unexpected keyword argument '{key}'"),
+    Rule("needs_newer_sglang", "{path}",
+         "{key} needs SGLang {first} or later; this target is {release}"),
     Rule("missing_input_ids", "input_ids",
          "input_ids is required: this endpoint takes one token-input request"),
     Rule("batched_input", "input_ids",
@@ -247,89 +441,198 @@ RULES: tuple[Rule, ...] = (
          "session_id and session_params cannot both be set.",
          lambda r: {} if (r.session_id is not None and is_given(r.session_params)) else None,
          when="session_id"),
-    # Sampling: one sequence a request, and SGLang's SamplingParams.verify() words.
+    # The tokenizer manager's checks, then SamplingParams(**sampling_params) on the
+    # watermark, in its order (the rule holds where the release tables carry it).
+    _sglang("priority_out_of_range", "priority", _PRIORITY_MESSAGE,
+            _priority_out_of_range, "priority"),
+    _sglang("sampling_logprobs_mode_without_mask", "sampling_logprobs_mode",
+            "sampling_logprobs_mode can only be set when return_sampling_mask=true.",
+            _mode_without_mask, "sampling_logprobs_mode"),
+    _sglang("watermark_in_both_places", "watermark",
+            "watermark must be provided either at the request top level or inside "
+            "sampling_params, not both", _watermark_in_both, "watermark"),
+    *(_sglang(code, "watermark", message, _watermark_is(message, inner=False), "watermark")
+      for code, message in zip(_WATERMARK_CODES, _WATERMARK_MESSAGES, strict=True)),
+    # resolve_watermark_request()'s checks that need only the request (the release
+    # tables do not list them; they hold where SGLang has a watermark at all).
+    *(Rule(code, "watermark", message, _resolve_is(message, inner=False), "watermark")
+      for code, message in _RESOLVE),
+    *(Rule(f"sampling_{code}", "sampling_params.watermark", message,
+           _resolve_is(message, inner=True), "watermark")
+      for code, message in _RESOLVE),
+    # Sampling: one sequence a request, and SGLang's SamplingParams.normalize() and
+    # .verify() checks, in its words and order.
     Rule("parallel_sampling", "sampling_params.n",
          "sampling_params.n must be 1: this endpoint returns one sequence per request, got {n}",
          _n_not_one, when="n"),
+    # A key SGLang's gate lets through that its SamplingParams has no argument for.
     Rule("unsupported_sampling_param", "sampling_params.{key}",
-         "sampling_params.{key} passes SGLang 0.5.23's contract gate "
-         "but its engine has no such sampling parameter",
-         _unsupported_sampling_key, when="choice"),
-    Rule("max_new_tokens_negative", "sampling_params.max_new_tokens",
-         "max_new_tokens must be at least 0, got {max_new_tokens}.",
-         _max_negative, when="max_new_tokens"),
-    Rule("min_new_tokens_negative", "sampling_params.min_new_tokens",
-         "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}.",
-         _min_negative, when="min_new_tokens"),
-    Rule("min_new_tokens_over_max", "sampling_params.min_new_tokens",
-         "min_new_tokens must be in [0, max_new_tokens({max_new_tokens})], got {min_new_tokens}.",
-         _min_over_max, when="min_new_tokens"),
+         "Unexpected keyword argument '{key}'"),
+    *(_sglang(f"sampling_{code}", "sampling_params.watermark", message,
+              _watermark_is(message, inner=True), "watermark")
+      for code, message in zip(_WATERMARK_CODES, _WATERMARK_MESSAGES, strict=True)),
+    _sglang("too_many_stop_strings", "sampling_params.stop",
+            "at most 32 stop strings are allowed, got {count}", _too_many_stops, "stop"),
+    _sglang("too_many_stop_regexes", "sampling_params.stop_regex",
+            "at most 32 stop_regex patterns are allowed, got {count}",
+            _too_many_stop_regexes, "stop_regex"),
+    _sglang("stop_regex_too_long", "sampling_params.stop_regex",
+            "stop_regex is {stop_regex_len} bytes, over the 256-byte limit",
+            _stop_regex_too_long, "stop_regex"),
+    _sglang("beam_width_below_one", "sampling_params.beam_width",
+            "beam_width must be at least 1, got {beam_width}.", _beam_width_below_one,
+            "beam_width"),
+    _sglang("temperature_out_of_range", "sampling_params.temperature",
+            "temperature must be a non-negative finite number, got {temperature}.",
+            _bad_temperature, "temperature"),
+    _sglang("top_p_out_of_range", "sampling_params.top_p",
+            "top_p must be in (0, 1], got {top_p}.",
+            _outside("top_p", 0.0, 1.0, open_low=True), "top_p"),
+    _sglang("min_p_out_of_range", "sampling_params.min_p",
+            "min_p must be in [0, 1], got {min_p}.", _outside("min_p", 0.0, 1.0), "min_p"),
+    _sglang("top_k_out_of_range", "sampling_params.top_k",
+            "top_k must be -1 (disable) or at least 1, got {top_k}.", _bad_top_k, "top_k"),
+    _sglang("frequency_penalty_out_of_range", "sampling_params.frequency_penalty",
+            "frequency_penalty must be in [-2, 2], got {frequency_penalty}.",
+            _outside("frequency_penalty", -2.0, 2.0), "frequency_penalty"),
+    _sglang("presence_penalty_out_of_range", "sampling_params.presence_penalty",
+            "presence_penalty must be in [-2, 2], got {presence_penalty}.",
+            _outside("presence_penalty", -2.0, 2.0), "presence_penalty"),
+    _sglang("repetition_penalty_out_of_range", "sampling_params.repetition_penalty",
+            "repetition_penalty must be in (0, 2] (1.0 = no penalty), got {repetition_penalty}.",
+            _outside("repetition_penalty", 0.0, 2.0, open_low=True), "repetition_penalty"),
+    _sglang("min_new_tokens_negative", "sampling_params.min_new_tokens",
+            "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}.",
+            _min_negative, "min_new_tokens"),
+    _sglang("max_new_tokens_negative", "sampling_params.max_new_tokens",
+            "max_new_tokens must be at least 0, got {max_new_tokens}.",
+            _max_negative, "max_new_tokens"),
+    _sglang("min_new_tokens_over_max", "sampling_params.min_new_tokens",
+            "min_new_tokens must be in [0, max_new_tokens({max_new_tokens})], "
+            "got {min_new_tokens}.", _min_over_max, "min_new_tokens"),
+    Rule("logit_bias_key_not_integer", "sampling_params.logit_bias", "{detail}",
+         _logit_bias_key_not_integer, "logit_bias"),
+    _sglang("sampling_seed_out_of_range", "sampling_params.sampling_seed",
+            "sampling_seed must be in [-2**63, 2**63 - 1], got {sampling_seed}.",
+            _seed_out_of_range, "sampling_seed"),
+    _sglang("several_grammars", "sampling_params",
+            "Only one of json_schema, regex, ebnf, or structural_tag can be set.",
+            _grammars, ("json_schema", "regex", "ebnf", "structural_tag")),
 )  # fmt: skip
 
 _RULES_BY_CODE = {rule.code: rule for rule in RULES}
+#: Rules the target's field lists enforce after the typed decode (no check of their own).
+TARGET_RULES = frozenset(
+    ("needs_newer_sglang", "unsupported_sampling_param", "unexpected_sampling_param")
+)
+
+#: SGLang's checks in the release tables that need only the request but that no
+#: rule above makes, and why. Checks that need the deployment (`Check.needs`) stay
+#: with SGLang too; docs/contract.md lists them.
+SGLANG_CHECKS_LEFT: Mapping[str, str] = {
+    "sampling_seed must be an integer, got {sampling_seed_type}.":
+        "the typed decode refuses a sampling_seed that is not an integer",
+    "return_sampling_mask only supports DisallowedTokensLogitsProcessor among custom "
+    "logit processors.":
+        "it needs the custom logit processor deserialised, which only SGLang does",
+}  # fmt: skip
 
 
 def _on_sampling(rule: Rule) -> bool:
     """Whether a checked rule is about `sampling_params` (its check takes them)."""
-    return (rule.field or "").startswith("sampling_params.")
+    return (rule.field or "").startswith("sampling_params")
 
 
 _Check = Callable[[Any], "dict[str, object] | None"]
+#: (code, field, message, check, guard): guard is the index of the one guarding
+#: field, a tuple of indices, or None.
+_Entry = tuple[str, "str | None", str, _Check, "int | tuple[int, ...] | None"]
 
 
 class _Checks(NamedTuple):
-    """The checked rules of one scope, in order, and the fields that guard them."""
+    """The checked rules of one scope for one target, in order, and their guards."""
 
-    #: (code, check, index of its guarding field or None), every checked rule.
-    rules: tuple[tuple[str, _Check, int | None], ...]
-    #: (code, check) of the rules no field guards: all that can break while every
-    #: guarding field holds its default.
-    unguarded: tuple[tuple[str, _Check], ...]
-    guards: Callable[[Any], tuple[Any, ...]]  # the guarding fields' values, at once
-    defaults: tuple[Any, ...]  # their defaults
+    rules: tuple[_Entry, ...]
+    guards: tuple[str, ...]  # the fields that guard them, each default a singleton
 
 
-def _checks(rules: list[Rule], defaults: Mapping[str, Any]) -> _Checks:
-    guards = sorted({rule.when for rule in rules if rule.when})
+def _checks(rules: list[tuple[Rule, str]]) -> _Checks:
+    """`rules` (each with its message for the target), compiled to run in order."""
+    guards = sorted({name for rule, _ in rules for name in _names(rule.when)})
+
+    def at(when: str | tuple[str, ...] | None) -> int | tuple[int, ...] | None:
+        if when is None:
+            return None
+        if isinstance(when, str):
+            return guards.index(when)
+        return tuple(guards.index(name) for name in when)
+
     entries = tuple(
-        (rule.code, rule.check, guards.index(rule.when) if rule.when else None)
-        for rule in rules
+        (rule.code, rule.field, message, rule.check, at(rule.when))
+        for rule, message in rules
         if rule.check is not None
     )
-    unguarded = tuple((code, check) for code, check, at in entries if at is None)
-    names = guards if len(guards) > 1 else guards * 2  # so that the getter gives a tuple
-    getter = operator.attrgetter(*names)
-    return _Checks(entries, unguarded, getter, tuple(defaults[name] for name in names))
+    return _Checks(entries, tuple(guards))
 
 
-_CHECKS: dict[bool, _Checks] = {}  # by `_on_sampling`; made by `prepare_checks`
+def _scope_source(
+    checks: _Checks, defaults: Mapping[str, Any], var: str, tag: str, namespace: dict[str, Any]
+) -> list[str]:
+    """The lines that run one scope's rules on `var`, at an indent of two levels.
+
+    Each guarding field is read once; a rule's check runs only when one of its
+    guards is not its default (None, False or UNSET, compared by identity) or
+    it has none. The lines hold only field names and names made here; the
+    checks, entries and defaults are bound in `namespace`.
+    """
+    lines = []
+    read: set[int] = set()
+    for i, name in enumerate(checks.guards):
+        default = defaults[name]
+        assert name.isidentifier() and (default is None or default is False or default is UNSET)
+        namespace[f"d{tag}{i}"] = default
+    previous: tuple[int, ...] | None = None
+    for k, entry in enumerate(checks.rules):
+        namespace[f"e{tag}{k}"], namespace[f"c{tag}{k}"] = entry, entry[3]
+        at = entry[4]
+        indices = () if at is None else (at,) if isinstance(at, int) else at
+        for i in indices:
+            if i not in read:
+                lines.append(f"        g{tag}{i} = {var}.{checks.guards[i]}")
+                read.add(i)
+        if indices != previous:  # rules with the same guards share one test
+            condition = " or ".join(f"g{tag}{i} is not d{tag}{i}" for i in indices) or "True"
+            lines.append(f"        if {condition}:")
+            previous = indices
+        lines.append(f"            f = c{tag}{k}({var})")
+        lines.append("            if f is not None:")
+        lines.append(f"                raise _rejected(e{tag}{k}, f)")
+    return lines
 
 
-def prepare_checks(
-    request_defaults: Mapping[str, Any], sampling_defaults: Mapping[str, Any]
-) -> None:
-    """Group the checked rules by scope, given the field defaults of the request types."""
-    for on_sampling, defaults in ((False, request_defaults), (True, sampling_defaults)):
-        scoped = [rule for rule in RULES if rule.check and _on_sampling(rule) is on_sampling]
-        _CHECKS[on_sampling] = _checks(scoped, defaults)
+def _compile(request: _Checks, sampling: _Checks) -> Callable[[ClientRequest], None]:
+    """A target's rules as one Python function, compiled once: the request's rules,
+    then those of its `sampling_params` when it has them."""
+    namespace: dict[str, Any] = {"_rejected": _rejected, "UNSET": UNSET}
+    lines = ["def check(v):", "    if True:"]
+    lines += _scope_source(request, _DEFAULTS[False], "v", "r", namespace)
+    lines += ["    p = v.sampling_params", "    if p is not None and p is not UNSET:"]
+    lines += _scope_source(sampling, _DEFAULTS[True], "p", "s", namespace)
+    lines.append("    return None")
+    exec("\n".join(lines), namespace)  # our own rule table, compiled once per target
+    check: Callable[[ClientRequest], None] = namespace["check"]
+    return check
 
 
-def _run(checks: _Checks, value: Any) -> None:
-    """Raise `RequestRejected` for the first rule of `checks` that `value` breaks."""
-    guards = checks.guards(value)
-    if guards == checks.defaults:  # no guarded rule can be broken
-        for code, check in checks.unguarded:
-            facts = check(value)
-            if facts is not None:
-                raise reject(code, **facts)
-        return
-    defaults = checks.defaults
-    for code, check, at in checks.rules:
-        if at is not None and guards[at] == defaults[at]:
-            continue
-        facts = check(value)
-        if facts is not None:
-            raise reject(code, **facts)
+def _names(when: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    return () if when is None else (when,) if isinstance(when, str) else when
+
+
+def _rejected(entry: _Entry, facts: dict[str, object]) -> RequestRejected:
+    code, field, message = entry[0], entry[1], entry[2]
+    return RequestRejected(
+        code, None if field is None else field.format(**facts), message.format(**facts)
+    )
 
 
 def reject(code: str, **facts: object) -> RequestRejected:
@@ -339,12 +642,182 @@ def reject(code: str, **facts: object) -> RequestRejected:
     return RequestRejected(code, field, rule.message.format(**facts))
 
 
-def check_request(request: ClientRequest) -> None:
-    """Raise `RequestRejected` for the first checked rule `request` breaks."""
-    _run(_CHECKS[False], request)
-    params = request.sampling_params
-    if params is not None and params is not UNSET:
-        _run(_CHECKS[True], params)
+# --- one contract per target ------------------------------------------------------
+
+#: normalize_batch_and_arguments()'s words in a release without output-flat.
+_WITHOUT_OUTPUT_FLAT = {
+    "b64_without_flat": "return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs.",
+}
+#: The rule refusing a field a release lacks.
+_ABSENT = "needs_newer_sglang"
+
+
+class Contract(NamedTuple):
+    """The rules of one `Target`, compiled once (see `contract_for`)."""
+
+    target: Target
+    release: str
+    request: _Checks
+    sampling: _Checks
+    #: The target's `GenerateReqInput` fields and `sampling_params` keys.
+    fields: frozenset[str]
+    sampling_keys: frozenset[str]
+    #: The rule and facts for a `sampling_params` key the target refuses.
+    unknown_sampling: tuple[str, dict[str, object]]
+    #: (name, default, rule, facts) of each client field the target lacks.
+    absent: tuple[tuple[str, Any, str, dict[str, object]], ...]
+    #: (key, rule, facts) of each typed `sampling_params` key the target refuses.
+    absent_sampling: tuple[tuple[str, str, dict[str, object]], ...]
+    #: Keys no typed field holds that pass through unchanged: all of them (None,
+    #: `unknown_fields="pass"`), or those the installed SGLang has.
+    passes: tuple[frozenset[str] | None, frozenset[str] | None]
+    splits: bool  # whether any key passes
+    #: Raises `RequestRejected` for the first rule a decoded request breaks.
+    check: Callable[[ClientRequest], None]
+
+
+_TYPED_FIELDS: dict[str, tuple[tuple[str, Any], ...]] = {}  # filled by `prepare_checks`
+_DEFAULTS: dict[bool, Mapping[str, Any]] = {}
+
+
+def prepare_checks(
+    request_defaults: Mapping[str, Any], sampling_defaults: Mapping[str, Any]
+) -> None:
+    """Record the typed fields and their defaults, which every contract checks."""
+    _DEFAULTS[False], _DEFAULTS[True] = request_defaults, sampling_defaults
+    contract_for.cache_clear()
+
+
+def _templates(tables: ReleaseTables) -> frozenset[str]:
+    steps = (
+        tables.tokenizer_manager_checks,
+        tables.init_checks,
+        tables.normalize_checks,
+        tables.verify_checks,
+    )
+    return frozenset(check.message for step in steps for check in step)
+
+
+def _release(target: Target) -> str:
+    """The release the target's messages name: the installed SGLang's version, if read."""
+    installed = target.installed_fields
+    return target.sglang if installed is None else installed.version
+
+
+def _sampling_refusal(target: Target, key: str) -> tuple[str, dict[str, object]] | None:
+    """Why the target refuses typed `sampling_params.key`, or None when it takes it."""
+    tables, gate, release = target.tables, target.gate, _release(target)
+    if gate is not None and key not in gate.sampling_keys:
+        return "unknown_sampling_param", {"key": key, "expected": _expected(gate.sampling_keys)}
+    if key in tables.sampling_params_fields:
+        return None
+    first = first_release_with(key, sampling=True)
+    if first is not None and _newer(first, target.sglang):
+        path = f"sampling_params.{key}"
+        return _ABSENT, {"key": path, "path": path, "first": first, "release": release}
+    if first is not None or (gate is not None and key in gate.sampling_keys):
+        return "unsupported_sampling_param", {"key": key}
+    return "unexpected_sampling_param", {"key": key}
+
+
+def _newer(first: str, release: str) -> bool:
+    return KNOWN_RELEASES.index(first) > KNOWN_RELEASES.index(release)
+
+
+def _expected(keys: tuple[str, ...]) -> str:
+    return "expected one of " + ", ".join(f"`{name}`" for name in keys)
+
+
+@functools.lru_cache(maxsize=64)
+def contract_for(target: Target) -> Contract:
+    """The compiled rules of `target`: cached, as targets are hashable."""
+    tables, release = target.tables, _release(target)
+    templates = _templates(tables)
+    messages = {} if tables.features.output_flat else _WITHOUT_OUTPUT_FLAT
+    scoped: dict[bool, list[tuple[Rule, str]]] = {False: [], True: []}
+    for rule in RULES:
+        if rule.check is None or (rule.template is not None and rule.template not in templates):
+            continue
+        message = messages.get(rule.code, rule.message).replace("{release}", release)
+        scoped[_on_sampling(rule)].append((rule, message))
+    fields = frozenset(tables.generate_req_input_fields)
+    absent: list[tuple[str, Any, str, dict[str, object]]] = []
+    for name, default in _DEFAULTS[False].items():
+        if name not in fields and name != "input_ids":
+            first = first_release_with(name)
+            facts: dict[str, object] = {"key": name, "path": name, "release": release}
+            if first is not None and _newer(first, target.sglang):
+                absent.append((name, default, _ABSENT, {**facts, "first": first}))
+            else:  # an installed SGLang without it
+                absent.append((name, default, "unknown_field", {**facts, "hint": ""}))
+    absent_sampling: list[tuple[str, str, dict[str, object]]] = []
+    for key in _DEFAULTS[True]:
+        refusal = _sampling_refusal(target, key)
+        if refusal is not None:
+            absent_sampling.append((key, *refusal))
+    passes = _passes(target)
+    gate = target.gate
+    if gate is not None:
+        sampling_keys = frozenset(gate.sampling_keys) & frozenset(tables.sampling_params_fields)
+        unknown: tuple[str, dict[str, object]] = (
+            "unknown_sampling_param",
+            {"expected": _expected(gate.sampling_keys)},
+        )
+    else:
+        sampling_keys = frozenset(tables.sampling_params_fields)
+        unknown = ("unexpected_sampling_param", {})
+    presence = [_presence(name, default, code, facts) for name, default, code, facts in absent]
+    presence_in_sampling = [
+        _presence(key, UNSET, code, facts) for key, code, facts in absent_sampling
+    ]
+    request = _checks(presence + scoped[False])
+    sampling = _checks(presence_in_sampling + scoped[True])
+    return Contract(
+        target=target,
+        release=release,
+        request=request,
+        sampling=sampling,
+        fields=fields,
+        sampling_keys=sampling_keys,
+        unknown_sampling=unknown,
+        absent=tuple(absent),
+        absent_sampling=tuple(absent_sampling),
+        passes=passes,
+        splits=passes != (frozenset(), frozenset()),
+        check=_compile(request, sampling),
+    )
+
+
+def _presence(name: str, default: Any, code: str, facts: dict[str, object]) -> tuple[Rule, str]:
+    """The rule refusing field `name` (set to other than `default`) with rule `code`."""
+    rule = _RULES_BY_CODE[code]
+
+    def check(value: Any) -> dict[str, object] | None:
+        return facts if getattr(value, name) != default else None
+
+    singleton = default is None or default is False or default is UNSET
+    message = (
+        rule.message.replace("{release}", str(facts["release"]))
+        if "release" in facts
+        else rule.message
+    )
+    return rule._replace(check=check, when=name if singleton else None), message
+
+
+def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+    if target.unknown_fields == "pass":
+        return None, None
+    installed = target.installed_fields
+    if installed is None:
+        return frozenset(), frozenset()
+    typed_top, typed_sampling = set(_DEFAULTS[False]), set(_DEFAULTS[True])
+    top = frozenset(installed.generate_req_input_fields) - typed_top - set(FIELD_OWNERS)
+    return top, frozenset(installed.sampling_params_fields) - typed_sampling
+
+
+def check_request(request: ClientRequest, contract: Contract) -> None:
+    """Raise `RequestRejected` for the first rule of `contract` that `request` breaks."""
+    contract.check(request)
 
 
 # msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level. The
@@ -360,22 +833,24 @@ _MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
 _TOKEN_LIST_ITEM = re.compile(r"^input_ids\[\d+\]$")
 
 
-def _unknown_top_level_key(key: str) -> RequestRejected:
+def unknown_top_level_key(key: str, contract: Contract) -> RequestRejected:
+    """The refusal of a top-level key no typed field holds, in the target's words."""
     owner = FIELD_OWNERS.get(key)
     if owner is not None:
         return reject(owner, key=key)
-    if key in SAMPLING_PARAMS_FIELDS and key not in GENERATE_REQ_INPUT_FIELDS:
+    fields = contract.target.tables.generate_req_input_fields
+    if key in contract.sampling_keys and key not in contract.fields:
         hint = f"; did you mean `sampling_params.{key}`?"
     else:
-        near = difflib.get_close_matches(key, GENERATE_REQ_INPUT_FIELDS, n=1)
+        near = difflib.get_close_matches(key, fields, n=1)
         hint = f"; did you mean `{near[0]}`?" if near else ""
-    return reject("unknown_field", key=key, hint=hint)
+    return reject("unknown_field", key=key, hint=hint, release=contract.release)
 
 
-def _unknown_sampling_key(key: str) -> RequestRejected:
-    # SGLang's contract gate words (serde's unknown_field text).
-    listed = ", ".join(f"`{name}`" for name in SAMPLING_PARAMS_FIELDS)
-    return reject("unknown_sampling_param", key=key, expected=f"expected one of {listed}")
+def unknown_sampling_key(key: str, contract: Contract) -> RequestRejected:
+    """The refusal of a `sampling_params` key: the gate's words, or `SamplingParams`'."""
+    code, facts = contract.unknown_sampling
+    return reject(code, key=key, **facts)
 
 
 #: What msgspec raises on a body it cannot decode (RecursionError: nested too deeply;
@@ -407,7 +882,7 @@ def first_unknown_key(data: Any, path: str = "") -> tuple[str, str] | None:
 
 
 def translate_validation_error(
-    error: Exception, *, prefix: str = "", data: Any = None
+    error: Exception, *, prefix: str = "", data: Any = None, contract: Contract | None = None
 ) -> RequestRejected:
     """Turn msgspec's verdict on a body (or on `prefix`, a part of it) into the rule it breaks.
 
@@ -433,10 +908,11 @@ def translate_validation_error(
         if found is None:  # not found in the body: read the message
             return reject("invalid_value", path=path or "body", detail=what)
         where, key = found
+        contract = contract or contract_for(DEFAULT_TARGET)
         if where == "sampling_params":
-            return _unknown_sampling_key(key)
+            return unknown_sampling_key(key, contract)
         if not where:
-            return _unknown_top_level_key(key)
+            return unknown_top_level_key(key, contract)
         return reject("unknown_nested_field", key=key, path=where)
     if missing := _MISSING.match(what):
         if not path and missing["key"] == "input_ids":

@@ -51,7 +51,7 @@ def sampling_params(draw: st.DrawFn) -> dict[str, Any]:
             optional={
                 "temperature": st.none() | st.floats(0, 2),
                 "top_p": st.floats(0.01, 1),
-                "top_k": st.integers(-1, 100),
+                "top_k": st.just(-1) | st.integers(1, 100),
                 "stop": st.text(max_size=4) | st.lists(st.text(max_size=4), max_size=2),
                 "stop_token_ids": st.lists(st.integers(0, 2**31), max_size=3),
                 "ignore_eos": st.booleans(),

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from sglang_envelope._engine import ROLE_PLANS
-from sglang_envelope._rules import FIELD_OWNERS, RULES
+from sglang_envelope._rules import FIELD_OWNERS, RULES, TARGET_RULES
 
 CONTRACT = Path(__file__).resolve().parent.parent / "docs" / "contract.md"
 
@@ -27,7 +27,9 @@ def test_rules_table_matches_the_code() -> None:
 
 def test_rules_table_says_how_each_rule_is_enforced() -> None:
     enforced = [how for *_, how in _table("rules")]
-    assert enforced == ["checked" if r.check else "decode" for r in RULES]
+    assert enforced == [
+        "checked" if r.check else "target" if r.code in TARGET_RULES else "decode" for r in RULES
+    ]
 
 
 def test_field_owner_table_matches_the_code() -> None:
@@ -45,3 +47,37 @@ def test_role_table_matches_the_code() -> None:
         for role, plan in ROLE_PLANS.items()
     }
     assert documented == in_code
+
+
+def targets_table() -> list[list[str]]:
+    """The per-target table of docs/contract.md, as the compiled contracts have it."""
+    from sglang_envelope import KNOWN_RELEASES, Target
+    from sglang_envelope._rules import contract_for
+
+    templated = [rule.code for rule in RULES if rule.template is not None]
+    rows = []
+    for release in KNOWN_RELEASES:
+        for transport in ("http", "engine"):
+            target = Target(sglang=release, transport=transport)
+            contract = contract_for(target)
+            scopes = (contract.request, contract.sampling)
+            made = {entry[0] for scope in scopes for entry in scope.rules}
+            lacking = ", ".join(f"{name} ({code})" for name, _, code, _ in contract.absent)
+            keys = ", ".join(f"{key} ({code})" for key, code, _ in contract.absent_sampling)
+            skipped = ", ".join(code for code in templated if code not in made)
+            rows.append(
+                [
+                    f"{release} {transport}",
+                    "yes" if target.gate is not None else "no",
+                    lacking or "—",
+                    keys or "—",
+                    str(sum(code in made for code in templated)),
+                    skipped or "—",
+                ]
+            )
+    return rows
+
+
+def test_targets_table_matches_the_compiled_contracts() -> None:
+    documented = [[cell.replace("`", "") for cell in row] for row in _table("targets")]
+    assert documented == targets_table()

@@ -383,9 +383,14 @@ def _nested(depth: int) -> Any:
     return value
 
 
-@pytest.mark.parametrize(
-    "where", ["sampling_params.custom_params", "session_params.x", "watermark.x"]
-)
+def test_a_deep_watermark_is_bounded_before_it_is_read() -> None:
+    # SGLang refuses any watermark key but three; the bound comes first all the same.
+    with pytest.raises(RequestRejected) as caught:
+        decode_client_request({"input_ids": [1], "watermark": {"x": _nested(32)}})
+    assert (caught.value.code, caught.value.field) == ("json_too_deep", "watermark")
+
+
+@pytest.mark.parametrize("where", ["sampling_params.custom_params", "session_params.x"])
 def test_free_form_depth_is_bounded(where: str) -> None:
     top, _, key = where.partition(".")
 

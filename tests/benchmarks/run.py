@@ -42,6 +42,7 @@ from sglang_envelope import (
     Role,
     SseDecoder,
     StreamAggregator,
+    Target,
     aggregate_sse,
     aggregate_sse_bytes,
     build_engine_request,
@@ -107,12 +108,13 @@ def client_bodies(
     return bodies
 
 
-def request_path(bodies: list[bytes]) -> Callable[[], None]:
+def request_path(bodies: list[bytes], target: Target | None = None) -> Callable[[], None]:
     bootstrap = Bootstrap("10.0.0.7", 8998, 4242)
+    target = target or Target()
 
     def run() -> None:
         for body in bodies:
-            request = decode_client_request(body)
+            request = decode_client_request(body, target=target)
             envelope = to_worker_envelope(request, rid=request.rid or "rid")
             build_engine_request(
                 envelope, input_ids=request.input_ids, role=Role.DECODE, bootstrap=bootstrap
@@ -431,14 +433,17 @@ def main() -> None:
 
     bodies = client_bodies(500 if args.quick else 3000, random.Random(7))
     work, floor = alternate(request_path(bodies), json_floor(bodies), rounds)
-    row("request path (decode role)", work, floor, "<= 2.0x", work / floor <= 2.0)
+    row("request path (decode role)", work, floor, "<= 1.5x", work / floor <= 1.5)
     sglang = sglang_path(bodies)
     if sglang is not None:
         work, floor = alternate(sglang, json_floor(bodies), rounds)
         row("  SGLang's own gate + normalize", work, floor, "(reference)", True)
     short = client_bodies(len(bodies), random.Random(8), lengths=(16,))
     work, floor = alternate(request_path(short), json_floor(short), rounds)
-    row("  16-token prompts only", work, floor, "(reported: fixed cost)", True)
+    row("  16-token prompts only", work, floor, "<= 3.0x", work / floor <= 3.0)
+    in_process = Target(sglang="0.5.22", transport="engine")
+    work, floor = alternate(request_path(short, in_process), json_floor(short), rounds)
+    row("  16-token, target 0.5.22 in-process", work, floor, "(per target)", True)
     if sglang is not None:
         sglang_short = sglang_path(short)
         assert sglang_short is not None
