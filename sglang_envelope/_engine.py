@@ -246,6 +246,8 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     def to_json(self) -> bytes:
         """The HTTP body for `POST /generate`."""
+        if self.passed is NO_PASSED_FIELDS:  # the usual request: the body as it is
+            return _encoder.encode(self.body)
         return with_passed_fields(_encoder.encode(self.body), self.passed)
 
 
