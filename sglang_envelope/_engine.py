@@ -150,7 +150,7 @@ class Routing(msgspec.Struct, frozen=True, kw_only=True):
             msgspec.structs.force_setattr(self, name, frozen)
 
 
-class EngineBody(RequestFields, frozen=True, kw_only=True, omit_defaults=True):
+class EngineBody(RequestFields, frozen=True, omit_defaults=True):
     """The keyword arguments of SGLang's `GenerateReqInput` for one engine request.
 
     The client's fields plus those only the serving system sets; not a
@@ -246,6 +246,8 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     def to_json(self) -> bytes:
         """The HTTP body for `POST /generate`."""
+        if self.passed is NO_PASSED_FIELDS:  # the usual request: the body as it is
+            return _encoder.encode(self.body)
         return with_passed_fields(_encoder.encode(self.body), self.passed)
 
 
@@ -306,14 +308,29 @@ def _dp_rank(role: Role, bootstrap: Bootstrap | None, routing: Routing | None) -
     return rank
 
 
-#: Where each field the roles change sits among the client's fields.
-_FIELD_INDEX = {name: index for index, name in enumerate(RequestFields.__struct_fields__)}
+#: Where each field the roles change sits among the engine body's fields (the client's first).
+_FIELD_INDEX = {name: index for index, name in enumerate(EngineBody.__struct_fields__)}
+#: The engine body's own fields, after the client's; all None for a request without bootstrap.
+_ENGINE_FIELDS = EngineBody.__struct_fields__[len(RequestFields.__struct_fields__) :]
+assert _ENGINE_FIELDS == (
+    "bootstrap_host",
+    "bootstrap_port",
+    "bootstrap_room",
+    "disagg_prefill_dp_rank",
+    "routed_dp_rank",
+    "external_trace_header",
+    "custom_labels",
+)
+_NO_ENGINE_FIELDS = (None,) * len(_ENGINE_FIELDS)
 _RID_AT, _INPUT_IDS_AT = _FIELD_INDEX["rid"], _FIELD_INDEX["input_ids"]
 _STREAM_AT = _FIELD_INDEX["stream"]
 _OUTPUT_FLAT_AT = _FIELD_INDEX["return_flat_raw_output_top_logprobs"]
 _B64_AT = _FIELD_INDEX["return_flat_raw_top_logprobs_b64"]
 _SAMPLING_AT = _FIELD_INDEX["sampling_params"]
 _LORA_PATH_AT, _PRIORITY_AT = _FIELD_INDEX["lora_path"], _FIELD_INDEX["priority"]
+_ROUTED_DP_RANK_AT = _FIELD_INDEX["routed_dp_rank"]
+_TRACE_HEADER_AT = _FIELD_INDEX["external_trace_header"]
+_CUSTOM_LABELS_AT = _FIELD_INDEX["custom_labels"]
 
 
 def _describe(target: Target) -> str:
@@ -361,7 +378,8 @@ def build_engine_request(
     except (KeyError, TypeError):  # TypeError: an unhashable role
         roles = ", ".join(r.value for r in Role)
         raise EnvelopeError(f"role must be one of {roles}, got {show_value(role)}") from None
-    _check_bootstrap(role, plan, bootstrap)
+    if not plan.needs_bootstrap or type(bootstrap) is not Bootstrap:  # else nothing to check
+        _check_bootstrap(role, plan, bootstrap)
     if type(envelope) is not WorkerEnvelope:
         raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")
     if routing is not None and type(routing) is not Routing:
@@ -369,8 +387,21 @@ def build_engine_request(
     request = envelope.request
     if target is not None and target != request.target:
         _refuse_other_target(target, request.target)
-    # The client's fields in order (an engine body starts with them), then what changes.
-    values = list(msgspec.structs.astuple(request))
+    # The client's fields in order, then the engine body's own (`_ENGINE_FIELDS`):
+    # positional, as the body is made on every request.
+    if bootstrap is None:
+        values = [*msgspec.structs.astuple(request), *_NO_ENGINE_FIELDS]
+    else:
+        values = [
+            *msgspec.structs.astuple(request),
+            bootstrap.host,
+            bootstrap.port,
+            bootstrap.room,
+            bootstrap.prefill_dp_rank,
+            None,  # routed_dp_rank
+            None,  # external_trace_header
+            None,  # custom_labels
+        ]
     values[_RID_AT] = envelope.rid
     # The envelope's own ids were checked when it was made; others are checked here.
     if input_ids is not request.input_ids:
@@ -382,19 +413,13 @@ def build_engine_request(
         values[_OUTPUT_FLAT_AT] = False
         values[_B64_AT] = request.return_flat_raw_top_logprobs_b64 and prompt_flat
         values[_SAMPLING_AT] = _prefill_sampling(request.sampling_params)
-    extra: dict[str, Any] = {}
-    if bootstrap is not None:
-        extra["bootstrap_host"] = bootstrap.host
-        extra["bootstrap_port"] = bootstrap.port
-        extra["bootstrap_room"] = bootstrap.room
-        extra["disagg_prefill_dp_rank"] = bootstrap.prefill_dp_rank
     if routing is not None or (plan.is_prefill and bootstrap is not None):
-        extra["routed_dp_rank"] = _dp_rank(role, bootstrap, routing)
+        values[_ROUTED_DP_RANK_AT] = _dp_rank(role, bootstrap, routing)
     if routing is not None:
         if routing.lora_path is not None:
             values[_LORA_PATH_AT] = routing.lora_path
         if routing.priority is not None:
             values[_PRIORITY_AT] = routing.priority
-        extra["external_trace_header"] = _labels_json(routing.trace_header)
-        extra["custom_labels"] = _labels_json(routing.labels)
-    return _made(role, EngineBody(*values, **extra), request.passed_fields)
+        values[_TRACE_HEADER_AT] = _labels_json(routing.trace_header)
+        values[_CUSTOM_LABELS_AT] = _labels_json(routing.labels)
+    return _made(role, EngineBody(*values), request.passed_fields)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextvars
 import json
 import math
-import operator
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any, Literal, NamedTuple
@@ -441,27 +440,35 @@ def _check_raw(field: RawField, raw: Raw, prefix: str, limits: Limits) -> None:
         raise translate_validation_error(error, prefix=path) from None
 
 
-_request_raw = operator.attrgetter(*(field.path for field in REQUEST_RAW_FIELDS))
-_sampling_raw = operator.attrgetter(*(field.path for field in SAMPLING_RAW_FIELDS))
-_NONE_GIVEN = (UNSET,) * len(REQUEST_RAW_FIELDS)
-_NONE_GIVEN_IN_SAMPLING = (UNSET,) * len(SAMPLING_RAW_FIELDS)
+def _any_set(names: tuple[str, ...]) -> Callable[[Any], bool]:
+    """A test that any of the fields `names` is set (not UNSET), compiled once: on every
+    request, and plain attribute reads cost a third of `operator.attrgetter`'s."""
+    assert all(name.isidentifier() for name in names)
+    source = "def any_set(v):\n    return " + " or ".join(f"v.{n} is not UNSET" for n in names)
+    namespace: dict[str, Any] = {"UNSET": UNSET}
+    exec(source, namespace)  # our own field names, compiled once
+    test: Callable[[Any], bool] = namespace["any_set"]
+    return test
+
+
+_request_raw_set = _any_set(tuple(field.path for field in REQUEST_RAW_FIELDS))
+_sampling_raw_set = _any_set(tuple(field.path for field in SAMPLING_RAW_FIELDS))
 
 
 def check_raw_fields(request: RequestFields, limits: Limits) -> None:
     """Check every field held as JSON bytes against its shape or its bounds."""
-    values = _request_raw(request)
-    if values != _NONE_GIVEN:
-        for field, raw in zip(REQUEST_RAW_FIELDS, values, strict=True):
+    if _request_raw_set(request):
+        for field in REQUEST_RAW_FIELDS:
+            raw = getattr(request, field.path)
             if raw is not UNSET:
                 _check_raw(field, raw, "", limits)
     params = request.sampling_params
-    if params is None or params is UNSET:
+    if params is None or params is UNSET or not _sampling_raw_set(params):
         return
-    values = _sampling_raw(params)
-    if values != _NONE_GIVEN_IN_SAMPLING:
-        for field, raw in zip(SAMPLING_RAW_FIELDS, values, strict=True):
-            if raw is not UNSET:
-                _check_raw(field, raw, "sampling_params.", limits)
+    for field in SAMPLING_RAW_FIELDS:
+        raw = getattr(params, field.path)
+        if raw is not UNSET:
+            _check_raw(field, raw, "sampling_params.", limits)
 
 
 # --- decoding -------------------------------------------------------------------
@@ -535,6 +542,10 @@ def _mapping_at_most(body: Mapping[str, Any], limit: int) -> bool:
 
 def _as_json(body: object, limit: int) -> bytes | bytearray | memoryview | Raw:
     """The body as JSON bytes, refused as too large before any work on it."""
+    if type(body) is bytes:  # the usual body: one test instead of json_size's
+        if len(body) > limit:
+            raise reject("body_too_large", size=len(body), limit=limit)
+        return body
     size = json_size(body)
     if size is not None:
         if size > limit:
@@ -698,6 +709,14 @@ def decode_client_request(
     is not a `Target`.
     """
     contract = _DEFAULT_CONTRACT if target is DEFAULT_TARGET else contract_of(target)
+    if (
+        max_body_bytes is DEFAULT_MAX_BODY_BYTES  # the defaults, not passed: nothing to check
+        and max_input_ids is DEFAULT_MAX_INPUT_IDS
+        and max_json_depth is DEFAULT_MAX_JSON_DEPTH
+        and max_json_items is DEFAULT_MAX_JSON_ITEMS
+        and max_token_id is None
+    ):
+        return decode_with_limits(body, DEFAULT_LIMITS, contract)
     limits = make_limits(
         max_body_bytes, max_input_ids, max_json_depth, max_json_items, max_token_id
     )

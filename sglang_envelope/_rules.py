@@ -582,15 +582,18 @@ def _scope_source(
 
     Each guarding field is read once; a rule's check runs only when one of its
     guards is not its default (None, False or UNSET, compared by identity) or
-    it has none. The lines hold only field names and names made here; the
-    checks, entries and defaults are bound in `namespace`.
+    it has none. The lines hold only field names, the defaults (`None`, `False`, or
+    `unset`, a local bound to UNSET) and names made here; the checks and entries
+    are bound in `namespace`.
     """
     lines = []
     read: set[int] = set()
+    spelled: dict[int, str] = {}  # each guard's default as the function names it
     for i, name in enumerate(checks.guards):
         default = defaults[name]
         assert name.isidentifier() and (default is None or default is False or default is UNSET)
-        namespace[f"d{tag}{i}"] = default
+        # Constants and a local read faster than module globals, on every request.
+        spelled[i] = "unset" if default is UNSET else repr(default)
     previous: tuple[int, ...] | None = None
     for k, entry in enumerate(checks.rules):
         namespace[f"e{tag}{k}"], namespace[f"c{tag}{k}"] = entry, entry[3]
@@ -601,7 +604,7 @@ def _scope_source(
                 lines.append(f"        g{tag}{i} = {var}.{checks.guards[i]}")
                 read.add(i)
         if indices != previous:  # rules with the same guards share one test
-            condition = " or ".join(f"g{tag}{i} is not d{tag}{i}" for i in indices) or "True"
+            condition = " or ".join(f"g{tag}{i} is not {spelled[i]}" for i in indices) or "True"
             lines.append(f"        if {condition}:")
             previous = indices
         lines.append(f"            f = c{tag}{k}({var})")
@@ -614,9 +617,9 @@ def _compile(request: _Checks, sampling: _Checks) -> Callable[[ClientRequest], N
     """A target's rules as one Python function, compiled once: the request's rules,
     then those of its `sampling_params` when it has them."""
     namespace: dict[str, Any] = {"_rejected": _rejected, "UNSET": UNSET}
-    lines = ["def check(v):", "    if True:"]
+    lines = ["def check(v):", "    unset = UNSET", "    if True:"]
     lines += _scope_source(request, _DEFAULTS[False], "v", "r", namespace)
-    lines += ["    p = v.sampling_params", "    if p is not None and p is not UNSET:"]
+    lines += ["    p = v.sampling_params", "    if p is not None and p is not unset:"]
     lines += _scope_source(sampling, _DEFAULTS[True], "p", "s", namespace)
     lines.append("    return None")
     exec("\n".join(lines), namespace)  # our own rule table, compiled once per target
