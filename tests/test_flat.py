@@ -19,6 +19,7 @@ import pytest
 from hypothesis import assume, given
 
 from sglang_envelope import (
+    DEFAULT_MAX_NESTED_POSITIONS,
     EnvelopeError,
     FlatTopLogprobs,
     LimitExceeded,
@@ -197,7 +198,11 @@ def test_hostile_meta_info_raises_only_envelope_errors(drawn: tuple[Any, str]) -
     if decoded is not None:
         rows, k = decoded.shape
         assert len(decoded.values) == len(decoded.token_ids) == rows * k
-        assert len(decoded.to_nested()) == decoded.null_prefix + rows
+        if decoded.null_prefix + rows > DEFAULT_MAX_NESTED_POSITIONS:  # refused before building
+            with pytest.raises(LimitExceeded):
+                decoded.to_nested()
+        else:
+            assert len(decoded.to_nested()) == decoded.null_prefix + rows
 
 
 @given(hostile_flat_nested, flat_nested_rows())
