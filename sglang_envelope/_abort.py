@@ -23,8 +23,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from sglang_envelope._engine import EngineBody, EngineRequest, Role
-from sglang_envelope._errors import EnvelopeError, show_value
+from sglang_envelope._engine import EngineRequest, Role
+from sglang_envelope._errors import EnvelopeError
 
 __all__ = [
     "ABORT_RULES",
@@ -151,8 +151,6 @@ def _trim(delays: tuple[float, ...], *, wait: float, deadline: float) -> tuple[f
 
 
 _encoder = msgspec.json.Encoder()
-# A Role is a str, so one lookup serves Role.DECODE and "decode" alike.
-_ROLES: Mapping[str, Role] = {role.value: role for role in Role}
 
 
 def plan_abort(
@@ -178,22 +176,14 @@ def plan_abort(
         )
     if not isinstance(policy, AbortPolicy):
         raise EnvelopeError(f"policy must be an AbortPolicy, got {type(policy).__name__}")
-    role = _ROLES.get(engine_request.role) if isinstance(engine_request.role, str) else None
-    if role is None:
-        raise EnvelopeError(
-            f"engine_request.role must be a Role, got {show_value(engine_request.role)}"
-        )
-    if not isinstance(engine_request.body, EngineBody):
-        raise EnvelopeError(
-            f"engine_request.body must be an EngineBody, got {type(engine_request.body).__name__}"
-        )
+    # Only build_engine_request makes an EngineRequest, so its role and body are sound.
     rid = engine_request.body.rid
     if not isinstance(rid, str) or not rid:
         raise EnvelopeError(
             f"rid: expected a non-empty request id to abort, got {rid!r} "
             "(SGLang matches abort rids by prefix; an empty one matches every request)"
         )
-    step = ABORT_RULES[(engine_request.stream, role, first_token_seen)]
+    step = ABORT_RULES[(engine_request.stream, engine_request.role, first_token_seen)]
     deadline = float(policy.deadline_s)
     wait = min(float(policy.first_token_wait_s), deadline) if step.wait_for_first_token else 0.0
     delays = _trim(policy.retry_delays_s, wait=wait, deadline=deadline) if step.repeat else ()
