@@ -177,19 +177,51 @@ __all__ = ["RELEASES", "TABLES"]
 '''
 
 
+def _release_name(version: str) -> str:
+    return "_SGLANG_" + version.replace(".", "_")
+
+
 def render_module(snapshot: Snapshot) -> str:
-    """The source of sglang_envelope/_release_tables.py for `snapshot`."""
-    releases = snapshot["releases"]
+    """The source of sglang_envelope/_release_tables.py for `snapshot`.
+
+    The oldest release is written in full; every later one as the release
+    before it plus the entries that differ, so a reader sees what each release
+    changed and nothing is written twice.
+    """
+    releases: dict[str, dict[str, Any]] = snapshot["releases"]
     names = ", ".join(json.dumps(v) for v in releases)
-    body = _literal(releases, 0)
+    parts: list[str] = []
+    previous: str | None = None
+    for version, table in releases.items():
+        if previous is None:
+            changed, base = table, ""
+            comment = f"# SGLang {version}, in full.\n"
+        else:
+            before = releases[previous]
+            changed = {k: v for k, v in table.items() if k not in before or before[k] != v}
+            base = f"\n    **{_release_name(previous)},"
+            comment = f"# SGLang {version}: {previous}'s tables, but for these entries.\n"
+        missing = [k for k in releases[previous] if k not in table] if previous else []
+        if missing:
+            raise ValueError(f"{version} lacks {missing}, which {previous} has")
+        body = _literal(changed, 0)
+        opening = body[0] + base
+        parts.append(
+            comment
+            + f"{_release_name(version)}: dict[str, Any] = {opening}\n"
+            + "".join(line + "\n" for line in body[1:])
+            + "\n"
+        )
+        previous = version
+    by_version = "".join(f"    {json.dumps(v)}: {_release_name(v)},\n" for v in releases)
     return (
         MODULE_HEAD
         + "#: The SGLang releases with tables, oldest first.\n"
         + f"RELEASES: tuple[str, ...] = ({names})\n\n"
         + "# fmt: off\n"
-        + f"TABLES: dict[str, dict[str, Any]] = {body[0]}\n"
-        + "".join(line + "\n" for line in body[1:])
-        + "# fmt: on\n"
+        + "".join(parts)
+        + "# fmt: on\n\n"
+        + f"TABLES: dict[str, dict[str, Any]] = {{\n{by_version}}}\n"
     )
 
 

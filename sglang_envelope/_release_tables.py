@@ -37,1740 +37,783 @@ __all__ = ["RELEASES", "TABLES"]
 RELEASES: tuple[str, ...] = ("0.5.21", "0.5.22", "0.5.23")
 
 # fmt: off
-TABLES: dict[str, dict[str, Any]] = {
-    "0.5.21": {
-        "sglang": "0.5.21",
-        "generate_req_input_fields": (
-            "rid", "session_id", "text", "input_ids", "input_embeds", "image_data", "video_data",
-            "audio_data", "mm_hashes", "mm_content_hashes", "use_audio_in_video", "video_config",
-            "sampling_params", "return_logprob", "logprob_start_len", "top_logprobs_num",
-            "token_ids_logprob", "return_sampling_mask", "sampling_logprobs_mode",
-            "return_text_in_logprobs", "return_flat_raw_top_logprobs",
-            "return_flat_raw_top_logprobs_b64", "stream", "log_metrics", "return_hidden_states",
-            "return_routed_experts", "routed_experts_start_len", "return_indexer_topk",
-            "modalities", "session_params", "lora_path", "lora_id", "custom_logit_processor",
-            "positional_embed_overrides", "bootstrap_host", "bootstrap_port", "bootstrap_room",
-            "bootstrap_pair_key", "decode_tp_size", "routed_dp_rank", "data_parallel_rank",
-            "disagg_prefill_dp_rank", "routing_key", "conversation_id", "http_worker_ipc",
-            "background", "require_reasoning", "max_thinking_tokens", "priority", "extra_key",
-            "no_logs", "custom_labels", "return_bytes", "return_entropy",
-            "return_prompt_token_ids", "external_trace_header", "received_time",
-            "need_wait_for_mm_inputs", "num_items_assigned", "encoder_urls", "max_dynamic_patch",
-            "min_dynamic_patch", "image_max_dynamic_patch", "video_max_dynamic_patch",
-            "images_config", "multi_item_delimiter_indices", "token_indices_to_pool",
-            "cache_salt", "kv_hints",
-        ),
-        "sampling_params_fields": (
-            "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p",
-            "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
-            "min_new_tokens", "n", "beam_width", "json_schema", "regex", "ebnf", "structural_tag",
-            "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
-            "stream_interval", "logit_bias", "sampling_seed", "custom_params",
-            "ebnf_full_assistant",
-        ),
-        "sampling_params_internal_fields": (
-            "stop_strs", "stop_regex_strs", "stop_str_max_len", "stop_regex_max_len",
-            "is_normalized",
-        ),
-        "init_checks": (),
-        "normalize_checks": (
-            {
-                "error": "ValueError",
-                "message": (
-                    "at most 32 stop strings are allowed, "
-                    "got {count}"
-                ),
-                "condition": (
-                    "not self.stop_strs is None and "
-                    "len(self.stop_strs) > MAX_STOP_COUNT"
-                ),
-                "fields": (
-                    "stop",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "at most 32 stop_regex patterns are "
-                    "allowed, got {count}"
-                ),
-                "condition": (
-                    "not self.stop_regex_strs is None and "
-                    "len(self.stop_regex_strs) > "
-                    "MAX_STOP_REGEX_COUNT"
-                ),
-                "fields": (
-                    "stop_regex",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "stop_regex is {stop_regex_len} "
-                    "bytes, over the 256-byte limit"
-                ),
-                "condition": (
-                    "not self.stop_regex_strs is None and "
-                    "stop_regex_len > MAX_STOP_REGEX_LEN"
-                ),
-                "fields": (
-                    "stop_regex",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "stop={stop_strs!r} is unavailable "
-                    "when skip_tokenizer_init=True "
-                    "(requires tokenizer to decode tokens "
-                    "to text for matching)."
-                ),
-                "condition": "not tokenizer is not None and stop_strs",
-                "fields": (
-                    "stop",
-                ),
-                "needs": (
-                    "tokenizer",
-                ),
-                "via": "raise_if_tokenizer_required",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "stop_regex={stop_regex_strs!r} is "
-                    "unavailable when "
-                    "skip_tokenizer_init=True (requires "
-                    "tokenizer to decode tokens to text "
-                    "for matching)."
-                ),
-                "condition": (
-                    "not tokenizer is not None and "
-                    "stop_regex_strs"
-                ),
-                "fields": (
-                    "stop_regex",
-                ),
-                "needs": (
-                    "tokenizer",
-                ),
-                "via": "raise_if_tokenizer_required",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "min_new_tokens={min_new_tokens} is "
-                    "unavailable when "
-                    "skip_tokenizer_init=True (requires "
-                    "tokenizer for eos_token_id)."
-                ),
-                "condition": (
-                    "not tokenizer is not None and "
-                    "min_new_tokens > 0"
-                ),
-                "fields": (
-                    "min_new_tokens",
-                ),
-                "needs": (
-                    "tokenizer",
-                ),
-                "via": "raise_if_tokenizer_required",
-            },
-        ),
-        "verify_checks": (
-            {
-                "error": "ValueError",
-                "message": (
-                    "beam_width must be at least 1, got "
-                    "{beam_width}."
-                ),
-                "condition": (
-                    "self.beam_width is not None and "
-                    "self.beam_width < 1"
-                ),
-                "fields": (
-                    "beam_width",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "temperature must be a non-negative "
-                    "finite number, got {temperature}."
-                ),
-                "condition": (
-                    "not math.isfinite(self.temperature) "
-                    "or self.temperature < 0.0"
-                ),
-                "fields": (
-                    "temperature",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": "top_p must be in (0, 1], got {top_p}.",
-                "condition": "not 0.0 < self.top_p <= 1.0",
-                "fields": (
-                    "top_p",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": "min_p must be in [0, 1], got {min_p}.",
-                "condition": "not 0.0 <= self.min_p <= 1.0",
-                "fields": (
-                    "min_p",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "top_k must be -1 (disable) or at "
-                    "least 1, got {top_k}."
-                ),
-                "condition": "self.top_k < 1 or self.top_k == -1",
-                "fields": (
-                    "top_k",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "frequency_penalty must be in [-2, "
-                    "2], got {frequency_penalty}."
-                ),
-                "condition": (
-                    "not -2.0 <= self.frequency_penalty "
-                    "<= 2.0"
-                ),
-                "fields": (
-                    "frequency_penalty",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "presence_penalty must be in [-2, 2], "
-                    "got {presence_penalty}."
-                ),
-                "condition": "not -2.0 <= self.presence_penalty <= 2.0",
-                "fields": (
-                    "presence_penalty",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "repetition_penalty must be in (0, 2] "
-                    "(1.0 = no penalty), got "
-                    "{repetition_penalty}."
-                ),
-                "condition": "not 0.0 < self.repetition_penalty <= 2.0",
-                "fields": (
-                    "repetition_penalty",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "min_new_tokens must be in [0, "
-                    "max_new_tokens], got "
-                    "{min_new_tokens}."
-                ),
-                "condition": "not 0 <= self.min_new_tokens",
-                "fields": (
-                    "min_new_tokens",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "max_new_tokens must be at least 0, "
-                    "got {max_new_tokens}."
-                ),
-                "condition": (
-                    "self.max_new_tokens is not None and "
-                    "self.max_new_tokens < 0"
-                ),
-                "fields": (
-                    "max_new_tokens",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "min_new_tokens must be in [0, "
-                    "max_new_tokens({max_new_tokens})], "
-                    "got {min_new_tokens}."
-                ),
-                "condition": (
-                    "self.max_new_tokens is not None and "
-                    "not self.min_new_tokens <= "
-                    "self.max_new_tokens"
-                ),
-                "fields": (
-                    "min_new_tokens", "max_new_tokens",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "logit_bias must has keys in [0, "
-                    "{max_token_id}], got {token_id}."
-                ),
-                "condition": (
-                    "self.logit_bias is not None and not "
-                    "0 <= int(token_id) < vocab_size"
-                ),
-                "fields": (
-                    "logit_bias",
-                ),
-                "needs": (
-                    "vocab_size",
-                ),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "sampling_seed must be an integer, "
-                    "got {sampling_seed_type}."
-                ),
-                "condition": (
-                    "self.sampling_seed is not None and "
-                    "not isinstance(self.sampling_seed, "
-                    "int)"
-                ),
-                "fields": (
-                    "sampling_seed",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "sampling_seed must be in [-2**63, "
-                    "2**63 - 1], got {sampling_seed}."
-                ),
-                "condition": (
-                    "self.sampling_seed is not None and "
-                    "not -2 ** 63 <= self.sampling_seed "
-                    "<= 2 ** 63 - 1"
-                ),
-                "fields": (
-                    "sampling_seed",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "request reasoning end token IDs must "
-                    "be a non-empty, vocabulary-bounded "
-                    "list of at most 32 integers"
-                ),
-                "condition": (
-                    "not not isinstance(custom_params, "
-                    "dict) and not "
-                    "REQUEST_REASONING_END_TOKEN_IDS_KEY "
-                    "not in custom_params and invalid and "
-                    "strict"
-                ),
-                "fields": (
-                    "custom_params",
-                ),
-                "needs": (
-                    "vocab_size",
-                ),
-                "via": "get_request_reasoning_end_token_ids",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "Only one of json_schema, regex, "
-                    "ebnf, or structural_tag can be set."
-                ),
-                "condition": (
-                    "sum((x is not None for x in "
-                    "grammars)) > 1"
-                ),
-                "fields": (
-                    "json_schema", "regex", "ebnf", "structural_tag",
-                ),
-                "needs": (),
-                "via": None,
-            },
-        ),
-        "limits": {
-            "MAX_STOP_COUNT": 32,
-            "MAX_STOP_REGEX_LEN": 256,
-            "MAX_STOP_REGEX_COUNT": 32,
-        },
-        "gate": None,
-        "tokenizer_manager_checks": (
-            {
-                "error": "ValueError",
-                "message": (
-                    "return_sampling_mask only supports "
-                    "DisallowedTokensLogitsProcessor "
-                    "among custom logit processors."
-                ),
-                "condition": (
-                    "isinstance(obj, GenerateReqInput) "
-                    "and obj.return_sampling_mask and "
-                    "obj.custom_logit_processor and (not "
-                    "supports_sampling_mask(obj.custom_log"
-                    "it_processor))"
-                ),
-                "fields": (
-                    "return_sampling_mask", "custom_logit_processor",
-                ),
-                "needs": (),
-                "via": "_validate_one_request",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "sampling_logprobs_mode can only be "
-                    "set when return_sampling_mask=true."
-                ),
-                "condition": (
-                    "isinstance(obj, GenerateReqInput) "
-                    "and obj.sampling_logprobs_mode is "
-                    "not None and (not "
-                    "obj.return_sampling_mask)"
-                ),
-                "fields": (
-                    "sampling_logprobs_mode", "return_sampling_mask",
-                ),
-                "needs": (),
-                "via": "_validate_one_request",
-            },
-        ),
-        "priority_range": None,
-        "features": {
-            "output_flat": False,
-            "flat_fields_builders": (
-                "_build_flat_input_top_logprobs_fields",
+# SGLang 0.5.21, in full.
+_SGLANG_0_5_21: dict[str, Any] = {
+    "sglang": "0.5.21",
+    "generate_req_input_fields": (
+        "rid", "session_id", "text", "input_ids", "input_embeds", "image_data", "video_data",
+        "audio_data", "mm_hashes", "mm_content_hashes", "use_audio_in_video", "video_config",
+        "sampling_params", "return_logprob", "logprob_start_len", "top_logprobs_num",
+        "token_ids_logprob", "return_sampling_mask", "sampling_logprobs_mode",
+        "return_text_in_logprobs", "return_flat_raw_top_logprobs",
+        "return_flat_raw_top_logprobs_b64", "stream", "log_metrics", "return_hidden_states",
+        "return_routed_experts", "routed_experts_start_len", "return_indexer_topk", "modalities",
+        "session_params", "lora_path", "lora_id", "custom_logit_processor",
+        "positional_embed_overrides", "bootstrap_host", "bootstrap_port", "bootstrap_room",
+        "bootstrap_pair_key", "decode_tp_size", "routed_dp_rank", "data_parallel_rank",
+        "disagg_prefill_dp_rank", "routing_key", "conversation_id", "http_worker_ipc",
+        "background", "require_reasoning", "max_thinking_tokens", "priority", "extra_key",
+        "no_logs", "custom_labels", "return_bytes", "return_entropy", "return_prompt_token_ids",
+        "external_trace_header", "received_time", "need_wait_for_mm_inputs", "num_items_assigned",
+        "encoder_urls", "max_dynamic_patch", "min_dynamic_patch", "image_max_dynamic_patch",
+        "video_max_dynamic_patch", "images_config", "multi_item_delimiter_indices",
+        "token_indices_to_pool", "cache_salt", "kv_hints",
+    ),
+    "sampling_params_fields": (
+        "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
+        "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens",
+        "n", "beam_width", "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos",
+        "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "stream_interval",
+        "logit_bias", "sampling_seed", "custom_params", "ebnf_full_assistant",
+    ),
+    "sampling_params_internal_fields": (
+        "stop_strs", "stop_regex_strs", "stop_str_max_len", "stop_regex_max_len", "is_normalized",
+    ),
+    "init_checks": (),
+    "normalize_checks": (
+        {
+            "error": "ValueError",
+            "message": (
+                "at most 32 stop strings are allowed, got "
+                "{count}"
             ),
-            "watermark_top_level": False,
-            "watermark_in_sampling_params": False,
-            "mm_processor_kwargs": False,
-            "gate": False,
-            "priority_range_checked": False,
-        },
-    },
-    "0.5.22": {
-        "sglang": "0.5.22",
-        "generate_req_input_fields": (
-            "rid", "session_id", "text", "input_ids", "input_embeds", "image_data", "video_data",
-            "audio_data", "mm_hashes", "mm_content_hashes", "use_audio_in_video", "video_config",
-            "sampling_params", "watermark", "return_logprob", "logprob_start_len",
-            "top_logprobs_num", "token_ids_logprob", "return_sampling_mask",
-            "sampling_logprobs_mode", "return_text_in_logprobs", "return_flat_raw_top_logprobs",
-            "return_flat_raw_output_top_logprobs", "return_flat_raw_top_logprobs_b64", "stream",
-            "log_metrics", "return_hidden_states", "return_routed_experts",
-            "routed_experts_start_len", "return_indexer_topk", "modalities", "session_params",
-            "lora_path", "lora_id", "custom_logit_processor", "positional_embed_overrides",
-            "bootstrap_host", "bootstrap_port", "bootstrap_room", "bootstrap_pair_key",
-            "decode_tp_size", "routed_dp_rank", "data_parallel_rank", "disagg_prefill_dp_rank",
-            "routing_key", "conversation_id", "http_worker_ipc", "background",
-            "require_reasoning", "max_thinking_tokens", "priority", "extra_key", "no_logs",
-            "custom_labels", "return_bytes", "return_entropy", "return_prompt_token_ids",
-            "external_trace_header", "received_time", "need_wait_for_mm_inputs",
-            "num_items_assigned", "encoder_urls", "max_dynamic_patch", "min_dynamic_patch",
-            "image_max_dynamic_patch", "video_max_dynamic_patch", "images_config",
-            "multi_item_delimiter_indices", "token_indices_to_pool", "cache_salt", "kv_hints",
-        ),
-        "sampling_params_fields": (
-            "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p",
-            "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
-            "min_new_tokens", "n", "beam_width", "json_schema", "regex", "ebnf", "structural_tag",
-            "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
-            "stream_interval", "logit_bias", "sampling_seed", "custom_params", "watermark",
-            "ebnf_full_assistant",
-        ),
-        "sampling_params_internal_fields": (
-            "stop_strs", "stop_regex_strs", "stop_str_max_len", "stop_regex_max_len",
-            "is_normalized",
-        ),
-        "init_checks": (
-            {
-                "error": "ValueError",
-                "message": "watermark must be an object",
-                "condition": (
-                    "(not self.is_normalized) and (not "
-                    "value is None and not "
-                    "isinstance(value, "
-                    "WatermarkRequestConfig) and not "
-                    "isinstance(value, dict))"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": "normalize_watermark_request",
-            },
-            {
-                "error": "ValueError",
-                "message": "watermark contains unknown fields",
-                "condition": (
-                    "(not self.is_normalized) and (not "
-                    "value is None and not "
-                    "isinstance(value, "
-                    "WatermarkRequestConfig) and unknown)"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": "normalize_watermark_request",
-            },
-            {
-                "error": "ValueError",
-                "message": "watermark enabled must be a boolean",
-                "condition": (
-                    "(not self.is_normalized) and (not "
-                    "value is None and enabled is not "
-                    "None and type(enabled) is not bool)"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": "normalize_watermark_request",
-            },
-            {
-                "error": "ValueError",
-                "message": "watermark key must be a hex string",
-                "condition": (
-                    "(not self.is_normalized) and ((not "
-                    "value is None and key is not None) "
-                    "and (not isinstance(value, str)))"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": (
-                    "normalize_watermark_request.parse_wat"
-                    "ermark_key"
-                ),
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "watermark key must contain 1 to 16 "
-                    "hex digits"
-                ),
-                "condition": (
-                    "(not self.is_normalized) and ((not "
-                    "value is None and key is not None) "
-                    "and (not 1 <= len(digits) <= 16))"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": (
-                    "normalize_watermark_request.parse_wat"
-                    "ermark_key"
-                ),
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "watermark key must contain only hex "
-                    "digits"
-                ),
-                "condition": (
-                    "(not self.is_normalized) and ((not "
-                    "value is None and key is not None) "
-                    "and (any((character not in "
-                    "'0123456789abcdefABCDEF' for "
-                    "character in digits))))"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": (
-                    "normalize_watermark_request.parse_wat"
-                    "ermark_key"
-                ),
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "watermark context_window must be a "
-                    "positive integer"
-                ),
-                "condition": (
-                    "(not self.is_normalized) and (not "
-                    "value is None and context_window is "
-                    "not None and "
-                    "(isinstance(context_window, bool) or "
-                    "not isinstance(context_window, int) "
-                    "or context_window < 1))"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": "normalize_watermark_request",
-            },
-        ),
-        "normalize_checks": (
-            {
-                "error": "ValueError",
-                "message": (
-                    "at most 32 stop strings are allowed, "
-                    "got {count}"
-                ),
-                "condition": (
-                    "not self.stop_strs is None and "
-                    "len(self.stop_strs) > MAX_STOP_COUNT"
-                ),
-                "fields": (
-                    "stop",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "at most 32 stop_regex patterns are "
-                    "allowed, got {count}"
-                ),
-                "condition": (
-                    "not self.stop_regex_strs is None and "
-                    "len(self.stop_regex_strs) > "
-                    "MAX_STOP_REGEX_COUNT"
-                ),
-                "fields": (
-                    "stop_regex",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "stop_regex is {stop_regex_len} "
-                    "bytes, over the 256-byte limit"
-                ),
-                "condition": (
-                    "not self.stop_regex_strs is None and "
-                    "stop_regex_len > MAX_STOP_REGEX_LEN"
-                ),
-                "fields": (
-                    "stop_regex",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "stop={stop_strs!r} is unavailable "
-                    "when skip_tokenizer_init=True "
-                    "(requires tokenizer to decode tokens "
-                    "to text for matching)."
-                ),
-                "condition": "not tokenizer is not None and stop_strs",
-                "fields": (
-                    "stop",
-                ),
-                "needs": (
-                    "tokenizer",
-                ),
-                "via": "raise_if_tokenizer_required",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "stop_regex={stop_regex_strs!r} is "
-                    "unavailable when "
-                    "skip_tokenizer_init=True (requires "
-                    "tokenizer to decode tokens to text "
-                    "for matching)."
-                ),
-                "condition": (
-                    "not tokenizer is not None and "
-                    "stop_regex_strs"
-                ),
-                "fields": (
-                    "stop_regex",
-                ),
-                "needs": (
-                    "tokenizer",
-                ),
-                "via": "raise_if_tokenizer_required",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "min_new_tokens={min_new_tokens} is "
-                    "unavailable when "
-                    "skip_tokenizer_init=True (requires "
-                    "tokenizer for eos_token_id)."
-                ),
-                "condition": (
-                    "not tokenizer is not None and "
-                    "min_new_tokens > 0"
-                ),
-                "fields": (
-                    "min_new_tokens",
-                ),
-                "needs": (
-                    "tokenizer",
-                ),
-                "via": "raise_if_tokenizer_required",
-            },
-        ),
-        "verify_checks": (
-            {
-                "error": "ValueError",
-                "message": (
-                    "beam_width must be at least 1, got "
-                    "{beam_width}."
-                ),
-                "condition": (
-                    "self.beam_width is not None and "
-                    "self.beam_width < 1"
-                ),
-                "fields": (
-                    "beam_width",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "temperature must be a non-negative "
-                    "finite number, got {temperature}."
-                ),
-                "condition": (
-                    "not math.isfinite(self.temperature) "
-                    "or self.temperature < 0.0"
-                ),
-                "fields": (
-                    "temperature",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": "top_p must be in (0, 1], got {top_p}.",
-                "condition": "not 0.0 < self.top_p <= 1.0",
-                "fields": (
-                    "top_p",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": "min_p must be in [0, 1], got {min_p}.",
-                "condition": "not 0.0 <= self.min_p <= 1.0",
-                "fields": (
-                    "min_p",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "top_k must be -1 (disable) or at "
-                    "least 1, got {top_k}."
-                ),
-                "condition": "self.top_k < 1 or self.top_k == -1",
-                "fields": (
-                    "top_k",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "frequency_penalty must be in [-2, "
-                    "2], got {frequency_penalty}."
-                ),
-                "condition": (
-                    "not -2.0 <= self.frequency_penalty "
-                    "<= 2.0"
-                ),
-                "fields": (
-                    "frequency_penalty",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "presence_penalty must be in [-2, 2], "
-                    "got {presence_penalty}."
-                ),
-                "condition": "not -2.0 <= self.presence_penalty <= 2.0",
-                "fields": (
-                    "presence_penalty",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "repetition_penalty must be in (0, 2] "
-                    "(1.0 = no penalty), got "
-                    "{repetition_penalty}."
-                ),
-                "condition": "not 0.0 < self.repetition_penalty <= 2.0",
-                "fields": (
-                    "repetition_penalty",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "min_new_tokens must be in [0, "
-                    "max_new_tokens], got "
-                    "{min_new_tokens}."
-                ),
-                "condition": "not 0 <= self.min_new_tokens",
-                "fields": (
-                    "min_new_tokens",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "max_new_tokens must be at least 0, "
-                    "got {max_new_tokens}."
-                ),
-                "condition": (
-                    "self.max_new_tokens is not None and "
-                    "self.max_new_tokens < 0"
-                ),
-                "fields": (
-                    "max_new_tokens",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "min_new_tokens must be in [0, "
-                    "max_new_tokens({max_new_tokens})], "
-                    "got {min_new_tokens}."
-                ),
-                "condition": (
-                    "self.max_new_tokens is not None and "
-                    "not self.min_new_tokens <= "
-                    "self.max_new_tokens"
-                ),
-                "fields": (
-                    "min_new_tokens", "max_new_tokens",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "logit_bias must has keys in [0, "
-                    "{max_token_id}], got {token_id}."
-                ),
-                "condition": (
-                    "self.logit_bias is not None and not "
-                    "0 <= int(token_id) < vocab_size"
-                ),
-                "fields": (
-                    "logit_bias",
-                ),
-                "needs": (
-                    "vocab_size",
-                ),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "sampling_seed must be an integer, "
-                    "got {sampling_seed_type}."
-                ),
-                "condition": (
-                    "self.sampling_seed is not None and "
-                    "not isinstance(self.sampling_seed, "
-                    "int)"
-                ),
-                "fields": (
-                    "sampling_seed",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "sampling_seed must be in [-2**63, "
-                    "2**63 - 1], got {sampling_seed}."
-                ),
-                "condition": (
-                    "self.sampling_seed is not None and "
-                    "not -2 ** 63 <= self.sampling_seed "
-                    "<= 2 ** 63 - 1"
-                ),
-                "fields": (
-                    "sampling_seed",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "request reasoning end token IDs must "
-                    "be a non-empty, vocabulary-bounded "
-                    "list of at most 32 integers"
-                ),
-                "condition": (
-                    "not not isinstance(custom_params, "
-                    "dict) and not "
-                    "REQUEST_REASONING_END_TOKEN_IDS_KEY "
-                    "not in custom_params and invalid and "
-                    "strict"
-                ),
-                "fields": (
-                    "custom_params",
-                ),
-                "needs": (
-                    "vocab_size",
-                ),
-                "via": "get_request_reasoning_end_token_ids",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "Only one of json_schema, regex, "
-                    "ebnf, or structural_tag can be set."
-                ),
-                "condition": (
-                    "sum((x is not None for x in "
-                    "grammars)) > 1"
-                ),
-                "fields": (
-                    "json_schema", "regex", "ebnf", "structural_tag",
-                ),
-                "needs": (),
-                "via": None,
-            },
-        ),
-        "limits": {
-            "MAX_STOP_COUNT": 32,
-            "MAX_STOP_REGEX_LEN": 256,
-            "MAX_STOP_REGEX_COUNT": 32,
-        },
-        "gate": {
+            "condition": (
+                "not self.stop_strs is None and "
+                "len(self.stop_strs) > MAX_STOP_COUNT"
+            ),
             "fields": (
-                "rid", "text", "input_ids", "stream", "sampling_params", "return_logprob",
-                "logprob_start_len", "top_logprobs_num", "token_ids_logprob",
-                "return_hidden_states", "return_text_in_logprobs", "bootstrap_host",
-                "bootstrap_port", "bootstrap_room", "bootstrap_pair_key", "decode_tp_size",
-                "routed_dp_rank", "disagg_prefill_dp_rank", "image_data", "mm_hashes",
-                "video_data", "audio_data",
+                "stop",
             ),
-            "unknown_field": "ignored",
-            "sampling_keys": (
-                "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p",
-                "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
-                "min_new_tokens", "n", "json_schema", "regex", "ebnf", "structural_tag",
-                "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
-                "no_stop_trim", "stream_interval", "logit_bias", "sampling_seed", "custom_params",
-                "beam_width", "watermark",
-            ),
-            "unknown_sampling_key": (
-                "unknown field `{key}`, expected one of "
-                "{expected}"
-            ),
-            "watermark_keys": (
-                "enabled", "key", "context_window",
-            ),
+            "needs": (),
+            "via": None,
         },
-        "tokenizer_manager_checks": (
-            {
-                "error": "ValueError",
-                "message": (
-                    "priority must be a signed 64-bit "
-                    "integer between -9223372036854775808 "
-                    "and 9223372036854775807"
-                ),
-                "condition": (
-                    "obj.priority is not None and (not "
-                    "-(1 << 63) <= obj.priority < 1 << 63)"
-                ),
-                "fields": (
-                    "priority",
-                ),
-                "needs": (),
-                "via": "_set_default_priority",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "return_sampling_mask only supports "
-                    "DisallowedTokensLogitsProcessor "
-                    "among custom logit processors."
-                ),
-                "condition": (
-                    "isinstance(obj, GenerateReqInput) "
-                    "and obj.return_sampling_mask and "
-                    "obj.custom_logit_processor and (not "
-                    "supports_sampling_mask(obj.custom_log"
-                    "it_processor))"
-                ),
-                "fields": (
-                    "return_sampling_mask", "custom_logit_processor",
-                ),
-                "needs": (),
-                "via": "_validate_one_request",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "sampling_logprobs_mode can only be "
-                    "set when return_sampling_mask=true."
-                ),
-                "condition": (
-                    "isinstance(obj, GenerateReqInput) "
-                    "and obj.sampling_logprobs_mode is "
-                    "not None and (not "
-                    "obj.return_sampling_mask)"
-                ),
-                "fields": (
-                    "sampling_logprobs_mode", "return_sampling_mask",
-                ),
-                "needs": (),
-                "via": "_validate_one_request",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "watermark must be provided either at "
-                    "the request top level or inside "
-                    "sampling_params, not both"
-                ),
-                "condition": (
-                    "isinstance(obj, GenerateReqInput) "
-                    "and obj.watermark is not None and "
-                    "sampling_kwargs.get('watermark') is "
-                    "not None"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": "_create_tokenized_object",
-            },
-        ),
-        "priority_range": (
-            -9223372036854775808, 9223372036854775807,
-        ),
-        "features": {
-            "output_flat": True,
-            "flat_fields_builders": (
-                "_build_flat_top_logprobs_fields",
+        {
+            "error": "ValueError",
+            "message": (
+                "at most 32 stop_regex patterns are "
+                "allowed, got {count}"
             ),
-            "watermark_top_level": True,
-            "watermark_in_sampling_params": True,
-            "mm_processor_kwargs": False,
-            "gate": True,
-            "priority_range_checked": True,
-        },
-    },
-    "0.5.23": {
-        "sglang": "0.5.23",
-        "generate_req_input_fields": (
-            "rid", "session_id", "text", "input_ids", "input_embeds", "image_data", "video_data",
-            "audio_data", "mm_hashes", "mm_content_hashes", "use_audio_in_video", "video_config",
-            "sampling_params", "watermark", "return_logprob", "logprob_start_len",
-            "top_logprobs_num", "token_ids_logprob", "return_sampling_mask",
-            "sampling_logprobs_mode", "return_text_in_logprobs", "return_flat_raw_top_logprobs",
-            "return_flat_raw_output_top_logprobs", "return_flat_raw_top_logprobs_b64", "stream",
-            "log_metrics", "return_hidden_states", "return_routed_experts",
-            "routed_experts_start_len", "return_indexer_topk", "modalities", "session_params",
-            "lora_path", "lora_id", "custom_logit_processor", "positional_embed_overrides",
-            "bootstrap_host", "bootstrap_port", "bootstrap_room", "bootstrap_pair_key",
-            "decode_tp_size", "routed_dp_rank", "data_parallel_rank", "disagg_prefill_dp_rank",
-            "routing_key", "conversation_id", "http_worker_ipc", "background",
-            "require_reasoning", "max_thinking_tokens", "priority", "extra_key", "no_logs",
-            "custom_labels", "return_bytes", "return_entropy", "return_prompt_token_ids",
-            "external_trace_header", "received_time", "need_wait_for_mm_inputs",
-            "num_items_assigned", "encoder_urls", "max_dynamic_patch", "min_dynamic_patch",
-            "image_max_dynamic_patch", "video_max_dynamic_patch", "images_config",
-            "mm_processor_kwargs", "multi_item_delimiter_indices", "token_indices_to_pool",
-            "cache_salt", "kv_hints",
-        ),
-        "sampling_params_fields": (
-            "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p",
-            "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
-            "min_new_tokens", "n", "beam_width", "json_schema", "regex", "ebnf", "structural_tag",
-            "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
-            "stream_interval", "logit_bias", "sampling_seed", "custom_params", "watermark",
-            "ebnf_full_assistant",
-        ),
-        "sampling_params_internal_fields": (
-            "stop_strs", "stop_regex_strs", "stop_str_max_len", "stop_regex_max_len",
-            "is_normalized",
-        ),
-        "init_checks": (
-            {
-                "error": "ValueError",
-                "message": "watermark must be an object",
-                "condition": (
-                    "(not self.is_normalized) and (not "
-                    "value is None and not "
-                    "isinstance(value, "
-                    "WatermarkRequestConfig) and not "
-                    "isinstance(value, dict))"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": "normalize_watermark_request",
-            },
-            {
-                "error": "ValueError",
-                "message": "watermark contains unknown fields",
-                "condition": (
-                    "(not self.is_normalized) and (not "
-                    "value is None and not "
-                    "isinstance(value, "
-                    "WatermarkRequestConfig) and unknown)"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": "normalize_watermark_request",
-            },
-            {
-                "error": "ValueError",
-                "message": "watermark enabled must be a boolean",
-                "condition": (
-                    "(not self.is_normalized) and (not "
-                    "value is None and enabled is not "
-                    "None and type(enabled) is not bool)"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": "normalize_watermark_request",
-            },
-            {
-                "error": "ValueError",
-                "message": "watermark key must be a hex string",
-                "condition": (
-                    "(not self.is_normalized) and ((not "
-                    "value is None and key is not None) "
-                    "and (not isinstance(value, str)))"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": (
-                    "normalize_watermark_request.parse_wat"
-                    "ermark_key"
-                ),
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "watermark key must contain 1 to 16 "
-                    "hex digits"
-                ),
-                "condition": (
-                    "(not self.is_normalized) and ((not "
-                    "value is None and key is not None) "
-                    "and (not 1 <= len(digits) <= 16))"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": (
-                    "normalize_watermark_request.parse_wat"
-                    "ermark_key"
-                ),
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "watermark key must contain only hex "
-                    "digits"
-                ),
-                "condition": (
-                    "(not self.is_normalized) and ((not "
-                    "value is None and key is not None) "
-                    "and (any((character not in "
-                    "'0123456789abcdefABCDEF' for "
-                    "character in digits))))"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": (
-                    "normalize_watermark_request.parse_wat"
-                    "ermark_key"
-                ),
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "watermark context_window must be a "
-                    "positive integer"
-                ),
-                "condition": (
-                    "(not self.is_normalized) and (not "
-                    "value is None and context_window is "
-                    "not None and "
-                    "(isinstance(context_window, bool) or "
-                    "not isinstance(context_window, int) "
-                    "or context_window < 1))"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": "normalize_watermark_request",
-            },
-        ),
-        "normalize_checks": (
-            {
-                "error": "ValueError",
-                "message": (
-                    "at most 32 stop strings are allowed, "
-                    "got {count}"
-                ),
-                "condition": (
-                    "not self.stop_strs is None and "
-                    "len(self.stop_strs) > MAX_STOP_COUNT"
-                ),
-                "fields": (
-                    "stop",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "at most 32 stop_regex patterns are "
-                    "allowed, got {count}"
-                ),
-                "condition": (
-                    "not self.stop_regex_strs is None and "
-                    "len(self.stop_regex_strs) > "
-                    "MAX_STOP_REGEX_COUNT"
-                ),
-                "fields": (
-                    "stop_regex",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "stop_regex is {stop_regex_len} "
-                    "bytes, over the 256-byte limit"
-                ),
-                "condition": (
-                    "not self.stop_regex_strs is None and "
-                    "stop_regex_len > MAX_STOP_REGEX_LEN"
-                ),
-                "fields": (
-                    "stop_regex",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "stop={stop_strs!r} is unavailable "
-                    "when skip_tokenizer_init=True "
-                    "(requires tokenizer to decode tokens "
-                    "to text for matching)."
-                ),
-                "condition": "not tokenizer is not None and stop_strs",
-                "fields": (
-                    "stop",
-                ),
-                "needs": (
-                    "tokenizer",
-                ),
-                "via": "raise_if_tokenizer_required",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "stop_regex={stop_regex_strs!r} is "
-                    "unavailable when "
-                    "skip_tokenizer_init=True (requires "
-                    "tokenizer to decode tokens to text "
-                    "for matching)."
-                ),
-                "condition": (
-                    "not tokenizer is not None and "
-                    "stop_regex_strs"
-                ),
-                "fields": (
-                    "stop_regex",
-                ),
-                "needs": (
-                    "tokenizer",
-                ),
-                "via": "raise_if_tokenizer_required",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "min_new_tokens={min_new_tokens} is "
-                    "unavailable when "
-                    "skip_tokenizer_init=True (requires "
-                    "tokenizer for eos_token_id)."
-                ),
-                "condition": (
-                    "not tokenizer is not None and "
-                    "min_new_tokens > 0"
-                ),
-                "fields": (
-                    "min_new_tokens",
-                ),
-                "needs": (
-                    "tokenizer",
-                ),
-                "via": "raise_if_tokenizer_required",
-            },
-        ),
-        "verify_checks": (
-            {
-                "error": "ValueError",
-                "message": (
-                    "beam_width must be at least 1, got "
-                    "{beam_width}."
-                ),
-                "condition": (
-                    "self.beam_width is not None and "
-                    "self.beam_width < 1"
-                ),
-                "fields": (
-                    "beam_width",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "temperature must be a non-negative "
-                    "finite number, got {temperature}."
-                ),
-                "condition": (
-                    "not math.isfinite(self.temperature) "
-                    "or self.temperature < 0.0"
-                ),
-                "fields": (
-                    "temperature",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": "top_p must be in (0, 1], got {top_p}.",
-                "condition": "not 0.0 < self.top_p <= 1.0",
-                "fields": (
-                    "top_p",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": "min_p must be in [0, 1], got {min_p}.",
-                "condition": "not 0.0 <= self.min_p <= 1.0",
-                "fields": (
-                    "min_p",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "top_k must be -1 (disable) or at "
-                    "least 1, got {top_k}."
-                ),
-                "condition": "self.top_k < 1 or self.top_k == -1",
-                "fields": (
-                    "top_k",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "frequency_penalty must be in [-2, "
-                    "2], got {frequency_penalty}."
-                ),
-                "condition": (
-                    "not -2.0 <= self.frequency_penalty "
-                    "<= 2.0"
-                ),
-                "fields": (
-                    "frequency_penalty",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "presence_penalty must be in [-2, 2], "
-                    "got {presence_penalty}."
-                ),
-                "condition": "not -2.0 <= self.presence_penalty <= 2.0",
-                "fields": (
-                    "presence_penalty",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "repetition_penalty must be in (0, 2] "
-                    "(1.0 = no penalty), got "
-                    "{repetition_penalty}."
-                ),
-                "condition": "not 0.0 < self.repetition_penalty <= 2.0",
-                "fields": (
-                    "repetition_penalty",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "min_new_tokens must be in [0, "
-                    "max_new_tokens], got "
-                    "{min_new_tokens}."
-                ),
-                "condition": "not 0 <= self.min_new_tokens",
-                "fields": (
-                    "min_new_tokens",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "max_new_tokens must be at least 0, "
-                    "got {max_new_tokens}."
-                ),
-                "condition": (
-                    "self.max_new_tokens is not None and "
-                    "self.max_new_tokens < 0"
-                ),
-                "fields": (
-                    "max_new_tokens",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "min_new_tokens must be in [0, "
-                    "max_new_tokens({max_new_tokens})], "
-                    "got {min_new_tokens}."
-                ),
-                "condition": (
-                    "self.max_new_tokens is not None and "
-                    "not self.min_new_tokens <= "
-                    "self.max_new_tokens"
-                ),
-                "fields": (
-                    "min_new_tokens", "max_new_tokens",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "logit_bias must has keys in [0, "
-                    "{max_token_id}], got {token_id}."
-                ),
-                "condition": (
-                    "self.logit_bias is not None and not "
-                    "0 <= int(token_id) < vocab_size"
-                ),
-                "fields": (
-                    "logit_bias",
-                ),
-                "needs": (
-                    "vocab_size",
-                ),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "sampling_seed must be an integer, "
-                    "got {sampling_seed_type}."
-                ),
-                "condition": (
-                    "self.sampling_seed is not None and "
-                    "not isinstance(self.sampling_seed, "
-                    "int)"
-                ),
-                "fields": (
-                    "sampling_seed",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "sampling_seed must be in [-2**63, "
-                    "2**63 - 1], got {sampling_seed}."
-                ),
-                "condition": (
-                    "self.sampling_seed is not None and "
-                    "not -2 ** 63 <= self.sampling_seed "
-                    "<= 2 ** 63 - 1"
-                ),
-                "fields": (
-                    "sampling_seed",
-                ),
-                "needs": (),
-                "via": None,
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "request reasoning end token IDs must "
-                    "be a non-empty, vocabulary-bounded "
-                    "list of at most 32 integers"
-                ),
-                "condition": (
-                    "not not isinstance(custom_params, "
-                    "dict) and not "
-                    "REQUEST_REASONING_END_TOKEN_IDS_KEY "
-                    "not in custom_params and invalid and "
-                    "strict"
-                ),
-                "fields": (
-                    "custom_params",
-                ),
-                "needs": (
-                    "vocab_size",
-                ),
-                "via": "get_request_reasoning_end_token_ids",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "Only one of json_schema, regex, "
-                    "ebnf, or structural_tag can be set."
-                ),
-                "condition": (
-                    "sum((x is not None for x in "
-                    "grammars)) > 1"
-                ),
-                "fields": (
-                    "json_schema", "regex", "ebnf", "structural_tag",
-                ),
-                "needs": (),
-                "via": None,
-            },
-        ),
-        "limits": {
-            "MAX_STOP_COUNT": 32,
-            "MAX_STOP_REGEX_LEN": 256,
-            "MAX_STOP_REGEX_COUNT": 32,
-        },
-        "gate": {
+            "condition": (
+                "not self.stop_regex_strs is None and "
+                "len(self.stop_regex_strs) > "
+                "MAX_STOP_REGEX_COUNT"
+            ),
             "fields": (
-                "rid", "text", "input_ids", "stream", "sampling_params", "return_logprob",
-                "logprob_start_len", "top_logprobs_num", "token_ids_logprob",
-                "return_hidden_states", "return_text_in_logprobs", "bootstrap_host",
-                "bootstrap_port", "bootstrap_room", "bootstrap_pair_key", "decode_tp_size",
-                "routed_dp_rank", "disagg_prefill_dp_rank", "image_data", "mm_hashes",
-                "video_data", "audio_data", "extra_key", "priority", "cache_salt",
-                "require_reasoning", "lora_path", "session_params", "kv_hints", "routing_key",
-                "max_thinking_tokens", "session_id", "custom_logit_processor", "custom_labels",
-                "images_config", "return_prompt_token_ids", "routed_experts_start_len",
-                "return_sampling_mask", "modalities",
+                "stop_regex",
             ),
-            "unknown_field": "ignored",
-            "sampling_keys": (
-                "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p",
-                "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
-                "min_new_tokens", "n", "json_schema", "regex", "ebnf", "structural_tag",
-                "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens",
-                "no_stop_trim", "stream_interval", "logit_bias", "sampling_seed", "custom_params",
-                "beam_width", "watermark", "choice",
-            ),
-            "unknown_sampling_key": (
-                "unknown field `{key}`, expected one of "
-                "{expected}"
-            ),
-            "watermark_keys": (
-                "enabled", "key", "context_window",
-            ),
+            "needs": (),
+            "via": None,
         },
-        "tokenizer_manager_checks": (
-            {
-                "error": "ValueError",
-                "message": (
-                    "priority must be a signed 64-bit "
-                    "integer between -9223372036854775808 "
-                    "and 9223372036854775807"
-                ),
-                "condition": (
-                    "obj.priority is not None and (not "
-                    "-(1 << 63) <= obj.priority < 1 << 63)"
-                ),
-                "fields": (
-                    "priority",
-                ),
-                "needs": (),
-                "via": "_set_default_priority",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "return_sampling_mask only supports "
-                    "DisallowedTokensLogitsProcessor "
-                    "among custom logit processors."
-                ),
-                "condition": (
-                    "isinstance(obj, GenerateReqInput) "
-                    "and obj.return_sampling_mask and "
-                    "obj.custom_logit_processor and (not "
-                    "supports_sampling_mask(obj.custom_log"
-                    "it_processor))"
-                ),
-                "fields": (
-                    "return_sampling_mask", "custom_logit_processor",
-                ),
-                "needs": (),
-                "via": "_validate_one_request",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "sampling_logprobs_mode can only be "
-                    "set when return_sampling_mask=true."
-                ),
-                "condition": (
-                    "isinstance(obj, GenerateReqInput) "
-                    "and obj.sampling_logprobs_mode is "
-                    "not None and (not "
-                    "obj.return_sampling_mask)"
-                ),
-                "fields": (
-                    "sampling_logprobs_mode", "return_sampling_mask",
-                ),
-                "needs": (),
-                "via": "_validate_one_request",
-            },
-            {
-                "error": "ValueError",
-                "message": (
-                    "watermark must be provided either at "
-                    "the request top level or inside "
-                    "sampling_params, not both"
-                ),
-                "condition": (
-                    "isinstance(obj, GenerateReqInput) "
-                    "and obj.watermark is not None and "
-                    "sampling_kwargs.get('watermark') is "
-                    "not None"
-                ),
-                "fields": (
-                    "watermark",
-                ),
-                "needs": (),
-                "via": "_create_tokenized_object",
-            },
-        ),
-        "priority_range": (
-            -9223372036854775808, 9223372036854775807,
-        ),
-        "features": {
-            "output_flat": True,
-            "flat_fields_builders": (
-                "_build_flat_top_logprobs_fields",
+        {
+            "error": "ValueError",
+            "message": (
+                "stop_regex is {stop_regex_len} bytes, "
+                "over the 256-byte limit"
             ),
-            "watermark_top_level": True,
-            "watermark_in_sampling_params": True,
-            "mm_processor_kwargs": True,
-            "gate": True,
-            "priority_range_checked": True,
+            "condition": (
+                "not self.stop_regex_strs is None and "
+                "stop_regex_len > MAX_STOP_REGEX_LEN"
+            ),
+            "fields": (
+                "stop_regex",
+            ),
+            "needs": (),
+            "via": None,
         },
+        {
+            "error": "ValueError",
+            "message": (
+                "stop={stop_strs!r} is unavailable when "
+                "skip_tokenizer_init=True (requires "
+                "tokenizer to decode tokens to text for "
+                "matching)."
+            ),
+            "condition": "not tokenizer is not None and stop_strs",
+            "fields": (
+                "stop",
+            ),
+            "needs": (
+                "tokenizer",
+            ),
+            "via": "raise_if_tokenizer_required",
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "stop_regex={stop_regex_strs!r} is "
+                "unavailable when "
+                "skip_tokenizer_init=True (requires "
+                "tokenizer to decode tokens to text for "
+                "matching)."
+            ),
+            "condition": (
+                "not tokenizer is not None and "
+                "stop_regex_strs"
+            ),
+            "fields": (
+                "stop_regex",
+            ),
+            "needs": (
+                "tokenizer",
+            ),
+            "via": "raise_if_tokenizer_required",
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "min_new_tokens={min_new_tokens} is "
+                "unavailable when "
+                "skip_tokenizer_init=True (requires "
+                "tokenizer for eos_token_id)."
+            ),
+            "condition": (
+                "not tokenizer is not None and "
+                "min_new_tokens > 0"
+            ),
+            "fields": (
+                "min_new_tokens",
+            ),
+            "needs": (
+                "tokenizer",
+            ),
+            "via": "raise_if_tokenizer_required",
+        },
+    ),
+    "verify_checks": (
+        {
+            "error": "ValueError",
+            "message": (
+                "beam_width must be at least 1, got "
+                "{beam_width}."
+            ),
+            "condition": (
+                "self.beam_width is not None and "
+                "self.beam_width < 1"
+            ),
+            "fields": (
+                "beam_width",
+            ),
+            "needs": (),
+            "via": None,
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "temperature must be a non-negative "
+                "finite number, got {temperature}."
+            ),
+            "condition": (
+                "not math.isfinite(self.temperature) or "
+                "self.temperature < 0.0"
+            ),
+            "fields": (
+                "temperature",
+            ),
+            "needs": (),
+            "via": None,
+        },
+        {
+            "error": "ValueError",
+            "message": "top_p must be in (0, 1], got {top_p}.",
+            "condition": "not 0.0 < self.top_p <= 1.0",
+            "fields": (
+                "top_p",
+            ),
+            "needs": (),
+            "via": None,
+        },
+        {
+            "error": "ValueError",
+            "message": "min_p must be in [0, 1], got {min_p}.",
+            "condition": "not 0.0 <= self.min_p <= 1.0",
+            "fields": (
+                "min_p",
+            ),
+            "needs": (),
+            "via": None,
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "top_k must be -1 (disable) or at least "
+                "1, got {top_k}."
+            ),
+            "condition": "self.top_k < 1 or self.top_k == -1",
+            "fields": (
+                "top_k",
+            ),
+            "needs": (),
+            "via": None,
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "frequency_penalty must be in [-2, 2], "
+                "got {frequency_penalty}."
+            ),
+            "condition": "not -2.0 <= self.frequency_penalty <= 2.0",
+            "fields": (
+                "frequency_penalty",
+            ),
+            "needs": (),
+            "via": None,
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "presence_penalty must be in [-2, 2], got "
+                "{presence_penalty}."
+            ),
+            "condition": "not -2.0 <= self.presence_penalty <= 2.0",
+            "fields": (
+                "presence_penalty",
+            ),
+            "needs": (),
+            "via": None,
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "repetition_penalty must be in (0, 2] "
+                "(1.0 = no penalty), got "
+                "{repetition_penalty}."
+            ),
+            "condition": "not 0.0 < self.repetition_penalty <= 2.0",
+            "fields": (
+                "repetition_penalty",
+            ),
+            "needs": (),
+            "via": None,
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "min_new_tokens must be in [0, "
+                "max_new_tokens], got {min_new_tokens}."
+            ),
+            "condition": "not 0 <= self.min_new_tokens",
+            "fields": (
+                "min_new_tokens",
+            ),
+            "needs": (),
+            "via": None,
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "max_new_tokens must be at least 0, got "
+                "{max_new_tokens}."
+            ),
+            "condition": (
+                "self.max_new_tokens is not None and "
+                "self.max_new_tokens < 0"
+            ),
+            "fields": (
+                "max_new_tokens",
+            ),
+            "needs": (),
+            "via": None,
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "min_new_tokens must be in [0, "
+                "max_new_tokens({max_new_tokens})], got "
+                "{min_new_tokens}."
+            ),
+            "condition": (
+                "self.max_new_tokens is not None and not "
+                "self.min_new_tokens <= "
+                "self.max_new_tokens"
+            ),
+            "fields": (
+                "min_new_tokens", "max_new_tokens",
+            ),
+            "needs": (),
+            "via": None,
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "logit_bias must has keys in [0, "
+                "{max_token_id}], got {token_id}."
+            ),
+            "condition": (
+                "self.logit_bias is not None and not 0 <= "
+                "int(token_id) < vocab_size"
+            ),
+            "fields": (
+                "logit_bias",
+            ),
+            "needs": (
+                "vocab_size",
+            ),
+            "via": None,
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "sampling_seed must be an integer, got "
+                "{sampling_seed_type}."
+            ),
+            "condition": (
+                "self.sampling_seed is not None and not "
+                "isinstance(self.sampling_seed, int)"
+            ),
+            "fields": (
+                "sampling_seed",
+            ),
+            "needs": (),
+            "via": None,
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "sampling_seed must be in [-2**63, 2**63 "
+                "- 1], got {sampling_seed}."
+            ),
+            "condition": (
+                "self.sampling_seed is not None and not "
+                "-2 ** 63 <= self.sampling_seed <= 2 ** "
+                "63 - 1"
+            ),
+            "fields": (
+                "sampling_seed",
+            ),
+            "needs": (),
+            "via": None,
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "request reasoning end token IDs must be "
+                "a non-empty, vocabulary-bounded list of "
+                "at most 32 integers"
+            ),
+            "condition": (
+                "not not isinstance(custom_params, dict) "
+                "and not "
+                "REQUEST_REASONING_END_TOKEN_IDS_KEY not "
+                "in custom_params and invalid and strict"
+            ),
+            "fields": (
+                "custom_params",
+            ),
+            "needs": (
+                "vocab_size",
+            ),
+            "via": "get_request_reasoning_end_token_ids",
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "Only one of json_schema, regex, ebnf, or "
+                "structural_tag can be set."
+            ),
+            "condition": "sum((x is not None for x in grammars)) > 1",
+            "fields": (
+                "json_schema", "regex", "ebnf", "structural_tag",
+            ),
+            "needs": (),
+            "via": None,
+        },
+    ),
+    "limits": {
+        "MAX_STOP_COUNT": 32,
+        "MAX_STOP_REGEX_LEN": 256,
+        "MAX_STOP_REGEX_COUNT": 32,
+    },
+    "gate": None,
+    "tokenizer_manager_checks": (
+        {
+            "error": "ValueError",
+            "message": (
+                "return_sampling_mask only supports "
+                "DisallowedTokensLogitsProcessor among "
+                "custom logit processors."
+            ),
+            "condition": (
+                "isinstance(obj, GenerateReqInput) and "
+                "obj.return_sampling_mask and "
+                "obj.custom_logit_processor and (not "
+                "supports_sampling_mask(obj.custom_logit_p"
+                "rocessor))"
+            ),
+            "fields": (
+                "return_sampling_mask", "custom_logit_processor",
+            ),
+            "needs": (),
+            "via": "_validate_one_request",
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "sampling_logprobs_mode can only be set "
+                "when return_sampling_mask=true."
+            ),
+            "condition": (
+                "isinstance(obj, GenerateReqInput) and "
+                "obj.sampling_logprobs_mode is not None "
+                "and (not obj.return_sampling_mask)"
+            ),
+            "fields": (
+                "sampling_logprobs_mode", "return_sampling_mask",
+            ),
+            "needs": (),
+            "via": "_validate_one_request",
+        },
+    ),
+    "priority_range": None,
+    "features": {
+        "output_flat": False,
+        "flat_fields_builders": (
+            "_build_flat_input_top_logprobs_fields",
+        ),
+        "watermark_top_level": False,
+        "watermark_in_sampling_params": False,
+        "mm_processor_kwargs": False,
+        "gate": False,
+        "priority_range_checked": False,
     },
 }
+
+# SGLang 0.5.22: 0.5.21's tables, but for these entries.
+_SGLANG_0_5_22: dict[str, Any] = {
+    **_SGLANG_0_5_21,
+    "sglang": "0.5.22",
+    "generate_req_input_fields": (
+        "rid", "session_id", "text", "input_ids", "input_embeds", "image_data", "video_data",
+        "audio_data", "mm_hashes", "mm_content_hashes", "use_audio_in_video", "video_config",
+        "sampling_params", "watermark", "return_logprob", "logprob_start_len", "top_logprobs_num",
+        "token_ids_logprob", "return_sampling_mask", "sampling_logprobs_mode",
+        "return_text_in_logprobs", "return_flat_raw_top_logprobs",
+        "return_flat_raw_output_top_logprobs", "return_flat_raw_top_logprobs_b64", "stream",
+        "log_metrics", "return_hidden_states", "return_routed_experts",
+        "routed_experts_start_len", "return_indexer_topk", "modalities", "session_params",
+        "lora_path", "lora_id", "custom_logit_processor", "positional_embed_overrides",
+        "bootstrap_host", "bootstrap_port", "bootstrap_room", "bootstrap_pair_key",
+        "decode_tp_size", "routed_dp_rank", "data_parallel_rank", "disagg_prefill_dp_rank",
+        "routing_key", "conversation_id", "http_worker_ipc", "background", "require_reasoning",
+        "max_thinking_tokens", "priority", "extra_key", "no_logs", "custom_labels",
+        "return_bytes", "return_entropy", "return_prompt_token_ids", "external_trace_header",
+        "received_time", "need_wait_for_mm_inputs", "num_items_assigned", "encoder_urls",
+        "max_dynamic_patch", "min_dynamic_patch", "image_max_dynamic_patch",
+        "video_max_dynamic_patch", "images_config", "multi_item_delimiter_indices",
+        "token_indices_to_pool", "cache_salt", "kv_hints",
+    ),
+    "sampling_params_fields": (
+        "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k",
+        "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens",
+        "n", "beam_width", "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos",
+        "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "stream_interval",
+        "logit_bias", "sampling_seed", "custom_params", "watermark", "ebnf_full_assistant",
+    ),
+    "init_checks": (
+        {
+            "error": "ValueError",
+            "message": "watermark must be an object",
+            "condition": (
+                "(not self.is_normalized) and (not value "
+                "is None and not isinstance(value, "
+                "WatermarkRequestConfig) and not "
+                "isinstance(value, dict))"
+            ),
+            "fields": (
+                "watermark",
+            ),
+            "needs": (),
+            "via": "normalize_watermark_request",
+        },
+        {
+            "error": "ValueError",
+            "message": "watermark contains unknown fields",
+            "condition": (
+                "(not self.is_normalized) and (not value "
+                "is None and not isinstance(value, "
+                "WatermarkRequestConfig) and unknown)"
+            ),
+            "fields": (
+                "watermark",
+            ),
+            "needs": (),
+            "via": "normalize_watermark_request",
+        },
+        {
+            "error": "ValueError",
+            "message": "watermark enabled must be a boolean",
+            "condition": (
+                "(not self.is_normalized) and (not value "
+                "is None and enabled is not None and "
+                "type(enabled) is not bool)"
+            ),
+            "fields": (
+                "watermark",
+            ),
+            "needs": (),
+            "via": "normalize_watermark_request",
+        },
+        {
+            "error": "ValueError",
+            "message": "watermark key must be a hex string",
+            "condition": (
+                "(not self.is_normalized) and ((not value "
+                "is None and key is not None) and (not "
+                "isinstance(value, str)))"
+            ),
+            "fields": (
+                "watermark",
+            ),
+            "needs": (),
+            "via": (
+                "normalize_watermark_request.parse_waterma"
+                "rk_key"
+            ),
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "watermark key must contain 1 to 16 hex "
+                "digits"
+            ),
+            "condition": (
+                "(not self.is_normalized) and ((not value "
+                "is None and key is not None) and (not 1 "
+                "<= len(digits) <= 16))"
+            ),
+            "fields": (
+                "watermark",
+            ),
+            "needs": (),
+            "via": (
+                "normalize_watermark_request.parse_waterma"
+                "rk_key"
+            ),
+        },
+        {
+            "error": "ValueError",
+            "message": "watermark key must contain only hex digits",
+            "condition": (
+                "(not self.is_normalized) and ((not value "
+                "is None and key is not None) and "
+                "(any((character not in "
+                "'0123456789abcdefABCDEF' for character "
+                "in digits))))"
+            ),
+            "fields": (
+                "watermark",
+            ),
+            "needs": (),
+            "via": (
+                "normalize_watermark_request.parse_waterma"
+                "rk_key"
+            ),
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "watermark context_window must be a "
+                "positive integer"
+            ),
+            "condition": (
+                "(not self.is_normalized) and (not value "
+                "is None and context_window is not None "
+                "and (isinstance(context_window, bool) or "
+                "not isinstance(context_window, int) or "
+                "context_window < 1))"
+            ),
+            "fields": (
+                "watermark",
+            ),
+            "needs": (),
+            "via": "normalize_watermark_request",
+        },
+    ),
+    "gate": {
+        "fields": (
+            "rid", "text", "input_ids", "stream", "sampling_params", "return_logprob",
+            "logprob_start_len", "top_logprobs_num", "token_ids_logprob", "return_hidden_states",
+            "return_text_in_logprobs", "bootstrap_host", "bootstrap_port", "bootstrap_room",
+            "bootstrap_pair_key", "decode_tp_size", "routed_dp_rank", "disagg_prefill_dp_rank",
+            "image_data", "mm_hashes", "video_data", "audio_data",
+        ),
+        "unknown_field": "ignored",
+        "sampling_keys": (
+            "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p",
+            "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
+            "min_new_tokens", "n", "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos",
+            "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+            "stream_interval", "logit_bias", "sampling_seed", "custom_params", "beam_width",
+            "watermark",
+        ),
+        "unknown_sampling_key": (
+            "unknown field `{key}`, expected one of "
+            "{expected}"
+        ),
+        "watermark_keys": (
+            "enabled", "key", "context_window",
+        ),
+    },
+    "tokenizer_manager_checks": (
+        {
+            "error": "ValueError",
+            "message": (
+                "priority must be a signed 64-bit integer "
+                "between -9223372036854775808 and "
+                "9223372036854775807"
+            ),
+            "condition": (
+                "obj.priority is not None and (not -(1 << "
+                "63) <= obj.priority < 1 << 63)"
+            ),
+            "fields": (
+                "priority",
+            ),
+            "needs": (),
+            "via": "_set_default_priority",
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "return_sampling_mask only supports "
+                "DisallowedTokensLogitsProcessor among "
+                "custom logit processors."
+            ),
+            "condition": (
+                "isinstance(obj, GenerateReqInput) and "
+                "obj.return_sampling_mask and "
+                "obj.custom_logit_processor and (not "
+                "supports_sampling_mask(obj.custom_logit_p"
+                "rocessor))"
+            ),
+            "fields": (
+                "return_sampling_mask", "custom_logit_processor",
+            ),
+            "needs": (),
+            "via": "_validate_one_request",
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "sampling_logprobs_mode can only be set "
+                "when return_sampling_mask=true."
+            ),
+            "condition": (
+                "isinstance(obj, GenerateReqInput) and "
+                "obj.sampling_logprobs_mode is not None "
+                "and (not obj.return_sampling_mask)"
+            ),
+            "fields": (
+                "sampling_logprobs_mode", "return_sampling_mask",
+            ),
+            "needs": (),
+            "via": "_validate_one_request",
+        },
+        {
+            "error": "ValueError",
+            "message": (
+                "watermark must be provided either at the "
+                "request top level or inside "
+                "sampling_params, not both"
+            ),
+            "condition": (
+                "isinstance(obj, GenerateReqInput) and "
+                "obj.watermark is not None and "
+                "sampling_kwargs.get('watermark') is not "
+                "None"
+            ),
+            "fields": (
+                "watermark",
+            ),
+            "needs": (),
+            "via": "_create_tokenized_object",
+        },
+    ),
+    "priority_range": (
+        -9223372036854775808, 9223372036854775807,
+    ),
+    "features": {
+        "output_flat": True,
+        "flat_fields_builders": (
+            "_build_flat_top_logprobs_fields",
+        ),
+        "watermark_top_level": True,
+        "watermark_in_sampling_params": True,
+        "mm_processor_kwargs": False,
+        "gate": True,
+        "priority_range_checked": True,
+    },
+}
+
+# SGLang 0.5.23: 0.5.22's tables, but for these entries.
+_SGLANG_0_5_23: dict[str, Any] = {
+    **_SGLANG_0_5_22,
+    "sglang": "0.5.23",
+    "generate_req_input_fields": (
+        "rid", "session_id", "text", "input_ids", "input_embeds", "image_data", "video_data",
+        "audio_data", "mm_hashes", "mm_content_hashes", "use_audio_in_video", "video_config",
+        "sampling_params", "watermark", "return_logprob", "logprob_start_len", "top_logprobs_num",
+        "token_ids_logprob", "return_sampling_mask", "sampling_logprobs_mode",
+        "return_text_in_logprobs", "return_flat_raw_top_logprobs",
+        "return_flat_raw_output_top_logprobs", "return_flat_raw_top_logprobs_b64", "stream",
+        "log_metrics", "return_hidden_states", "return_routed_experts",
+        "routed_experts_start_len", "return_indexer_topk", "modalities", "session_params",
+        "lora_path", "lora_id", "custom_logit_processor", "positional_embed_overrides",
+        "bootstrap_host", "bootstrap_port", "bootstrap_room", "bootstrap_pair_key",
+        "decode_tp_size", "routed_dp_rank", "data_parallel_rank", "disagg_prefill_dp_rank",
+        "routing_key", "conversation_id", "http_worker_ipc", "background", "require_reasoning",
+        "max_thinking_tokens", "priority", "extra_key", "no_logs", "custom_labels",
+        "return_bytes", "return_entropy", "return_prompt_token_ids", "external_trace_header",
+        "received_time", "need_wait_for_mm_inputs", "num_items_assigned", "encoder_urls",
+        "max_dynamic_patch", "min_dynamic_patch", "image_max_dynamic_patch",
+        "video_max_dynamic_patch", "images_config", "mm_processor_kwargs",
+        "multi_item_delimiter_indices", "token_indices_to_pool", "cache_salt", "kv_hints",
+    ),
+    "gate": {
+        "fields": (
+            "rid", "text", "input_ids", "stream", "sampling_params", "return_logprob",
+            "logprob_start_len", "top_logprobs_num", "token_ids_logprob", "return_hidden_states",
+            "return_text_in_logprobs", "bootstrap_host", "bootstrap_port", "bootstrap_room",
+            "bootstrap_pair_key", "decode_tp_size", "routed_dp_rank", "disagg_prefill_dp_rank",
+            "image_data", "mm_hashes", "video_data", "audio_data", "extra_key", "priority",
+            "cache_salt", "require_reasoning", "lora_path", "session_params", "kv_hints",
+            "routing_key", "max_thinking_tokens", "session_id", "custom_logit_processor",
+            "custom_labels", "images_config", "return_prompt_token_ids",
+            "routed_experts_start_len", "return_sampling_mask", "modalities",
+        ),
+        "unknown_field": "ignored",
+        "sampling_keys": (
+            "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p",
+            "top_k", "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty",
+            "min_new_tokens", "n", "json_schema", "regex", "ebnf", "structural_tag", "ignore_eos",
+            "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+            "stream_interval", "logit_bias", "sampling_seed", "custom_params", "beam_width",
+            "watermark", "choice",
+        ),
+        "unknown_sampling_key": (
+            "unknown field `{key}`, expected one of "
+            "{expected}"
+        ),
+        "watermark_keys": (
+            "enabled", "key", "context_window",
+        ),
+    },
+    "features": {
+        "output_flat": True,
+        "flat_fields_builders": (
+            "_build_flat_top_logprobs_fields",
+        ),
+        "watermark_top_level": True,
+        "watermark_in_sampling_params": True,
+        "mm_processor_kwargs": True,
+        "gate": True,
+        "priority_range_checked": True,
+    },
+}
+
 # fmt: on
+
+TABLES: dict[str, dict[str, Any]] = {
+    "0.5.21": _SGLANG_0_5_21,
+    "0.5.22": _SGLANG_0_5_22,
+    "0.5.23": _SGLANG_0_5_23,
+}
