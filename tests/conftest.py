@@ -1,6 +1,8 @@
 """Hypothesis profiles: `default` for CI, `fuzz` for long runs.
 
-Select one with the environment variable SGLANG_ENVELOPE_HYPOTHESIS_PROFILE.
+Select one with the environment variable SGLANG_ENVELOPE_HYPOTHESIS_PROFILE;
+SGLANG_ENVELOPE_FUZZ_EXAMPLES sets the fuzz profile's examples a test
+(scripts/fuzz.py sets both).
 """
 
 import os
@@ -10,7 +12,7 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("default", max_examples=100, deadline=None)
 settings.register_profile(
     "fuzz",
-    max_examples=20_000,
+    max_examples=int(os.environ.get("SGLANG_ENVELOPE_FUZZ_EXAMPLES", "20000")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
