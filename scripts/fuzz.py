@@ -3,7 +3,7 @@
     python scripts/fuzz.py [--examples N] [--jobs J]
 
 Runs the Hypothesis tests in FUZZ_TESTS under the `fuzz` profile with
-`max_examples` N each (default 30,000), split over J pytest processes, and
+`max_examples` N each (default 33,000), split over J pytest processes, and
 prints each test's passing and failing examples and their totals. Each of
 these tests feeds one public entry point (or two that must agree) damaged,
 random or hostile input and fails on any exception that is not the library's
@@ -90,7 +90,7 @@ def counts(output: str) -> dict[str, tuple[int, int]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--examples", type=int, default=30_000, help="max_examples a test")
+    parser.add_argument("--examples", type=int, default=33_000, help="max_examples a test")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="pytest processes")
     args = parser.parse_args()
     env = {
