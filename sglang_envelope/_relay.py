@@ -28,19 +28,33 @@ answers a failed stream the same way.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import Any, Final
 
 import msgspec
 from msgspec import Raw
 
-from sglang_envelope._aggregate import DEFAULT_MAX_BYTES, DELTA_FIELDS, _iterate, _SseAggregation
+from sglang_envelope._aggregate import (
+    DEFAULT_MAX_BYTES,
+    DELTA_FIELDS,
+    _iterate,
+    _SseAggregation,
+    _too_big,
+)
 from sglang_envelope._aggregate_bytes import _BytesAggregator, splice
 from sglang_envelope._async import _aiterate
 from sglang_envelope._error_response import error_event
 from sglang_envelope._errors import EngineError, EnvelopeError, ResponseError, show_value
-from sglang_envelope._frame import decode_json
-from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, SSE_DONE, BytesLike, Payload
+from sglang_envelope._frame import check_consistency, decode_json
+from sglang_envelope._sse import (
+    DEFAULT_MAX_EVENT_BYTES,
+    SSE_DONE,
+    BytesLike,
+    Payload,
+    SseDecoder,
+    decode_frame,
+)
 
 __all__ = ["relay_sse", "relay_sse_async"]
 
@@ -48,6 +62,9 @@ _ENCODE: Final = msgspec.json.Encoder().encode
 _FIELDS: Final = msgspec.json.Decoder(dict[str, Raw])
 _ELEMENTS: Final = msgspec.json.Decoder(list[Raw])
 # (dotted path, key in its parent, parent is meta_info, the field is a string)
+_NOT_TERMINAL: Final = b'"finish_reason":null'  # as SGLang's orjson writes a middle frame
+_FINISH_KEY: Final = b'"finish_reason"'
+_ESCAPE: Final = b"\\u00"  # how a key could spell "finish_reason" without those bytes
 _ROWS: Final = tuple(
     (path, path.rpartition(".")[2], "." in path, kind is str) for path, kind in DELTA_FIELDS
 )
@@ -116,7 +133,15 @@ async def _relay_async(relay: _Relay, chunks: AsyncIterator[BytesLike]) -> Async
 class _Relay:
     """The sans-I/O relay: `feed` engine bytes, get client bytes; `close` at the end."""
 
-    __slots__ = ("_aggregation", "_aggregator", "_client", "_last", "_sent", "ended")
+    __slots__ = (
+        "_aggregation",
+        "_aggregator",
+        "_client",
+        "_last",
+        "_sent",
+        "_terminal_size",
+        "ended",
+    )
 
     def __init__(
         self,
@@ -140,6 +165,7 @@ class _Relay:
         self._client = client_incremental
         self._last: Payload | None = None  # the last frame sent before the mode was known
         self._sent: dict[str, Any] = {}  # what the last frame sent holds, once converting (_cut)
+        self._terminal_size = 0  # the bytes of the last frame parsed as sent
         self.ended = False  # a failure was written: the stream is over
 
     def feed(self, chunk: BytesLike) -> bytes:
@@ -148,6 +174,8 @@ class _Relay:
         After a failure they end with the error frame and ``[DONE]``, and
         `ended` is true: feed nothing more.
         """
+        if self._passing():
+            return self._pass(chunk)
         payloads, error = self._aggregation.admit(chunk)
         if error is None and payloads and self._aggregator.finished:
             error = self._final_error()
@@ -161,6 +189,113 @@ class _Relay:
             return out
         self.ended = True
         return out + error_event(error) + SSE_DONE
+
+    def _passing(self) -> bool:
+        """Whether frames may go out unparsed: the mode is known and the client's."""
+        aggregator = self._aggregator
+        return aggregator._terminal is None and aggregator.incremental is self._client
+
+    def _pass(self, chunk: BytesLike) -> bytes:
+        """`feed` once frames go out unparsed: the frames the heuristic cannot vouch for are
+        parsed and checked (`_middle`), every event is framed and bounded."""
+        aggregation = self._aggregation
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            raise EnvelopeError(
+                f"{aggregation._what} chunk: expected bytes, got {type(chunk).__name__}"
+            )
+        aggregation._seen += len(chunk)
+        over = aggregation._seen - aggregation._max_bytes
+        limit_error = None
+        if over > 0:  # the bytes within the bound still count, as in aggregation
+            chunk = chunk[: len(chunk) - over]
+            limit_error = _too_big(aggregation._max_bytes, "the stream")
+        decoder = aggregation._decoder
+        shaped = decoder._feed_sglang_shaped(chunk)
+        if shaped is not None:
+            out, error = self._send_shaped(*shaped)
+        else:
+            out, error = self._send_read(decoder, chunk)
+        error = error or limit_error
+        if error is None and self._aggregator._terminal is not None:
+            error = self._terminal_error()  # after the chunk's own faults, as aggregation
+            if error is not None:  # the terminal frame, last sent, does not go out
+                out = out[: len(out) - self._terminal_size]
+        if error is None:
+            return out
+        self.ended = True
+        return out + error_event(error) + SSE_DONE
+
+    def _send_shaped(self, data: bytes, lines: list[bytes]) -> tuple[bytes, ResponseError | None]:
+        """`_check_each` for events in SGLang's shape (`SseDecoder._feed_sglang_shaped`),
+        all of them sent at once, as received, when `_unparsed` vouches for them."""
+        if not lines:
+            return b"", None
+        head = b""
+        if self._aggregator._count == 0:  # the stream's first frame
+            head, error = self._check_each(_payloads(data, lines[:1]))
+            if error is not None:
+                return head, error
+            lines = lines[1:]
+        if not lines or _unparsed(lines, data, len(head)):
+            self._aggregator._count += len(lines)
+            return data, None
+        # Most often the last event is the terminal frame: the others go at once.
+        cut = len(data) - len(lines[-1]) - 2
+        if len(lines) > 2 and _unparsed(lines[:-1], data[:cut], len(head)):
+            self._aggregator._count += len(lines) - 1
+            out, error = self._check_each(_payloads(data, lines[-1:]))
+            return data[:cut] + out, error
+        out, error = self._check_each(_payloads(data, lines))
+        return head + out, error
+
+    def _send_read(
+        self, decoder: SseDecoder, chunk: BytesLike
+    ) -> tuple[bytes, ResponseError | None]:
+        """`_check_each` for events read by the WHATWG rules, in stream order with their faults."""
+        try:
+            payloads = decoder._feed_raw(chunk)
+        except ResponseError as exc:
+            return b"", exc
+        out, error = self._check_each(payloads)
+        if error is None:
+            try:
+                decoder.raise_pending()
+            except ResponseError as exc:
+                error = exc
+        return out, error
+
+    def _check_each(self, payloads: Sequence[Payload]) -> tuple[bytes, ResponseError | None]:
+        """The events to send of `payloads`, each parsed unless `_middle`; and the fault."""
+        aggregator = self._aggregator
+        sent: list[Payload] = []
+        for payload in payloads:
+            if aggregator._count and aggregator._terminal is None and _middle(payload):
+                aggregator._count += 1
+            else:
+                try:
+                    aggregator.add(decode_frame(payload))
+                except ResponseError as exc:
+                    return _as_received(sent), exc
+                self._terminal_size = len(payload) + len(b"data: \n\n")  # if it was that
+            sent.append(payload)
+        return _as_received(sent), None
+
+    def _terminal_error(self) -> ResponseError | None:
+        """The checks of an unparsed stream's answer that its terminal frame allows.
+
+        A cumulative terminal frame is the answer: its counts are checked as
+        aggregation checks them. An incremental one's deltas were not all read.
+        """
+        aggregator = self._aggregator
+        try:
+            terminal, aborted = aggregator._terminal_frame(said_done=False)
+            if aggregator.incremental is False and not aborted:
+                check_consistency(terminal, terminal["meta_info"])
+        except EngineError:
+            return None  # an abort with a status: SGLang streams it as a frame, as the relay does
+        except ResponseError as exc:
+            return exc
+        return None
 
     def close(self) -> bytes:
         """The last bytes for the client, ``[DONE]`` included, once the stream's end is checked."""
@@ -212,6 +347,32 @@ class _Relay:
         out, _ = splice(fields, values, b"data: ", b"\n\n")
         self._sent = sent  # the next delta starts here
         return out
+
+
+def _unparsed(events: list[bytes], data: bytes, start: int = 0) -> bool:
+    """Whether each of `events` (the event lines of `data` from `start`, or `data`) is middle.
+
+    `data` from `start` holds exactly as many ``"finish_reason"`` as there are events and
+    each event holds one ``"finish_reason":null``, so that is each event's one
+    finish_reason key; and no key can be spelt another way, as `data` has no
+    ``\\u00`` escape (the backslash is looked for first: most frames have none).
+    """
+    return (
+        data.count(_FINISH_KEY, start) == len(events)
+        and min(map(bytes.find, events, repeat(_NOT_TERMINAL))) >= 0
+        and (b"\\" not in data or _ESCAPE not in data)
+    )
+
+
+def _payloads(data: bytes, lines: list[bytes]) -> list[bytes]:
+    """The data of events in SGLang's shape, from their lines (`data`: the one event's bytes)."""
+    return [data[6:-2]] if lines[0] is data else [line[6:] for line in lines]
+
+
+def _middle(payload: Payload) -> bool:
+    """Whether one event's data may go out unparsed (see `_unparsed`)."""
+    data = bytes(payload) if type(payload) is not bytes else payload
+    return data[:1] == b"{" and _unparsed([data], data)
 
 
 def _cut(
@@ -307,8 +468,10 @@ def _one_line(payload: Payload) -> Payload:
     return payload.replace(b"\n", b" ") if type(payload) is bytearray else payload
 
 
-def _as_received(payloads: list[Payload]) -> bytes:
+def _as_received(payloads: Sequence[Payload]) -> bytes:
     """Events as SGLang frames them, each event's data unchanged."""
+    if not payloads:
+        return b""
     parts: list[Any] = [b"\n\ndata: "] * (2 * len(payloads) + 1)  # one join: one copy
     parts[1::2] = payloads
     if bytearray in set(map(type, payloads)):  # rare: an event of several data lines

@@ -359,14 +359,34 @@ def test_engine_error_without_status_is_500() -> None:
     }
 
 
-def test_inconsistent_counts_stop_the_terminal_frame() -> None:
+def test_inconsistent_counts_stop_a_cumulative_terminal_frame() -> None:
+    """Same mode, cumulative: the terminal frame is the answer, checked before it goes out."""
     frames = frames_of(3)
+    for i, frame in enumerate(frames):
+        frame["output_ids"] = list(range(i + 1))
     frames[-1]["meta_info"]["completion_tokens"] = 7
-    out = relay(one_event_per_chunk(sse(frames)), incremental=True, client_incremental=True)
+    out = relay(one_event_per_chunk(sse(frames)), incremental=False, client_incremental=False)
     assert len(events(out)) == 4  # two frames, then the error instead of the terminal frame
     error = error_of(out)
     assert error is not None
     assert error["message"] == "meta_info.completion_tokens is 7 but output_ids has 3 entries"
+
+
+def test_inconsistent_counts_stop_the_terminal_frame_when_every_frame_was_read() -> None:
+    """Incremental, while the mode is detected (one chunk): every delta is counted."""
+    frames = frames_of(3)
+    frames[-1]["meta_info"]["completion_tokens"] = 7
+    error = error_of(relay([sse(frames)], client_incremental=True))
+    assert error is not None
+    assert error["message"] == "meta_info.completion_tokens is 7 but output_ids has 3 entries"
+
+
+def test_same_mode_incremental_does_not_count_the_deltas_it_passes() -> None:
+    """Documented: an incremental stream's middle frames go out unparsed, so uncounted."""
+    frames = frames_of(3)
+    frames[-1]["meta_info"]["completion_tokens"] = 7
+    stream = sse(frames)
+    assert relay(one_event_per_chunk(stream), incremental=True, client_incremental=True) == stream
 
 
 def test_abort_with_status_is_relayed_as_sglang_streams_it() -> None:
