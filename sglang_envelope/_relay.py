@@ -370,8 +370,14 @@ def _payloads(data: bytes, lines: list[bytes]) -> list[bytes]:
 
 
 def _middle(payload: Payload) -> bool:
-    """Whether one event's data may go out unparsed (see `_unparsed`)."""
-    data = bytes(payload) if type(payload) is not bytes else payload
+    """Whether one event's data may go out unparsed (see `_unparsed`).
+
+    Never the data of several ``data`` lines (a bytearray): it goes out as one
+    line, its LFs as spaces, which only JSON that parses allows.
+    """
+    if type(payload) is bytearray:
+        return False
+    data = bytes(payload) if type(payload) is memoryview else payload
     return data[:1] == b"{" and _unparsed([data], data)
 
 

@@ -427,6 +427,163 @@ def test_every_failure_ends_as_sglang_ends_a_failed_stream(
     assert error["message"].startswith(message)
 
 
+# --- same mode: a checked pass-through ---
+
+
+def three(mode: bool) -> list[bytes]:
+    """Three frames in `mode` (incremental or cumulative), as SGLang writes them."""
+    frames = frames_of(3)
+    for i, frame in enumerate(frames):
+        frame["output_ids"] = [i] if mode else list(range(i + 1))
+    return [encode_sse(frame) for frame in frames]
+
+
+def passed(*events: bytes, mode: bool) -> bytes:
+    """The relay's output for these events (then [DONE]), one event a chunk, same mode."""
+    return relay([*events, SSE_DONE], incremental=mode, client_incremental=mode)
+
+
+@pytest.mark.parametrize("mode", [True, False])
+def test_a_malformed_middle_frame_with_sglangs_marker_goes_out_unparsed(mode: bool) -> None:
+    """Past the first frame, a frame with one "finish_reason":null is sent as received."""
+    first, _, terminal = three(mode)
+    odd = b'data: {"meta_info":{"finish_reason":null},"output_ids":"x", oops\n\n'
+    assert passed(first, odd, terminal, mode=mode) == first + odd + terminal + SSE_DONE
+    # aggregation, which reads every frame, refuses the same stream
+    with pytest.raises(ResponseError):
+        aggregate_sse([first, odd, terminal, SSE_DONE], incremental=mode)
+
+
+@pytest.mark.parametrize("mode", [True, False])
+def test_the_first_frame_is_always_parsed(mode: bool) -> None:
+    odd = b'data: {"finish_reason":null,"meta_info":3}\n\n'
+    error = error_of(passed(odd, three(mode)[2], mode=mode))
+    assert error is not None
+    assert error["message"] == "frame 1: meta_info: expected an object, got an integer"
+
+
+@pytest.mark.parametrize("mode", [True, False])
+@pytest.mark.parametrize(
+    "event",
+    [
+        b"data: [1,2]\n\n",  # not an object
+        b"data: not json\n\n",
+        b'data:  [{"finish_reason":null}]\n\n',  # its first byte past the blanks is not {
+    ],
+)
+def test_a_frame_that_is_not_an_object_is_refused(mode: bool, event: bytes) -> None:
+    first, _, terminal = three(mode)
+    out = passed(first, event, terminal, mode=mode)
+    error = error_of(out)
+    assert error is not None
+    assert error["code"] == 502
+    assert events(out)[0] == first  # the frames before it went out
+
+
+@pytest.mark.parametrize("mode", [True, False])
+def test_an_error_frame_is_parsed_and_ends_the_stream(mode: bool) -> None:
+    """SGLang's error frame holds no finish_reason: it is always parsed."""
+    error = {"message": "boom", "type": "invalid_request_error", "code": 503}
+    first, second, terminal = three(mode)
+    out = passed(first, second, encode_sse({"error": error}), terminal, mode=mode)
+    assert error_of(out) == {**error, "retryable": False}
+    assert events(out)[:2] == [first, second]
+
+
+@pytest.mark.parametrize("mode", [True, False])
+@pytest.mark.parametrize(
+    "terminal",
+    [
+        # a second "finish_reason", null, elsewhere in the terminal frame
+        b'data: {"x":{"finish_reason":null},"meta_info":{"finish_reason":{"type":"stop"}}}\n\n',
+        # the terminal key spelt with an escape, beside a null one
+        b'data: {"x":{"finish_reason":null},'
+        b'"meta_info":{"finish_reaso\\u006e":{"type":"stop"}}}\n\n',
+        # the marker written with a space
+        b'data: {"meta_info":{"finish_reason": {"type":"stop"}}}\n\n',
+    ],
+)
+def test_the_marker_cannot_hide_a_terminal_frame(mode: bool, terminal: bytes) -> None:
+    """A terminal frame the heuristic might take for a middle one is parsed: the frame
+    after it is refused, in stream order, after the terminal frame went out."""
+    first, second, _ = three(mode)
+    out = passed(first, terminal, second, mode=mode)
+    error = error_of(out)
+    assert error is not None
+    assert error["message"] == "frame 3: it came after the terminal frame (frame 2)"
+    assert events(out)[:2] == [first, terminal]
+
+
+@pytest.mark.parametrize("mode", [True, False])
+def test_a_middle_frame_without_the_marker_is_parsed_and_passes(mode: bool) -> None:
+    first, second, terminal = three(mode)
+    spaced = second.replace(b'"finish_reason":null', b'"finish_reason" : null')
+    assert passed(first, spaced, terminal, mode=mode) == first + spaced + terminal + SSE_DONE
+    bad = spaced.replace(b'"finish_reason" : null', b'"finish_reason" : 7')
+    error = error_of(passed(first, bad, terminal, mode=mode))
+    assert error is not None
+    assert error["message"] == (
+        "frame 2: meta_info.finish_reason: expected an object or null, got an integer"
+    )
+
+
+@pytest.mark.parametrize("mode", [True, False])
+def test_framing_and_bounds_are_checked_on_every_event(mode: bool) -> None:
+    first, second, terminal = three(mode)
+    stream = first + second + terminal + SSE_DONE
+    options = {"incremental": mode, "client_incremental": mode}
+    # other line ends, a comment and a two-line event (parsed: its LF becomes a space, which
+    # only JSON that parses allows): sent as SGLang frames them
+    decorated = (
+        first
+        + b": keep-alive\r\n\r\n"
+        + second.replace(b',"output_ids"', b'\ndata: ,"output_ids"')
+        + terminal.replace(b"\n", b"\r\n")
+        + SSE_DONE
+    )
+    out = relay([decorated[i : i + 7] for i in range(0, len(decorated), 7)], **options)
+    assert out == stream.replace(second, second.replace(b',"output_ids"', b' ,"output_ids"'))
+    broken = first + second.replace(b'" t1"', b'" t1\ndata: x"') + terminal  # LF in a string
+    error = error_of(relay([first, broken[len(first) :]], **options))
+    assert error is not None
+    assert error["message"].startswith("SSE event data is not valid JSON")
+    big = second.replace(b" t1", b" t1" + b"x" * 100)
+    out = relay([first, big, terminal, SSE_DONE], max_event_bytes=len(big) - 3, **options)
+    assert error_of(out) == {
+        "message": f"an SSE event is larger than max_event_bytes ({len(big) - 3} bytes)",
+        "type": "limit_exceeded",
+        "code": 502,
+        "retryable": False,
+    }
+    assert events(out)[0] == first
+    out = relay([first, second, terminal], max_bytes=len(first) + 5, **options)
+    error = error_of(out)
+    assert error is not None
+    assert error["message"].startswith("the stream is larger than max_bytes")
+    assert events(out)[0] == first
+    for cut in (stream[:-20], first + second + b"data: {"):
+        error = error_of(relay([cut[:30], cut[30:]], **options))
+        assert error is not None
+        assert error["message"].startswith("the stream ended inside an event")
+    error = error_of(relay([first, second, SSE_DONE], **options))
+    assert error is not None
+    assert error["message"].startswith("the stream said data: [DONE] after 2 frames")
+
+
+def test_many_middle_frames_in_one_chunk_go_out_as_received() -> None:
+    """The chunk-at-a-time path: every event in SGLang's shape, any chunking."""
+    stream = sse(frames_of(300))
+    rng = random.Random(5)
+    for _ in range(10):
+        cuts = sorted(rng.sample(range(len(stream)), 6))
+        chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+        assert relay(chunks, incremental=True, client_incremental=True) == stream
+    one_terminal_too_many = stream[: -len(SSE_DONE)] + three(True)[2] + SSE_DONE
+    error = error_of(relay([one_terminal_too_many], incremental=True, client_incremental=True))
+    assert error is not None
+    assert error["message"] == "frame 301: it came after the terminal frame (frame 300)"
+
+
 # --- stream mode ---
 
 
