@@ -375,9 +375,12 @@ def _middle(payload: Payload) -> bool:
     Never the data of several ``data`` lines (a bytearray): it goes out as one
     line, its LFs as spaces, which only JSON that parses allows.
     """
-    if type(payload) is bytearray:
+    if type(payload) is bytes:
+        data = payload
+    elif type(payload) is memoryview:
+        data = bytes(payload)
+    else:
         return False
-    data = bytes(payload) if type(payload) is memoryview else payload
     return data[:1] == b"{" and _unparsed([data], data)
 
 
