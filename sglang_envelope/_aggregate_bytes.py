@@ -15,6 +15,7 @@ frame it sends from it (`_BytesAggregator._write`), and, counting only,
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterable, Iterable
 from typing import Any, Final
 
@@ -141,20 +142,24 @@ class _BytesAggregator(StreamAggregator):
         return terminal
 
     def _finish_bytes(self, said_done: bool) -> bytes:
+        """The answer's JSON, written piece by piece as the store lets go of each piece.
+
+        The store holds about the answer's size in JSON text; joining it into
+        the answer at once would hold both whole. Written into a growing
+        buffer, each piece dropped once copied, the peak is the answer and
+        the pieces not yet written: little more than the answer.
+        """
         terminal = self._checked_terminal(said_done)
         if self._mode is False:
             return _ENCODE(terminal)
-        answer = self._write(terminal)
-        self._forget_deltas()
-        return answer
+        values = self._values()
+        self._forget_deltas()  # the pieces now live only in `values`
+        parts, _ = _parts(terminal, values, b"", b"")
+        values.clear()  # and now only in `parts`
+        return _written(parts)
 
-    def _write(self, frame: dict[str, Any], prefix: bytes = b"", suffix: bytes = b"") -> bytes:
-        """`frame` with every delta field so far holding all its deltas, as JSON.
-
-        `frame` may hold `msgspec.Raw` values. The deltas' bytes are copied
-        once, into the result; the pieces are then views of it, so the next
-        write joins one piece per field and what came since.
-        """
+    def _values(self) -> dict[str, list[BytesLike]]:
+        """Per delta field so far, the parts its JSON joins to."""
         self._flush()
         values: dict[str, list[BytesLike]] = {}
         for path, chunks in self._chunks.items():
@@ -163,7 +168,16 @@ class _BytesAggregator(StreamAggregator):
                     values[path] = [b'"', *chunks, b'"']
                 else:
                     values[path] = [b"[", *_commas(chunks), b"]"]
-        out, spans = splice(frame, values, prefix, suffix)
+        return values
+
+    def _write(self, frame: dict[str, Any], prefix: bytes = b"", suffix: bytes = b"") -> bytes:
+        """`frame` with every delta field so far holding all its deltas, as JSON.
+
+        `frame` may hold `msgspec.Raw` values. The deltas' bytes are copied
+        once, into the result; the pieces are then views of it, so the next
+        write joins one piece per field and what came since.
+        """
+        out, spans = splice(frame, self._values(), prefix, suffix)
         view = memoryview(out)
         for path, (start, end) in spans.items():
             self._chunks[path] = [view[start + 1 : end - 1]] if end - start > 2 else []
@@ -214,6 +228,20 @@ def _commas(pieces: list[BytesLike]) -> list[BytesLike]:
     return out
 
 
+def _written(parts: list[BytesLike]) -> bytes:
+    """`b"".join(parts)`, each part let go of once copied (see `_finish_bytes`).
+
+    `io.BytesIO` grows in place and hands over its buffer as the bytes
+    (``getvalue`` copies nothing when no view of it is held).
+    """
+    out = io.BytesIO()
+    for at, part in enumerate(parts):
+        out.write(part)
+        parts[at] = b""
+    del part
+    return out.getvalue()
+
+
 def splice(
     frame: dict[str, Any], values: dict[str, list[BytesLike]], prefix: bytes, suffix: bytes
 ) -> tuple[bytes, dict[str, tuple[int, int]]]:
@@ -226,6 +254,14 @@ def splice(
     go (JSON text holds no raw NUL) and the parts are joined in: each byte of
     them is copied once.
     """
+    parts, spans = _parts(frame, values, prefix, suffix)
+    return b"".join(parts), spans
+
+
+def _parts(
+    frame: dict[str, Any], values: dict[str, list[BytesLike]], prefix: bytes, suffix: bytes
+) -> tuple[list[BytesLike], dict[str, tuple[int, int]]]:
+    """The parts `splice` joins, and the spans of the values in the joined bytes."""
     top = dict(frame)
     meta = top["meta_info"] = dict(frame["meta_info"])
     order = list(values)
@@ -246,7 +282,7 @@ def splice(
         parts.append(skeleton[number + 1])
         at += size + len(skeleton[number + 1])
     parts.append(suffix)
-    return b"".join(parts), spans
+    return parts, spans
 
 
 def aggregate_sse_bytes(
