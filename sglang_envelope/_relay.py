@@ -45,7 +45,13 @@ from sglang_envelope._aggregate import (
 from sglang_envelope._aggregate_bytes import _BytesAggregator, splice
 from sglang_envelope._async import _aiterate
 from sglang_envelope._error_response import error_event
-from sglang_envelope._errors import EngineError, EnvelopeError, ResponseError, show_value
+from sglang_envelope._errors import (
+    EngineError,
+    EnvelopeError,
+    LimitExceeded,
+    ResponseError,
+    show_value,
+)
 from sglang_envelope._frame import check_consistency, decode_json
 from sglang_envelope._sse import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -160,7 +166,9 @@ class _Relay:
                 f"client_incremental: expected a bool, got {show_value(client_incremental)}"
             )
         # Keeps the deltas' JSON only for a cumulative client; counts in any case.
-        self._aggregator = _BytesAggregator(incremental=incremental, keep=not client_incremental)
+        self._aggregator = _BytesAggregator(
+            incremental=incremental, keep=not client_incremental, as_received=True
+        )
         self._aggregation = _SseAggregation(what, self._aggregator, max_bytes, max_event_bytes)
         self._client = client_incremental
         self._last: Payload | None = None  # the last frame sent before the mode was known
@@ -176,7 +184,7 @@ class _Relay:
         """
         if self._passing():
             return self._pass(chunk)
-        payloads, error = self._aggregation.admit(chunk)
+        payloads, error = self._admit(chunk)
         if error is None and payloads and self._aggregator.finished:
             error = self._final_error()
             if error is not None:  # the terminal frame fails: it does not go out
@@ -195,9 +203,11 @@ class _Relay:
         aggregator = self._aggregator
         return aggregator._terminal is None and aggregator.incremental is self._client
 
-    def _pass(self, chunk: BytesLike) -> bytes:
-        """`feed` once frames go out unparsed: the frames the heuristic cannot vouch for are
-        parsed and checked (`_middle`), every event is framed and bounded."""
+    def _bounded(self, chunk: BytesLike) -> tuple[BytesLike, LimitExceeded | None]:
+        """`chunk` within `max_bytes`, and the error when bytes past it were cut off.
+
+        The bytes within the bound are still read, as aggregation reads them.
+        """
         aggregation = self._aggregation
         if not isinstance(chunk, (bytes, bytearray, memoryview)):
             raise EnvelopeError(
@@ -205,11 +215,35 @@ class _Relay:
             )
         aggregation._seen += len(chunk)
         over = aggregation._seen - aggregation._max_bytes
-        limit_error = None
-        if over > 0:  # the bytes within the bound still count, as in aggregation
-            chunk = chunk[: len(chunk) - over]
-            limit_error = _too_big(aggregation._max_bytes, "the stream")
-        decoder = aggregation._decoder
+        if over > 0:
+            return chunk[: len(chunk) - over], _too_big(aggregation._max_bytes, "the stream")
+        return chunk, None
+
+    def _admit(self, chunk: BytesLike) -> tuple[list[Payload], ResponseError | None]:
+        """`_SseAggregation.admit`, events in SGLang's shape read a chunk at a time."""
+        chunk, limit_error = self._bounded(chunk)
+        aggregation, aggregator = self._aggregation, self._aggregator
+        count = aggregator._count
+        shaped = aggregation._decoder._feed_sglang_shaped(chunk)
+        payloads: list[Payload] = []
+        try:
+            if shaped is None:
+                aggregation._payloads = []
+                aggregation._read(chunk)
+                payloads = aggregation._payloads
+            elif shaped[1]:
+                payloads = _payloads(*shaped)
+                aggregator._add_payloads(payloads)
+        except ResponseError as exc:
+            read = aggregation._payloads if shaped is None else payloads
+            return read[: aggregator._count - count], exc
+        return payloads, limit_error
+
+    def _pass(self, chunk: BytesLike) -> bytes:
+        """`feed` once frames go out unparsed: the frames the heuristic cannot vouch for are
+        parsed and checked (`_middle`), every event is framed and bounded."""
+        chunk, limit_error = self._bounded(chunk)
+        decoder = self._aggregation._decoder
         shaped = decoder._feed_sglang_shaped(chunk)
         if shaped is not None:
             out, error = self._send_shaped(*shaped)
@@ -329,7 +363,8 @@ class _Relay:
             if self._aggregator.incremental is None:  # kept in case a cut follows
                 self._last = payloads[-1]
             return _as_received(payloads)
-        fields = _fields(payloads[-1])
+        read = self._aggregator.last_fields
+        fields = read[1] if read is not None and read[0] is payloads[-1] else _fields(payloads[-1])
         if fields is None:
             return b""
         if self._aggregator.incremental:
@@ -344,7 +379,7 @@ class _Relay:
             self._last = None
         values: dict[str, list[BytesLike]] = {}
         sent = _cut(fields, self._sent, values)
-        out, _ = splice(fields, values, b"data: ", b"\n\n")
+        out = splice(fields, values, b"data: ", b"\n\n")
         self._sent = sent  # the next delta starts here
         return out
 
@@ -364,7 +399,7 @@ def _unparsed(events: list[bytes], data: bytes, start: int = 0) -> bool:
     )
 
 
-def _payloads(data: bytes, lines: list[bytes]) -> list[bytes]:
+def _payloads(data: bytes, lines: list[bytes]) -> list[Payload]:
     """The data of events in SGLang's shape, from their lines (`data`: the one event's bytes)."""
     return [data[6:-2]] if lines[0] is data else [line[6:] for line in lines]
 
