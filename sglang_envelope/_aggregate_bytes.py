@@ -118,16 +118,22 @@ class _BytesAggregator(StreamAggregator):
     def _add_as_received(self, payloads: list[Payload], at: int) -> int:
         """`_add_deltas` keeping each delta's JSON as it came, not decoded and encoded again.
 
-        For a relay that writes a frame for every chunk it reads: the view
-        checks every byte and counts, and the frame's keys, decoded as Raw
-        (`_raw_fields`), give the deltas' JSON and the frame to write.
+        For a relay that writes a frame for every chunk it reads, from the
+        chunk's last frame: that frame is read by the view, which checks every
+        byte and counts, and its keys, decoded as Raw (`_raw_fields`), give its
+        deltas' JSON and the frame to write. The frames before it in the chunk
+        are read as `aggregate_sse_bytes` reads them (their deltas encoded once
+        for the chunk, which costs less than a second decoding of each).
         """
+        last = len(payloads) - 1
+        if at < last:
+            return super()._add_deltas(payloads[:last], at)
         self._flush()  # the deltas of frames added before, first
         decode = _INCREMENTAL_DECODER.decode
         index = self._index
         counts = self._counts
         present = self._present
-        while at < len(payloads):
+        while at < len(payloads):  # the last frame
             payload = payloads[at]
             at += 1
             frame = _intermediate_view(decode, payload, index)

@@ -2,15 +2,22 @@
 
 The engine streams in one mode (see `_aggregate`) and the client asked for one.
 The relay reads the engine's SSE bytes and writes client-ready SSE bytes, ending
-with ``data: [DONE]\\n\\n`` as SGLang's ``http_server.stream_results`` does:
+with ``data: [DONE]\\n\\n`` as SGLang's ``http_server.stream_results`` does.
+A failure becomes SGLang's error frame (`error_event`) and ``[DONE]``, never an
+exception: the client already has a 200 and maybe frames, and SGLang answers a
+failed stream the same way.
 
-* same mode, or while the mode is not known: every event's data goes out as
-  received, framed as SGLang frames it;
-* incremental engine, cumulative client: the deltas are kept as JSON text
-  (`_aggregate_bytes`, the store `aggregate_sse_bytes` uses), and each frame
-  sent is the last frame read with those texts spliced in;
-* cumulative engine, incremental client: each delta is cut from the cumulative
-  field's JSON elements, as SGLang cuts them
+Until the engine's mode is known (``incremental=None``: detected from the
+frames), and whenever it differs from the client's, every frame is read by the
+aggregation core (`_aggregate._SseAggregation`, its mode detection and
+bounds): a frame goes out only once admitted, the terminal frame only after
+aggregation's final checks.
+
+* Converting, incremental engine to cumulative client: the deltas are kept as
+  the JSON text they came in (`_aggregate_bytes`, one growing buffer a field),
+  and each frame sent is the last frame read with those texts spliced in.
+* Converting, cumulative engine to incremental client: each delta is cut from
+  the cumulative field's JSON elements, as SGLang cuts them
   (``tokenizer_manager._slice_streaming_output_meta_info``).
 
 A converted stream sends at most one frame per chunk read, the latest state,
@@ -18,12 +25,31 @@ as SGLang itself does when frames queue up behind a slow reader
 (``_wait_one_response``: the last of a cumulative backlog, a
 ``_coalesce_streaming_chunks`` of an incremental one).
 
-The checks are aggregation's, made by the aggregation core itself
-(`_aggregate._SseAggregation`, with its mode detection and bounds): a frame
-goes out only once admitted, and the terminal frame only after the final
-checks. A failure becomes SGLang's error frame (`error_event`) and ``[DONE]``,
-never an exception: the client already has a 200 and maybe frames, and SGLang
-answers a failed stream the same way.
+In the same mode, once the mode is known, the relay is a checked
+pass-through, as a direct connection to SGLang would deliver the frames:
+
+* checked on every event: the SSE framing (an event goes out as SGLang frames
+  it, ``data: <data>\\n\\n``), `max_bytes`, `max_event_bytes`, the stream's
+  end (inside an event, or without a terminal frame), nothing after
+  ``[DONE]``;
+* parsed and checked as aggregation checks them: the stream's first frame;
+  every frame `_middle` cannot vouch for: an error frame (SGLang's holds no
+  finish_reason) and the terminal frame, nothing after it, and, for a
+  cumulative stream, the terminal frame's counts (it is the answer); a frame
+  whose data does not begin with ``{`` (refused as aggregation refuses it),
+  and one of several ``data`` lines;
+* passed unparsed: a frame whose data holds exactly one ``"finish_reason"``,
+  written ``"finish_reason":null`` as SGLang's orjson writes a middle frame,
+  and no ``\\u00`` escape that could spell another. Such a frame is not
+  terminal whatever else it holds, and its JSON is not read: a malformed one
+  reaches the client as a direct connection would deliver it, and an
+  incremental stream's deltas are not counted (the terminal frame's counts go
+  unchecked). A frame the heuristic cannot vouch for is only parsed, never
+  passed wrongly.
+
+`SseDecoder._feed_sglang_shaped` reads a chunk of events in SGLang's shape at
+once (C-level ``find`` and ``split``); the heuristic runs over the chunk's
+bytes (`_unparsed`), and the chunk's events go out as one ``bytes`` slice.
 """
 
 from __future__ import annotations
@@ -89,11 +115,13 @@ def relay_sse(
     `incremental` is the engine's mode (None: detected from the frames);
     `client_incremental` the mode the client gets (False, SGLang's default:
     cumulative). Yields the events each chunk completed, ending with
-    ``data: [DONE]\\n\\n``. A stream aggregation would refuse (`EngineError`,
-    `ResponseError`, `LimitExceeded`) ends with SGLang's error frame and
-    ``[DONE]`` instead of raising; an abort frame is relayed as SGLang sends
-    it. Raises `EnvelopeError` at once for bad arguments, and for a chunk that
-    is not bytes.
+    ``data: [DONE]\\n\\n``. A fault the relay finds (`EngineError`,
+    `ResponseError`, `LimitExceeded`, aggregation's verdicts) ends the stream
+    with SGLang's error frame and ``[DONE]`` instead of raising; an abort frame
+    is relayed as SGLang sends it. In the same mode the frames SGLang writes
+    as middle frames pass unparsed (see the module's docstring). Raises
+    `EnvelopeError` at once for bad arguments, and for a chunk that is not
+    bytes.
     """
     relay = _Relay("relay_sse", incremental, client_incremental, max_bytes, max_event_bytes)
     return _relay(relay, _iterate(chunks, "relay_sse chunks"))
