@@ -6,11 +6,14 @@ detection, bounds and verdicts), but after each chunk of the stream it
 encodes the deltas that chunk brought, once, and drops their objects: only the
 JSON text of the deltas lives to the end. The terminal frame is then encoded
 with placeholders where the delta fields go, and the texts are spliced in
-(`splice`).
+(`splice`), written piece by piece as the store lets go of each piece
+(`_written`), so that the store and the answer are never both whole.
 
 The same store serves `relay_sse` to a cumulative client, which writes each
-frame it sends from it (`_BytesAggregator._write`), and, counting only,
-`relay_sse` to a client of the engine's own mode.
+frame it sends from it (`_BytesAggregator._write`; with ``as_received`` a
+field's store is one growing buffer, and a chunk's last frame keeps its
+deltas' JSON as it came), and, counting only, `relay_sse` while it detects
+the mode of a stream relayed in the client's mode.
 """
 
 from __future__ import annotations
@@ -59,7 +62,9 @@ class _BytesAggregator(StreamAggregator):
     chunk of the stream brought are then encoded at once and the objects
     dropped, so only the JSON text of the deltas lives to the end. With
     ``keep=False`` only their counts are kept (a relay to a client of the
-    engine's own mode needs no more for aggregation's final checks).
+    engine's own mode needs no more for aggregation's final checks). With
+    ``as_received`` (a relay writing a frame a chunk) see `_add_as_received`
+    and `_keep_json`.
     """
 
     __slots__ = ("_as_received", "_counts", "_keep", "_stores", "last_fields")
