@@ -574,6 +574,24 @@ def test_framing_and_bounds_are_checked_on_every_event(mode: bool) -> None:
     assert error["message"].startswith("the stream said data: [DONE] after 2 frames")
 
 
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), engine=st.booleans(), detect=st.booleans())
+def test_same_mode_any_form_any_chunking_sends_sglangs_frames(
+    data: st.DataObject, engine: bool, detect: bool
+) -> None:
+    """Line ends, BOM, comments, fields, several data lines: each frame goes out once, in order,
+    as SGLang frames it (its data as received, several lines joined by spaces)."""
+    cumulative, incremental = data.draw(relay_generations())
+    frames = incremental if engine else cumulative
+    stream = data.draw(sse_transcripts(frames))
+    chunks = data.draw(chunkings(stream))
+    out = relay(chunks, incremental=None if detect else engine, client_incremental=engine)
+    sent = events(out)
+    assert sent[-1] == SSE_DONE
+    assert all(event.startswith(b"data: {") and event.count(b"\n") == 2 for event in sent[:-1])
+    assert [json.loads(event[6:]) for event in sent[:-1]] == frames
+
+
 def test_many_middle_frames_in_one_chunk_go_out_as_received() -> None:
     """The chunk-at-a-time path: every event in SGLang's shape, any chunking."""
     stream = sse(frames_of(300))
