@@ -9,7 +9,9 @@ The decoder splits each chunk into lines once (``bytes.split`` on LF, a memchr
 scan) and keeps an unfinished line in one growing ``bytearray``, so the cost is
 linear in the stream. Runs of lines in SGLang's own shape, a ``data: `` line
 then a blank line, are recognised a whole chunk at a time; anything else goes
-through the line-by-line WHATWG rules.
+through the line-by-line WHATWG rules. `SseDecoder._feed_sglang_shaped` reads
+a chunk whose events are all in that shape at once and returns their bytes as
+received, for a relay that passes them on (`_relay`).
 """
 
 from __future__ import annotations
@@ -198,8 +200,9 @@ class SseDecoder:
         stand for the line when there is one event); the payloads are the lines
         past their first 6 bytes, as `_feed_raw` would return them.
 
-        None when the decoder is inside an event, at the stream's start, past
-        ``[DONE]``, or when `data` holds anything else, an event near
+        None when the decoder is inside an event, past ``[DONE]``, at the
+        stream's start unless `data` begins with ``d`` (so no BOM), or when
+        `data` holds anything else, ``[DONE]`` and an event near
         `max_event_bytes` included: the decoder is then unchanged, and
         `_feed_raw(data)` reads it by the WHATWG rules. The scans are C-level
         (``find``, ``split``): no Python work per byte, little per event.
