@@ -277,6 +277,7 @@ class _Relay:
             out, error = self._send_shaped(*shaped)
         else:
             out, error = self._send_read(decoder, chunk)
+        self._aggregator._flush()  # the deltas of the frames parsed: counted, objects dropped
         error = error or limit_error
         if error is None and self._aggregator._terminal is not None:
             error = self._terminal_error()  # after the chunk's own faults, as aggregation
