@@ -6,15 +6,19 @@ detection, bounds and verdicts), but after each chunk of the stream it
 encodes the deltas that chunk brought, once, and drops their objects: only the
 JSON text of the deltas lives to the end. The terminal frame is then encoded
 with placeholders where the delta fields go, and the texts are spliced in
-(`splice`).
+(`splice`), written piece by piece as the store lets go of each piece
+(`_written`), so that the store and the answer are never both whole.
 
 The same store serves `relay_sse` to a cumulative client, which writes each
-frame it sends from it (`_BytesAggregator._write`), and, counting only,
-`relay_sse` to a client of the engine's own mode.
+frame it sends from it (`_BytesAggregator._write`; with ``as_received`` a
+field's store is one growing buffer, and a chunk's last frame keeps its
+deltas' JSON as it came), and, counting only, `relay_sse` while it detects
+the mode of a stream relayed in the client's mode.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterable, Iterable
 from typing import Any, Final
 
@@ -41,9 +45,14 @@ __all__ = ["aggregate_sse_bytes", "aggregate_sse_bytes_async"]
 
 _ENCODE: Final = msgspec.json.Encoder().encode
 _MARK: Final = b"\x00"  # never in msgspec's JSON output, which escapes control characters
-_MARKS: Final = tuple(msgspec.Raw(b"%b%d%b" % (_MARK, n, _MARK)) for n in range(len(DELTA_FIELDS)))
+_MARKS: Final = {
+    path: msgspec.Raw(b"%b%d%b" % (_MARK, n, _MARK)) for n, (path, _) in enumerate(DELTA_FIELDS)
+}
+_MARKED: Final = {b"%d" % n: path for n, (path, _) in enumerate(DELTA_FIELDS)}
 _PLACES: Final = {path: (in_meta, key) for path, key, in_meta, _ in _ROWS}
 _TEXT: Final = "text"  # the one string field of DELTA_FIELDS: its pieces join without commas
+_FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_KEYS: Final = tuple((path, key, in_meta) for path, key, in_meta, _ in _ROWS)
 
 
 class _BytesAggregator(StreamAggregator):
@@ -53,28 +62,39 @@ class _BytesAggregator(StreamAggregator):
     chunk of the stream brought are then encoded at once and the objects
     dropped, so only the JSON text of the deltas lives to the end. With
     ``keep=False`` only their counts are kept (a relay to a client of the
-    engine's own mode needs no more for aggregation's final checks).
+    engine's own mode needs no more for aggregation's final checks). With
+    ``as_received`` (a relay writing a frame a chunk) see `_add_as_received`
+    and `_keep_json`.
     """
 
-    __slots__ = ("_chunks", "_counts", "_keep")
+    __slots__ = ("_as_received", "_counts", "_keep", "_stores", "last_fields")
 
-    def __init__(self, *, incremental: bool | None, keep: bool = True) -> None:
+    def __init__(
+        self, *, incremental: bool | None, keep: bool = True, as_received: bool = False
+    ) -> None:
         super().__init__(incremental=incremental)
         self._keep = keep
-        # Per path: the JSON inside its quotes or brackets, in pieces (no commas between).
-        self._chunks: dict[str, list[BytesLike]] = {path: [] for path, _ in DELTA_FIELDS}
-        self._counts = dict.fromkeys(self._chunks, 0)
+        self._as_received = as_received
+        # Per path: the JSON inside its quotes or brackets so far, in pieces (no commas
+        # between): one exact-size piece a chunk read, or, for a relay that writes a frame a
+        # chunk, one growing buffer (`_keep_json`).
+        self._stores: dict[str, list[BytesLike]] = {path: [] for path, _ in DELTA_FIELDS}
+        self._counts = dict.fromkeys(self._stores, 0)
+        # With as_received: the payload last read, and its keys (meta_info's too) as Raw.
+        self.last_fields: tuple[Payload, dict[str, Any]] | None = None
 
     def _add_payloads(self, payloads: list[Payload]) -> None:
         super()._add_payloads(payloads)
         self._flush()
 
     def _add_deltas(self, payloads: list[Payload], at: int) -> int:
-        """`StreamAggregator._add_deltas`, or, when only counts are kept, a count of them.
+        """`StreamAggregator._add_deltas`, keeping the deltas' JSON or only their counts.
 
-        Every byte is checked by the same view; the counted arrays are
-        counted, and each frame is dropped at once.
+        Every byte is checked by the same view. When only counts are kept, the
+        counted arrays are counted, and each frame is dropped at once.
         """
+        if self._as_received and self._keep:
+            return self._add_as_received(payloads, at)
         if self._keep:
             return super()._add_deltas(payloads, at)
         decode = _INCREMENTAL_DECODER.decode
@@ -100,17 +120,76 @@ class _BytesAggregator(StreamAggregator):
                 self._present.add("meta_info.output_token_sampling_mask")
         return at
 
+    def _add_as_received(self, payloads: list[Payload], at: int) -> int:
+        """`_add_deltas` keeping each delta's JSON as it came, not decoded and encoded again.
+
+        For a relay that writes a frame for every chunk it reads, from the
+        chunk's last frame: that frame is read by the view, which checks every
+        byte and counts, and its keys, decoded as Raw (`_raw_fields`), give its
+        deltas' JSON and the frame to write. The frames before it in the chunk
+        are read as `aggregate_sse_bytes` reads them (their deltas encoded once
+        for the chunk, which costs less than a second decoding of each).
+        """
+        last = len(payloads) - 1
+        if at < last:
+            return super()._add_deltas(payloads[:last], at)
+        self._flush()  # the deltas of frames added before, first
+        decode = _INCREMENTAL_DECODER.decode
+        index = self._index
+        counts = self._counts
+        present = self._present
+        while at < len(payloads):  # the last frame
+            payload = payloads[at]
+            at += 1
+            frame = _intermediate_view(decode, payload, index)
+            fields = None if frame is None else _raw_fields(payload)
+            if fields is None:
+                self.add(decode_frame(payload))
+                return at
+            self._count += 1
+            meta, raw = frame.meta_info, fields["meta_info"]
+            for path, key, in_meta in _KEYS:
+                json = (raw if in_meta else fields).get(key)
+                if json is None:
+                    continue
+                value = getattr(meta if in_meta else frame, key)
+                present.add(path)
+                counts[path] += len(value)  # entries, or characters of the text
+                if value:
+                    self._keep_json(path, memoryview(json)[1:-1])
+            self.last_fields = (payload, fields)
+        return at
+
+    def _keep_json(self, path: str, inside: memoryview) -> None:
+        """Store a delta's JSON inside its quotes or brackets (not empty).
+
+        A relay's store is one buffer a field, which each frame written copies
+        once; `aggregate_sse_bytes`'s is exact-size pieces, let go of one by
+        one as the answer is written (`_written`).
+        """
+        pieces = self._stores[path]
+        if not self._as_received:
+            pieces.append(bytes(inside))
+        elif pieces:
+            store = pieces[0]
+            assert type(store) is bytearray
+            if path != _TEXT:
+                store += b","
+            store += inside
+        else:
+            pieces.append(bytearray(inside))
+
     def _flush(self) -> None:
         """Move the deltas collected so far from objects to JSON text."""
+        if not any(self._pieces.values()):
+            return
         for path, pieces in self._pieces.items():
             if not pieces:
                 continue
             value: Any = "".join(pieces) if path == _TEXT else pieces
             self._counts[path] += len(value)  # entries, or characters of the text
             if value and self._keep:
-                # Inside the "" or [], copied to its exact size: the encoder's
-                # buffer has room to spare.
-                self._chunks[path].append(_ENCODE(value)[1:-1])
+                self._keep_json(path, memoryview(_ENCODE(value))[1:-1])
             pieces.clear()
 
     def _total(self, path: str) -> int:
@@ -118,8 +197,8 @@ class _BytesAggregator(StreamAggregator):
 
     def _forget_deltas(self) -> None:
         super()._forget_deltas()
-        self._chunks = {path: [] for path, _ in DELTA_FIELDS}
-        self._counts = dict.fromkeys(self._chunks, 0)
+        self._stores = {path: [] for path, _ in DELTA_FIELDS}
+        self._counts = dict.fromkeys(self._stores, 0)
 
     def _checked_terminal(self, said_done: bool) -> dict[str, Any]:
         """The terminal frame, once aggregation's final checks pass on the answer.
@@ -141,33 +220,38 @@ class _BytesAggregator(StreamAggregator):
         return terminal
 
     def _finish_bytes(self, said_done: bool) -> bytes:
+        """The answer's JSON, written piece by piece as the store lets go of each piece.
+
+        The store holds about the answer's size in JSON text; joining it into
+        the answer at once would hold both whole. Written into a growing
+        buffer, each piece dropped once copied, the peak is the answer and
+        the pieces not yet written: little more than the answer.
+        """
         terminal = self._checked_terminal(said_done)
         if self._mode is False:
             return _ENCODE(terminal)
-        answer = self._write(terminal)
-        self._forget_deltas()
-        return answer
+        values = self._values()
+        self._forget_deltas()  # the pieces now live only in `values`
+        parts = _parts(terminal, values, b"", b"")
+        values.clear()  # and now only in `parts`
+        return _written(parts)
+
+    def _values(self) -> dict[str, list[BytesLike]]:
+        """Per delta field so far, the parts its JSON joins to."""
+        self._flush()
+        return {
+            path: [b'"', *pieces, b'"'] if path == _TEXT else [b"[", *_commas(pieces), b"]"]
+            for path, pieces in self._stores.items()
+            if path in self._present
+        }
 
     def _write(self, frame: dict[str, Any], prefix: bytes = b"", suffix: bytes = b"") -> bytes:
         """`frame` with every delta field so far holding all its deltas, as JSON.
 
-        `frame` may hold `msgspec.Raw` values. The deltas' bytes are copied
-        once, into the result; the pieces are then views of it, so the next
-        write joins one piece per field and what came since.
+        `frame` may hold `msgspec.Raw` values. Each stored byte is copied once,
+        into the result.
         """
-        self._flush()
-        values: dict[str, list[BytesLike]] = {}
-        for path, chunks in self._chunks.items():
-            if path in self._present:
-                if path == _TEXT:
-                    values[path] = [b'"', *chunks, b'"']
-                else:
-                    values[path] = [b"[", *_commas(chunks), b"]"]
-        out, spans = splice(frame, values, prefix, suffix)
-        view = memoryview(out)
-        for path, (start, end) in spans.items():
-            self._chunks[path] = [view[start + 1 : end - 1]] if end - start > 2 else []
-        return out
+        return splice(frame, self._values(), prefix, suffix)
 
     def _check_counts(self, meta: dict[str, Any]) -> None:
         """`check_consistency` on the answer, with the arrays' lengths for the arrays."""
@@ -205,6 +289,17 @@ if {path for _, path, _ in CONSISTENCY} != {  # pragma: no cover
     raise AssertionError("_BytesAggregator._add_deltas must count what CONSISTENCY counts")
 
 
+def _raw_fields(payload: Payload) -> dict[str, Any] | None:
+    """A frame's keys and meta_info's keys, each value its JSON (`msgspec.Raw`); None for
+    JSON that is not two such objects."""
+    try:
+        fields: dict[str, Any] = _FIELDS.decode(payload)
+        fields["meta_info"] = _FIELDS.decode(fields["meta_info"])
+    except (msgspec.DecodeError, KeyError, RecursionError):
+        return None
+    return fields
+
+
 def _commas(pieces: list[BytesLike]) -> list[BytesLike]:
     """Array insides, with the commas that join them."""
     if len(pieces) < 2:
@@ -214,11 +309,25 @@ def _commas(pieces: list[BytesLike]) -> list[BytesLike]:
     return out
 
 
+def _written(parts: list[BytesLike]) -> bytes:
+    """`b"".join(parts)`, each part let go of once copied (see `_finish_bytes`).
+
+    `io.BytesIO` grows in place and hands over its buffer as the bytes
+    (``getvalue`` copies nothing when no view of it is held).
+    """
+    out = io.BytesIO()
+    for at, part in enumerate(parts):
+        out.write(part)
+        parts[at] = b""
+    del part
+    return out.getvalue()
+
+
 def splice(
     frame: dict[str, Any], values: dict[str, list[BytesLike]], prefix: bytes, suffix: bytes
-) -> tuple[bytes, dict[str, tuple[int, int]]]:
+) -> bytes:
     """`frame` as JSON between `prefix` and `suffix`, each `DELTA_FIELDS` path of `values`
-    holding the JSON its parts join to; and where each such value lies in the result.
+    holding the JSON its parts join to.
 
     A field keeps its place among the frame's keys; one the frame lacks goes
     last in its object, as SGLang's ``_coalesce_streaming_chunks`` puts it.
@@ -226,27 +335,26 @@ def splice(
     go (JSON text holds no raw NUL) and the parts are joined in: each byte of
     them is copied once.
     """
+    return b"".join(_parts(frame, values, prefix, suffix))
+
+
+def _parts(
+    frame: dict[str, Any], values: dict[str, list[BytesLike]], prefix: bytes, suffix: bytes
+) -> list[BytesLike]:
+    """The parts `splice` joins."""
     top = dict(frame)
     meta = top["meta_info"] = dict(frame["meta_info"])
-    order = list(values)
-    for number, path in enumerate(order):
+    for path in values:
         in_meta, key = _PLACES[path]
-        (meta if in_meta else top)[key] = _MARKS[number]
-    # The JSON around the marks, and at odd places their numbers, in key order.
+        (meta if in_meta else top)[key] = _MARKS[path]
+    # The JSON around the marks, and at odd places the paths they stand for, in key order.
     skeleton = _ENCODE(top).split(_MARK)
     parts: list[BytesLike] = [prefix, skeleton[0]]
-    spans: dict[str, tuple[int, int]] = {}
-    at = len(prefix) + len(skeleton[0])
-    for number in range(1, len(skeleton), 2):
-        path = order[int(skeleton[number])]
-        value = values[path]
-        size = sum(map(len, value))
-        spans[path] = (at, at + size)
-        parts += value
-        parts.append(skeleton[number + 1])
-        at += size + len(skeleton[number + 1])
+    for at in range(1, len(skeleton), 2):
+        parts += values[_MARKED[skeleton[at]]]
+        parts.append(skeleton[at + 1])
     parts.append(suffix)
-    return b"".join(parts), spans
+    return parts
 
 
 def aggregate_sse_bytes(

@@ -2,15 +2,22 @@
 
 The engine streams in one mode (see `_aggregate`) and the client asked for one.
 The relay reads the engine's SSE bytes and writes client-ready SSE bytes, ending
-with ``data: [DONE]\\n\\n`` as SGLang's ``http_server.stream_results`` does:
+with ``data: [DONE]\\n\\n`` as SGLang's ``http_server.stream_results`` does.
+A failure becomes SGLang's error frame (`error_event`) and ``[DONE]``, never an
+exception: the client already has a 200 and maybe frames, and SGLang answers a
+failed stream the same way.
 
-* same mode, or while the mode is not known: every event's data goes out as
-  received, framed as SGLang frames it;
-* incremental engine, cumulative client: the deltas are kept as JSON text
-  (`_aggregate_bytes`, the store `aggregate_sse_bytes` uses), and each frame
-  sent is the last frame read with those texts spliced in;
-* cumulative engine, incremental client: each delta is cut from the cumulative
-  field's JSON elements, as SGLang cuts them
+Until the engine's mode is known (``incremental=None``: detected from the
+frames), and whenever it differs from the client's, every frame is read by the
+aggregation core (`_aggregate._SseAggregation`, its mode detection and
+bounds): a frame goes out only once admitted, the terminal frame only after
+aggregation's final checks.
+
+* Converting, incremental engine to cumulative client: the deltas are kept as
+  the JSON text they came in (`_aggregate_bytes`, one growing buffer a field),
+  and each frame sent is the last frame read with those texts spliced in.
+* Converting, cumulative engine to incremental client: each delta is cut from
+  the cumulative field's JSON elements, as SGLang cuts them
   (``tokenizer_manager._slice_streaming_output_meta_info``).
 
 A converted stream sends at most one frame per chunk read, the latest state,
@@ -18,29 +25,68 @@ as SGLang itself does when frames queue up behind a slow reader
 (``_wait_one_response``: the last of a cumulative backlog, a
 ``_coalesce_streaming_chunks`` of an incremental one).
 
-The checks are aggregation's, made by the aggregation core itself
-(`_aggregate._SseAggregation`, with its mode detection and bounds): a frame
-goes out only once admitted, and the terminal frame only after the final
-checks. A failure becomes SGLang's error frame (`error_event`) and ``[DONE]``,
-never an exception: the client already has a 200 and maybe frames, and SGLang
-answers a failed stream the same way.
+In the same mode, once the mode is known, the relay is a checked
+pass-through, as a direct connection to SGLang would deliver the frames:
+
+* checked on every event: the SSE framing (an event goes out as SGLang frames
+  it, ``data: <data>\\n\\n``), `max_bytes`, `max_event_bytes`, the stream's
+  end (inside an event, or without a terminal frame), nothing after
+  ``[DONE]``;
+* parsed and checked as aggregation checks them: the stream's first frame;
+  every frame `_middle` cannot vouch for: an error frame (SGLang's holds no
+  finish_reason) and the terminal frame, nothing after it, and, for a
+  cumulative stream, the terminal frame's counts (it is the answer); a frame
+  whose data does not begin with ``{`` (refused as aggregation refuses it),
+  and one of several ``data`` lines;
+* passed unparsed: a frame whose data holds exactly one ``"finish_reason"``,
+  written ``"finish_reason":null`` as SGLang's orjson writes a middle frame,
+  and no ``\\u00`` escape that could spell another. Such a frame is not
+  terminal whatever else it holds, and its JSON is not read: a malformed one
+  reaches the client as a direct connection would deliver it, and an
+  incremental stream's deltas are not counted (the terminal frame's counts go
+  unchecked). A frame the heuristic cannot vouch for is only parsed, never
+  passed wrongly.
+
+`SseDecoder._feed_sglang_shaped` reads a chunk of events in SGLang's shape at
+once (C-level ``find`` and ``split``); the heuristic runs over the chunk's
+bytes (`_unparsed`), and the chunk's events go out as one ``bytes`` slice.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
+from itertools import repeat
 from typing import Any, Final
 
 import msgspec
 from msgspec import Raw
 
-from sglang_envelope._aggregate import DEFAULT_MAX_BYTES, DELTA_FIELDS, _iterate, _SseAggregation
+from sglang_envelope._aggregate import (
+    DEFAULT_MAX_BYTES,
+    DELTA_FIELDS,
+    _iterate,
+    _SseAggregation,
+    _too_big,
+)
 from sglang_envelope._aggregate_bytes import _BytesAggregator, splice
 from sglang_envelope._async import _aiterate
 from sglang_envelope._error_response import error_event
-from sglang_envelope._errors import EngineError, EnvelopeError, ResponseError, show_value
-from sglang_envelope._frame import decode_json
-from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, SSE_DONE, BytesLike, Payload
+from sglang_envelope._errors import (
+    EngineError,
+    EnvelopeError,
+    LimitExceeded,
+    ResponseError,
+    show_value,
+)
+from sglang_envelope._frame import check_consistency, decode_json
+from sglang_envelope._sse import (
+    DEFAULT_MAX_EVENT_BYTES,
+    SSE_DONE,
+    BytesLike,
+    Payload,
+    SseDecoder,
+    decode_frame,
+)
 
 __all__ = ["relay_sse", "relay_sse_async"]
 
@@ -48,6 +94,9 @@ _ENCODE: Final = msgspec.json.Encoder().encode
 _FIELDS: Final = msgspec.json.Decoder(dict[str, Raw])
 _ELEMENTS: Final = msgspec.json.Decoder(list[Raw])
 # (dotted path, key in its parent, parent is meta_info, the field is a string)
+_NOT_TERMINAL: Final = b'"finish_reason":null'  # as SGLang's orjson writes a middle frame
+_FINISH_KEY: Final = b'"finish_reason"'
+_ESCAPE: Final = b"\\u00"  # how a key could spell "finish_reason" without those bytes
 _ROWS: Final = tuple(
     (path, path.rpartition(".")[2], "." in path, kind is str) for path, kind in DELTA_FIELDS
 )
@@ -66,11 +115,13 @@ def relay_sse(
     `incremental` is the engine's mode (None: detected from the frames);
     `client_incremental` the mode the client gets (False, SGLang's default:
     cumulative). Yields the events each chunk completed, ending with
-    ``data: [DONE]\\n\\n``. A stream aggregation would refuse (`EngineError`,
-    `ResponseError`, `LimitExceeded`) ends with SGLang's error frame and
-    ``[DONE]`` instead of raising; an abort frame is relayed as SGLang sends
-    it. Raises `EnvelopeError` at once for bad arguments, and for a chunk that
-    is not bytes.
+    ``data: [DONE]\\n\\n``. A fault the relay finds (`EngineError`,
+    `ResponseError`, `LimitExceeded`, aggregation's verdicts) ends the stream
+    with SGLang's error frame and ``[DONE]`` instead of raising; an abort frame
+    is relayed as SGLang sends it. In the same mode the frames SGLang writes
+    as middle frames pass unparsed (see the module's docstring). Raises
+    `EnvelopeError` at once for bad arguments, and for a chunk that is not
+    bytes.
     """
     relay = _Relay("relay_sse", incremental, client_incremental, max_bytes, max_event_bytes)
     return _relay(relay, _iterate(chunks, "relay_sse chunks"))
@@ -116,7 +167,15 @@ async def _relay_async(relay: _Relay, chunks: AsyncIterator[BytesLike]) -> Async
 class _Relay:
     """The sans-I/O relay: `feed` engine bytes, get client bytes; `close` at the end."""
 
-    __slots__ = ("_aggregation", "_aggregator", "_client", "_last", "_sent", "ended")
+    __slots__ = (
+        "_aggregation",
+        "_aggregator",
+        "_client",
+        "_last",
+        "_sent",
+        "_terminal_size",
+        "ended",
+    )
 
     def __init__(
         self,
@@ -135,11 +194,14 @@ class _Relay:
                 f"client_incremental: expected a bool, got {show_value(client_incremental)}"
             )
         # Keeps the deltas' JSON only for a cumulative client; counts in any case.
-        self._aggregator = _BytesAggregator(incremental=incremental, keep=not client_incremental)
+        self._aggregator = _BytesAggregator(
+            incremental=incremental, keep=not client_incremental, as_received=True
+        )
         self._aggregation = _SseAggregation(what, self._aggregator, max_bytes, max_event_bytes)
         self._client = client_incremental
         self._last: Payload | None = None  # the last frame sent before the mode was known
         self._sent: dict[str, Any] = {}  # what the last frame sent holds, once converting (_cut)
+        self._terminal_size = 0  # the bytes of the last frame parsed as sent
         self.ended = False  # a failure was written: the stream is over
 
     def feed(self, chunk: BytesLike) -> bytes:
@@ -148,7 +210,9 @@ class _Relay:
         After a failure they end with the error frame and ``[DONE]``, and
         `ended` is true: feed nothing more.
         """
-        payloads, error = self._aggregation.admit(chunk)
+        if self._passing():
+            return self._pass(chunk)
+        payloads, error = self._admit(chunk)
         if error is None and payloads and self._aggregator.finished:
             error = self._final_error()
             if error is not None:  # the terminal frame fails: it does not go out
@@ -161,6 +225,140 @@ class _Relay:
             return out
         self.ended = True
         return out + error_event(error) + SSE_DONE
+
+    def _passing(self) -> bool:
+        """Whether frames may go out unparsed: the mode is known and the client's."""
+        aggregator = self._aggregator
+        return aggregator._terminal is None and aggregator.incremental is self._client
+
+    def _bounded(self, chunk: BytesLike) -> tuple[BytesLike, LimitExceeded | None]:
+        """`chunk` within `max_bytes`, and the error when bytes past it were cut off.
+
+        The bytes within the bound are still read, as aggregation reads them.
+        """
+        aggregation = self._aggregation
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            raise EnvelopeError(
+                f"{aggregation._what} chunk: expected bytes, got {type(chunk).__name__}"
+            )
+        aggregation._seen += len(chunk)
+        over = aggregation._seen - aggregation._max_bytes
+        if over > 0:
+            return chunk[: len(chunk) - over], _too_big(aggregation._max_bytes, "the stream")
+        return chunk, None
+
+    def _admit(self, chunk: BytesLike) -> tuple[list[Payload], ResponseError | None]:
+        """`_SseAggregation.admit`, events in SGLang's shape read a chunk at a time."""
+        chunk, limit_error = self._bounded(chunk)
+        aggregation, aggregator = self._aggregation, self._aggregator
+        count = aggregator._count
+        shaped = aggregation._decoder._feed_sglang_shaped(chunk)
+        payloads: list[Payload] = []
+        try:
+            if shaped is None:
+                aggregation._payloads = []
+                aggregation._read(chunk)
+                payloads = aggregation._payloads
+            elif shaped[1]:
+                payloads = _payloads(*shaped)
+                aggregator._add_payloads(payloads)
+        except ResponseError as exc:
+            read = aggregation._payloads if shaped is None else payloads
+            return read[: aggregator._count - count], exc
+        return payloads, limit_error
+
+    def _pass(self, chunk: BytesLike) -> bytes:
+        """`feed` once frames go out unparsed: the frames the heuristic cannot vouch for are
+        parsed and checked (`_middle`), every event is framed and bounded."""
+        chunk, limit_error = self._bounded(chunk)
+        decoder = self._aggregation._decoder
+        shaped = decoder._feed_sglang_shaped(chunk)
+        if shaped is not None:
+            out, error = self._send_shaped(*shaped)
+        else:
+            out, error = self._send_read(decoder, chunk)
+        self._aggregator._flush()  # the deltas of the frames parsed: counted, objects dropped
+        error = error or limit_error
+        if error is None and self._aggregator._terminal is not None:
+            error = self._terminal_error()  # after the chunk's own faults, as aggregation
+            if error is not None:  # the terminal frame, last sent, does not go out
+                out = out[: len(out) - self._terminal_size]
+        if error is None:
+            return out
+        self.ended = True
+        return out + error_event(error) + SSE_DONE
+
+    def _send_shaped(self, data: bytes, lines: list[bytes]) -> tuple[bytes, ResponseError | None]:
+        """`_check_each` for events in SGLang's shape (`SseDecoder._feed_sglang_shaped`),
+        all of them sent at once, as received, when `_unparsed` vouches for them."""
+        if not lines:
+            return b"", None
+        head = b""
+        if self._aggregator._count == 0:  # the stream's first frame
+            head, error = self._check_each(_payloads(data, lines[:1]))
+            if error is not None:
+                return head, error
+            lines = lines[1:]
+        if not lines or _unparsed(lines, data, len(head)):
+            self._aggregator._count += len(lines)
+            return data, None
+        # Most often the last event is the terminal frame: the others go at once.
+        cut = len(data) - len(lines[-1]) - 2
+        if len(lines) > 2 and _unparsed(lines[:-1], data[:cut], len(head)):
+            self._aggregator._count += len(lines) - 1
+            out, error = self._check_each(_payloads(data, lines[-1:]))
+            return data[:cut] + out, error
+        out, error = self._check_each(_payloads(data, lines))
+        return head + out, error
+
+    def _send_read(
+        self, decoder: SseDecoder, chunk: BytesLike
+    ) -> tuple[bytes, ResponseError | None]:
+        """`_check_each` for events read by the WHATWG rules, in stream order with their faults."""
+        try:
+            payloads = decoder._feed_raw(chunk)
+        except ResponseError as exc:
+            return b"", exc
+        out, error = self._check_each(payloads)
+        if error is None:
+            try:
+                decoder.raise_pending()
+            except ResponseError as exc:
+                error = exc
+        return out, error
+
+    def _check_each(self, payloads: Sequence[Payload]) -> tuple[bytes, ResponseError | None]:
+        """The events to send of `payloads`, each parsed unless `_middle`; and the fault."""
+        aggregator = self._aggregator
+        sent: list[Payload] = []
+        for payload in payloads:
+            if aggregator._count and aggregator._terminal is None and _middle(payload):
+                aggregator._count += 1
+            else:
+                try:
+                    aggregator.add(decode_frame(payload))
+                except ResponseError as exc:
+                    return _as_received(sent), exc
+                self._terminal_size = len(payload) + len(b"data: \n\n")  # if it was that
+            sent.append(payload)
+        return _as_received(sent), None
+
+    def _terminal_error(self) -> ResponseError | None:
+        """The checks of an unparsed stream's answer that its terminal frame allows.
+
+        A cumulative terminal frame is the answer: its counts are checked as
+        aggregation checks them. An incremental one's deltas were not all read.
+        """
+        aggregator = self._aggregator
+        try:
+            terminal, aborted = aggregator._terminal_frame(said_done=False)
+            if aggregator.incremental is False and not aborted:
+                check_consistency(terminal, terminal["meta_info"])
+        except EngineError:
+            return None  # an abort with a status: SGLang streams it as a frame, as the relay does
+        except ResponseError as exc:
+            return exc
+        return None
 
     def close(self) -> bytes:
         """The last bytes for the client, ``[DONE]`` included, once the stream's end is checked."""
@@ -194,7 +392,8 @@ class _Relay:
             if self._aggregator.incremental is None:  # kept in case a cut follows
                 self._last = payloads[-1]
             return _as_received(payloads)
-        fields = _fields(payloads[-1])
+        read = self._aggregator.last_fields
+        fields = read[1] if read is not None and read[0] is payloads[-1] else _fields(payloads[-1])
         if fields is None:
             return b""
         if self._aggregator.incremental:
@@ -209,9 +408,44 @@ class _Relay:
             self._last = None
         values: dict[str, list[BytesLike]] = {}
         sent = _cut(fields, self._sent, values)
-        out, _ = splice(fields, values, b"data: ", b"\n\n")
+        out = splice(fields, values, b"data: ", b"\n\n")
         self._sent = sent  # the next delta starts here
         return out
+
+
+def _unparsed(events: list[bytes], data: bytes, start: int = 0) -> bool:
+    """Whether each of `events` (the event lines of `data` from `start`, or `data`) is middle.
+
+    `data` from `start` holds exactly as many ``"finish_reason"`` as there are events and
+    each event holds one ``"finish_reason":null``, so that is each event's one
+    finish_reason key; and no key can be spelt another way, as `data` has no
+    ``\\u00`` escape (the backslash is looked for first: most frames have none).
+    """
+    return (
+        data.count(_FINISH_KEY, start) == len(events)
+        and min(map(bytes.find, events, repeat(_NOT_TERMINAL))) >= 0
+        and (b"\\" not in data or _ESCAPE not in data)
+    )
+
+
+def _payloads(data: bytes, lines: list[bytes]) -> list[Payload]:
+    """The data of events in SGLang's shape, from their lines (`data`: the one event's bytes)."""
+    return [data[6:-2]] if lines[0] is data else [line[6:] for line in lines]
+
+
+def _middle(payload: Payload) -> bool:
+    """Whether one event's data may go out unparsed (see `_unparsed`).
+
+    Never the data of several ``data`` lines (a bytearray): it goes out as one
+    line, its LFs as spaces, which only JSON that parses allows.
+    """
+    if type(payload) is bytes:
+        data = payload
+    elif type(payload) is memoryview:
+        data = bytes(payload)
+    else:
+        return False
+    return data[:1] == b"{" and _unparsed([data], data)
 
 
 def _cut(
@@ -307,8 +541,10 @@ def _one_line(payload: Payload) -> Payload:
     return payload.replace(b"\n", b" ") if type(payload) is bytearray else payload
 
 
-def _as_received(payloads: list[Payload]) -> bytes:
+def _as_received(payloads: Sequence[Payload]) -> bytes:
     """Events as SGLang frames them, each event's data unchanged."""
+    if not payloads:
+        return b""
     parts: list[Any] = [b"\n\ndata: "] * (2 * len(payloads) + 1)  # one join: one copy
     parts[1::2] = payloads
     if bytearray in set(map(type, payloads)):  # rare: an event of several data lines

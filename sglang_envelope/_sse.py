@@ -9,11 +9,14 @@ The decoder splits each chunk into lines once (``bytes.split`` on LF, a memchr
 scan) and keeps an unfinished line in one growing ``bytearray``, so the cost is
 linear in the stream. Runs of lines in SGLang's own shape, a ``data: `` line
 then a blank line, are recognised a whole chunk at a time; anything else goes
-through the line-by-line WHATWG rules.
+through the line-by-line WHATWG rules. `SseDecoder._feed_sglang_shaped` reads
+a chunk whose events are all in that shape at once and returns their bytes as
+received, for a relay that passes them on (`_relay`).
 """
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any, Final, TypeAlias
 
 import msgspec
@@ -45,6 +48,7 @@ Payload: TypeAlias = bytes | bytearray | memoryview
 _BOM: Final = b"\xef\xbb\xbf"
 _DONE: Final = b"[DONE]"
 _DATA_PREFIX: Final = b"data: "
+_SGLANG_PREFIX: Final = b"data: {"  # an event as SGLang writes it begins so
 _SLICE: Final = 256 * 1024  # larger chunks are read in slices, to bound the copies split makes
 _ENCODER: Final = msgspec.json.Encoder()
 
@@ -185,6 +189,68 @@ class SseDecoder:
                 raise
             self._failed = exc
         return payloads
+
+    def _feed_sglang_shaped(self, data: BytesLike) -> tuple[bytes, list[bytes]] | None:
+        """Read `data` if the events it completes are all in SGLang's shape, bytes untouched.
+
+        SGLang's shape is ``data: {...}\\n\\n``: one ``data`` line whose value
+        begins with ``{``, no CR, no comment, no other field. Returns the bytes
+        of the completed events exactly as received (from the start of the
+        first) and each event's line, ``data: `` included (the whole bytes
+        stand for the line when there is one event); the payloads are the lines
+        past their first 6 bytes, as `_feed_raw` would return them.
+
+        None when the decoder is inside an event, past ``[DONE]``, at the
+        stream's start unless `data` begins with ``d`` (so no BOM), or when
+        `data` holds anything else, ``[DONE]`` and an event near
+        `max_event_bytes` included: the decoder is then unchanged, and
+        `_feed_raw(data)` reads it by the WHATWG rules. The scans are C-level
+        (``find``, ``split``): no Python work per byte, little per event.
+        """
+        if (
+            self._data is not None
+            or self._event_bytes
+            or self._after_cr
+            or self._done
+            or self._failed is not None
+            or not isinstance(data, (bytes, bytearray, memoryview))
+            or (type(data) is memoryview and not data.contiguous)
+        ):
+            return None
+        if self._head is not None:  # the stream's start: past it if not a BOM
+            if self._head or not data or data[0] != _SGLANG_PREFIX[0]:
+                return None
+            self._head = None
+        buffer = self._partial  # the unfinished line, which has no LF
+        start = len(buffer)
+        buffer += data
+        first = buffer.find(b"\n", start)  # the first LF: the line before it is complete
+        end = buffer.rfind(b"\n") + 1 if first >= 0 else 0  # where the events end
+        if (
+            (end and (end - first < 2 or buffer[end - 2] != 10))  # the last LF is not a blank line
+            or buffer.find(b"\r", start) >= 0
+            or len(buffer) > self._max_event_bytes
+        ):
+            del buffer[start:]
+            return None
+        if not end:  # no event ends here
+            return b"", []
+        with memoryview(buffer) as view:
+            events = bytes(view[:end])
+        if first == end - 2:
+            lines = [events]
+        else:
+            lines = events.split(b"\n")
+            del lines[-1]  # the empty rest after the last LF
+            if len(lines) % 2 or any(lines[1::2]):
+                del buffer[start:]
+                return None
+            lines = lines[::2]
+        if not all(map(bytes.startswith, lines, repeat(_SGLANG_PREFIX))):
+            del buffer[start:]
+            return None
+        del buffer[:end]
+        return events, lines
 
     def _slice(self, data: bytes, payloads: list[Payload]) -> None:
         """Read at most _SLICE bytes, appending the data of each event they complete."""

@@ -257,10 +257,14 @@ def test_damaged_streams_get_aggregations_verdict(
 def same_verdict(stream: bytes, chunks: list[bytes], engine: bool, client: bool) -> None:
     """The relayed stream says what aggregation says of the engine's stream.
 
-    In one chunk, the same words. In several, the relay may find a fault of the
-    terminal frame before a fault after it, which aggregation reads first. One
-    verdict is the relay's own: a cumulative stream whose text or ids do not
-    extend the last frame's has no incremental deltas.
+    Converting, in one chunk, the same words. In several, the relay may find a
+    fault of the terminal frame before a fault after it, which aggregation reads
+    first. In the same mode the relay passes middle frames unparsed, so it may
+    name a later fault than aggregation's, or none, when the client's stream
+    is then the engine's, which aggregation refuses alike (the first branch);
+    it never refuses a stream aggregation accepts. One verdict is the relay's
+    own: a cumulative stream whose text or ids do not extend the last frame's
+    has no incremental deltas.
     """
     expected = verdict(partial(aggregate_sse, [stream], incremental=engine))
     out = relay(chunks, incremental=engine, client_incremental=client)
@@ -269,7 +273,7 @@ def same_verdict(stream: bytes, chunks: list[bytes], engine: bool, client: bool)
         assert verdict(partial(aggregate_sse, [out], incremental=client)) == expected
     elif error["message"].endswith("so no incremental delta exists"):
         assert client and not engine
-    elif len(chunks) == 1:
+    elif len(chunks) == 1 and engine != client:
         assert expected == ("error", error["message"])
     else:
         assert expected[0] == "error"
@@ -359,14 +363,34 @@ def test_engine_error_without_status_is_500() -> None:
     }
 
 
-def test_inconsistent_counts_stop_the_terminal_frame() -> None:
+def test_inconsistent_counts_stop_a_cumulative_terminal_frame() -> None:
+    """Same mode, cumulative: the terminal frame is the answer, checked before it goes out."""
     frames = frames_of(3)
+    for i, frame in enumerate(frames):
+        frame["output_ids"] = list(range(i + 1))
     frames[-1]["meta_info"]["completion_tokens"] = 7
-    out = relay(one_event_per_chunk(sse(frames)), incremental=True, client_incremental=True)
+    out = relay(one_event_per_chunk(sse(frames)), incremental=False, client_incremental=False)
     assert len(events(out)) == 4  # two frames, then the error instead of the terminal frame
     error = error_of(out)
     assert error is not None
     assert error["message"] == "meta_info.completion_tokens is 7 but output_ids has 3 entries"
+
+
+def test_inconsistent_counts_stop_the_terminal_frame_when_every_frame_was_read() -> None:
+    """Incremental, while the mode is detected (one chunk): every delta is counted."""
+    frames = frames_of(3)
+    frames[-1]["meta_info"]["completion_tokens"] = 7
+    error = error_of(relay([sse(frames)], client_incremental=True))
+    assert error is not None
+    assert error["message"] == "meta_info.completion_tokens is 7 but output_ids has 3 entries"
+
+
+def test_same_mode_incremental_does_not_count_the_deltas_it_passes() -> None:
+    """Documented: an incremental stream's middle frames go out unparsed, so uncounted."""
+    frames = frames_of(3)
+    frames[-1]["meta_info"]["completion_tokens"] = 7
+    stream = sse(frames)
+    assert relay(one_event_per_chunk(stream), incremental=True, client_incremental=True) == stream
 
 
 def test_abort_with_status_is_relayed_as_sglang_streams_it() -> None:
@@ -405,6 +429,181 @@ def test_every_failure_ends_as_sglang_ends_a_failed_stream(
     assert error is not None
     assert error["code"] == 502
     assert error["message"].startswith(message)
+
+
+# --- same mode: a checked pass-through ---
+
+
+def three(mode: bool) -> list[bytes]:
+    """Three frames in `mode` (incremental or cumulative), as SGLang writes them."""
+    frames = frames_of(3)
+    for i, frame in enumerate(frames):
+        frame["output_ids"] = [i] if mode else list(range(i + 1))
+    return [encode_sse(frame) for frame in frames]
+
+
+def passed(*events: bytes, mode: bool) -> bytes:
+    """The relay's output for these events (then [DONE]), one event a chunk, same mode."""
+    return relay([*events, SSE_DONE], incremental=mode, client_incremental=mode)
+
+
+@pytest.mark.parametrize("mode", [True, False])
+def test_a_malformed_middle_frame_with_sglangs_marker_goes_out_unparsed(mode: bool) -> None:
+    """Past the first frame, a frame with one "finish_reason":null is sent as received."""
+    first, _, terminal = three(mode)
+    odd = b'data: {"meta_info":{"finish_reason":null},"output_ids":"x", oops\n\n'
+    assert passed(first, odd, terminal, mode=mode) == first + odd + terminal + SSE_DONE
+    # aggregation, which reads every frame, refuses the same stream
+    with pytest.raises(ResponseError):
+        aggregate_sse([first, odd, terminal, SSE_DONE], incremental=mode)
+
+
+@pytest.mark.parametrize("mode", [True, False])
+def test_the_first_frame_is_always_parsed(mode: bool) -> None:
+    odd = b'data: {"finish_reason":null,"meta_info":3}\n\n'
+    error = error_of(passed(odd, three(mode)[2], mode=mode))
+    assert error is not None
+    assert error["message"] == "frame 1: meta_info: expected an object, got an integer"
+
+
+@pytest.mark.parametrize("mode", [True, False])
+@pytest.mark.parametrize(
+    "event",
+    [
+        b"data: [1,2]\n\n",  # not an object
+        b"data: not json\n\n",
+        b'data:  [{"finish_reason":null}]\n\n',  # its first byte past the blanks is not {
+    ],
+)
+def test_a_frame_that_is_not_an_object_is_refused(mode: bool, event: bytes) -> None:
+    first, _, terminal = three(mode)
+    out = passed(first, event, terminal, mode=mode)
+    error = error_of(out)
+    assert error is not None
+    assert error["code"] == 502
+    assert events(out)[0] == first  # the frames before it went out
+
+
+@pytest.mark.parametrize("mode", [True, False])
+def test_an_error_frame_is_parsed_and_ends_the_stream(mode: bool) -> None:
+    """SGLang's error frame holds no finish_reason: it is always parsed."""
+    error = {"message": "boom", "type": "invalid_request_error", "code": 503}
+    first, second, terminal = three(mode)
+    out = passed(first, second, encode_sse({"error": error}), terminal, mode=mode)
+    assert error_of(out) == {**error, "retryable": False}
+    assert events(out)[:2] == [first, second]
+
+
+@pytest.mark.parametrize("mode", [True, False])
+@pytest.mark.parametrize(
+    "terminal",
+    [
+        # a second "finish_reason", null, elsewhere in the terminal frame
+        b'data: {"x":{"finish_reason":null},"meta_info":{"finish_reason":{"type":"stop"}}}\n\n',
+        # the terminal key spelt with an escape, beside a null one
+        b'data: {"x":{"finish_reason":null},'
+        b'"meta_info":{"finish_reaso\\u006e":{"type":"stop"}}}\n\n',
+        # the marker written with a space
+        b'data: {"meta_info":{"finish_reason": {"type":"stop"}}}\n\n',
+    ],
+)
+def test_the_marker_cannot_hide_a_terminal_frame(mode: bool, terminal: bytes) -> None:
+    """A terminal frame the heuristic might take for a middle one is parsed: the frame
+    after it is refused, in stream order, after the terminal frame went out."""
+    first, second, _ = three(mode)
+    out = passed(first, terminal, second, mode=mode)
+    error = error_of(out)
+    assert error is not None
+    assert error["message"] == "frame 3: it came after the terminal frame (frame 2)"
+    assert events(out)[:2] == [first, terminal]
+
+
+@pytest.mark.parametrize("mode", [True, False])
+def test_a_middle_frame_without_the_marker_is_parsed_and_passes(mode: bool) -> None:
+    first, second, terminal = three(mode)
+    spaced = second.replace(b'"finish_reason":null', b'"finish_reason" : null')
+    assert passed(first, spaced, terminal, mode=mode) == first + spaced + terminal + SSE_DONE
+    bad = spaced.replace(b'"finish_reason" : null', b'"finish_reason" : 7')
+    error = error_of(passed(first, bad, terminal, mode=mode))
+    assert error is not None
+    assert error["message"] == (
+        "frame 2: meta_info.finish_reason: expected an object or null, got an integer"
+    )
+
+
+@pytest.mark.parametrize("mode", [True, False])
+def test_framing_and_bounds_are_checked_on_every_event(mode: bool) -> None:
+    first, second, terminal = three(mode)
+    stream = first + second + terminal + SSE_DONE
+    options = {"incremental": mode, "client_incremental": mode}
+    # other line ends, a comment and a two-line event (parsed: its LF becomes a space, which
+    # only JSON that parses allows): sent as SGLang frames them
+    decorated = (
+        first
+        + b": keep-alive\r\n\r\n"
+        + second.replace(b',"output_ids"', b'\ndata: ,"output_ids"')
+        + terminal.replace(b"\n", b"\r\n")
+        + SSE_DONE
+    )
+    out = relay([decorated[i : i + 7] for i in range(0, len(decorated), 7)], **options)
+    assert out == stream.replace(second, second.replace(b',"output_ids"', b' ,"output_ids"'))
+    broken = first + second.replace(b'" t1"', b'" t1\ndata: x"') + terminal  # LF in a string
+    error = error_of(relay([first, broken[len(first) :]], **options))
+    assert error is not None
+    assert error["message"].startswith("SSE event data is not valid JSON")
+    big = second.replace(b" t1", b" t1" + b"x" * 100)
+    out = relay([first, big, terminal, SSE_DONE], max_event_bytes=len(big) - 3, **options)
+    assert error_of(out) == {
+        "message": f"an SSE event is larger than max_event_bytes ({len(big) - 3} bytes)",
+        "type": "limit_exceeded",
+        "code": 502,
+        "retryable": False,
+    }
+    assert events(out)[0] == first
+    out = relay([first, second, terminal], max_bytes=len(first) + 5, **options)
+    error = error_of(out)
+    assert error is not None
+    assert error["message"].startswith("the stream is larger than max_bytes")
+    assert events(out)[0] == first
+    for cut in (stream[:-20], first + second + b"data: {"):
+        error = error_of(relay([cut[:30], cut[30:]], **options))
+        assert error is not None
+        assert error["message"].startswith("the stream ended inside an event")
+    error = error_of(relay([first, second, SSE_DONE], **options))
+    assert error is not None
+    assert error["message"].startswith("the stream said data: [DONE] after 2 frames")
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), engine=st.booleans(), detect=st.booleans())
+def test_same_mode_any_form_any_chunking_sends_sglangs_frames(
+    data: st.DataObject, engine: bool, detect: bool
+) -> None:
+    """Line ends, BOM, comments, fields, several data lines: each frame goes out once, in order,
+    as SGLang frames it (its data as received, several lines joined by spaces)."""
+    cumulative, incremental = data.draw(relay_generations())
+    frames = incremental if engine else cumulative
+    stream = data.draw(sse_transcripts(frames))
+    chunks = data.draw(chunkings(stream))
+    out = relay(chunks, incremental=None if detect else engine, client_incremental=engine)
+    sent = events(out)
+    assert sent[-1] == SSE_DONE
+    assert all(event.startswith(b"data: {") and event.count(b"\n") == 2 for event in sent[:-1])
+    assert [json.loads(event[6:]) for event in sent[:-1]] == frames
+
+
+def test_many_middle_frames_in_one_chunk_go_out_as_received() -> None:
+    """The chunk-at-a-time path: every event in SGLang's shape, any chunking."""
+    stream = sse(frames_of(300))
+    rng = random.Random(5)
+    for _ in range(10):
+        cuts = sorted(rng.sample(range(len(stream)), 6))
+        chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+        assert relay(chunks, incremental=True, client_incremental=True) == stream
+    one_terminal_too_many = stream[: -len(SSE_DONE)] + three(True)[2] + SSE_DONE
+    error = error_of(relay([one_terminal_too_many], incremental=True, client_incremental=True))
+    assert error is not None
+    assert error["message"] == "frame 301: it came after the terminal frame (frame 300)"
 
 
 # --- stream mode ---

@@ -290,3 +290,52 @@ def test_a_long_event_in_many_chunks() -> None:
     for i in range(0, len(stream), 4096):
         frames += decoder.feed(stream[i : i + 4096])
     assert frames == [{"text": "x" * (16 * 2**20)}]
+
+
+# --- SGLang's shape, a chunk at a time (the relay's reading) ---
+
+
+def read_either_way(decoder: SseDecoder, chunks: list[bytes]) -> list[bytes]:
+    """Each chunk's payloads, read in SGLang's shape when it is, else by the WHATWG rules."""
+    payloads: list[bytes] = []
+    for chunk in chunks:
+        shaped = decoder._feed_sglang_shaped(chunk)
+        if shaped is None:
+            payloads += [bytes(payload) for payload in decoder._feed_raw(chunk)]
+            continue
+        data, lines = shaped
+        if not lines:
+            assert data == b""
+            continue
+        if lines[0] is data:
+            lines = [data[:-2]]
+        assert data == b"".join(line + b"\n\n" for line in lines)  # as received
+        payloads += [line[6:] for line in lines]
+    return payloads
+
+
+@given(data=st.data(), frames=st.lists(st.dictionaries(st.text(max_size=3), json_values)))
+def test_sglang_shaped_reading_gives_the_whatwg_payloads(
+    data: st.DataObject, frames: list[dict[str, Any]]
+) -> None:
+    stream = data.draw(sse_transcripts(frames))
+    chunks = data.draw(chunkings(stream))
+    expected = SseDecoder()._feed_raw(stream)
+    decoder = SseDecoder()
+    assert read_either_way(decoder, chunks) == [bytes(payload) for payload in expected]
+    decoder.close()
+    assert decoder.done
+
+
+def test_sglang_shaped_reading_declines_and_leaves_the_decoder_as_it_was() -> None:
+    frame = b'data: {"a":1}\n\n'
+    decoder = SseDecoder(max_event_bytes=40)
+    assert decoder._feed_sglang_shaped(b"\xef\xbb\xbf" + frame) is None  # a BOM: not at once
+    assert decoder._feed_raw(b"\xef\xbb\xbf" + frame) == [b'{"a":1}']
+    assert decoder._feed_sglang_shaped(frame + b'data: {"b"') == (frame, [frame])
+    for other in (b":2}\r\n\r\n", b":2}\n: c\n\n", b":2}\n", b":2}\n\ndata: [DONE]\n\n"):
+        assert decoder._feed_sglang_shaped(other) is None
+    assert decoder._feed_sglang_shaped(b"x" * 40) is None  # past the bound: read by the rules
+    assert decoder._feed_raw(b':2}\n\ndata: {"c":3}\n\n') == [b'{"b":2}', b'{"c":3}']
+    with pytest.raises(LimitExceeded):
+        decoder._feed_raw(b"data: " + b"x" * 40)
