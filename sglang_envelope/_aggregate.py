@@ -659,22 +659,6 @@ class _SseAggregation:
         self._aggregator._add_payloads(self._payloads)
         self._decoder.raise_pending()
 
-    def admit(self, chunk: BytesLike) -> tuple[list[Payload], ResponseError | None]:
-        """`feed` for a relay: the chunk's events the aggregator admitted, and the fault.
-
-        The events come as received, in order, up to the fault that stopped the
-        stream (None: no fault yet). The aggregator holds exactly the admitted
-        frames, as a frame that fails adds nothing to it. After a fault, feed
-        nothing more.
-        """
-        count = self._aggregator._count
-        self._payloads = []
-        try:
-            self.feed(chunk)
-        except ResponseError as exc:
-            return self._payloads[: self._aggregator._count - count], exc
-        return self._payloads, None
-
     def close(self) -> bool:
         """Check the stream ended between events; return whether it said ``[DONE]``."""
         self._decoder.close()
