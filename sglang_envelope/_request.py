@@ -440,35 +440,11 @@ def _check_raw(field: RawField, raw: Raw, prefix: str, limits: Limits) -> None:
         raise translate_validation_error(error, prefix=path) from None
 
 
-def _any_set(names: tuple[str, ...]) -> Callable[[Any], bool]:
-    """A test that any of the fields `names` is set (not UNSET), compiled once: on every
-    request, and plain attribute reads cost a third of `operator.attrgetter`'s."""
-    assert all(name.isidentifier() for name in names)
-    source = "def any_set(v):\n    return " + " or ".join(f"v.{n} is not UNSET" for n in names)
-    namespace: dict[str, Any] = {"UNSET": UNSET}
-    exec(source, namespace)  # our own field names, compiled once
-    test: Callable[[Any], bool] = namespace["any_set"]
-    return test
+def _raw_check(field: RawField, prefix: str) -> Callable[[Raw, Limits], None]:
+    def check(raw: Raw, limits: Limits) -> None:
+        _check_raw(field, raw, prefix, limits)
 
-
-_request_raw_set = _any_set(tuple(field.path for field in REQUEST_RAW_FIELDS))
-_sampling_raw_set = _any_set(tuple(field.path for field in SAMPLING_RAW_FIELDS))
-
-
-def check_raw_fields(request: RequestFields, limits: Limits) -> None:
-    """Check every field held as JSON bytes against its shape or its bounds."""
-    if _request_raw_set(request):
-        for field in REQUEST_RAW_FIELDS:
-            raw = getattr(request, field.path)
-            if raw is not UNSET:
-                _check_raw(field, raw, "", limits)
-    params = request.sampling_params
-    if params is None or params is UNSET or not _sampling_raw_set(params):
-        return
-    for field in SAMPLING_RAW_FIELDS:
-        raw = getattr(params, field.path)
-        if raw is not UNSET:
-            _check_raw(field, raw, "sampling_params.", limits)
+    return check
 
 
 # --- decoding -------------------------------------------------------------------
@@ -480,6 +456,8 @@ KNOWN_FIELDS["sampling_params.watermark"] = frozenset(Watermark.__struct_fields_
 prepare_checks(
     {field.name: field.default for field in msgspec.structs.fields(ClientRequest)},
     {field.name: field.default for field in msgspec.structs.fields(SamplingParams)},
+    tuple((field.path, _raw_check(field, "")) for field in REQUEST_RAW_FIELDS),
+    tuple((field.path, _raw_check(field, "sampling_params.")) for field in SAMPLING_RAW_FIELDS),
 )
 _DEFAULT_CONTRACT = contract_for(DEFAULT_TARGET)
 #: Keys some table knows: a typed field's, or one only the serving system sets.
@@ -650,13 +628,23 @@ def _split_unknown(data: Any, limits: Limits, contract: Contract) -> tuple[Any, 
     return _json.encode(members), PassedFields(tuple(top), tuple(sampling))
 
 
+def _check_input_ids(ids: tuple[int, ...], limits: Limits) -> None:
+    if len(ids) > limits.max_input_ids:
+        raise reject("too_many_input_ids", size=len(ids), limit=limits.max_input_ids)
+    if limits.max_token_id is not None and ids and max(ids) > limits.max_token_id:
+        index = next(i for i, token_id in enumerate(ids) if token_id > limits.max_token_id)
+        raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id)
+
+
 def decode_with_limits(
     data: object, limits: Limits, contract: Contract | None = None
 ) -> ClientRequest:
     """`decode_client_request` with its bounds and target already checked."""
     if contract is None:
         contract = _DEFAULT_CONTRACT
-    body = _as_json(data, limits.max_body_bytes)
+    limit = limits.max_body_bytes
+    # The usual body, bytes within the bound, needs no more than this test.
+    body = data if type(data) is bytes and len(data) <= limit else _as_json(data, limit)
     passed = NO_PASSED_FIELDS
     if contract.splits:
         body, passed = _split_unknown(body, limits, contract)
@@ -668,13 +656,9 @@ def decode_with_limits(
     finally:
         _decoding.reset(token)
     ids = request.input_ids
-    if len(ids) > limits.max_input_ids:
-        raise reject("too_many_input_ids", size=len(ids), limit=limits.max_input_ids)
-    if limits.max_token_id is not None and ids and max(ids) > limits.max_token_id:
-        index = next(i for i, token_id in enumerate(ids) if token_id > limits.max_token_id)
-        raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id)
-    check_raw_fields(request, limits)
-    contract.check(request)
+    if len(ids) > limits.max_input_ids or limits.max_token_id is not None:
+        _check_input_ids(ids, limits)
+    contract.check(request, limits)  # the raw fields' bounds, then the rules
     if contract is _DEFAULT_CONTRACT:
         return request
     request.__dict__["target"] = contract.target

@@ -575,37 +575,70 @@ def _checks(rules: list[tuple[Rule, str]]) -> _Checks:
     return _Checks(entries, tuple(guards))
 
 
+def _spelled(default: Any) -> str:
+    """A guard's default as the compiled function names it: constants and a local read
+    faster than module globals, on every request."""
+    assert default is None or default is False or default is UNSET
+    return "unset" if default is UNSET else repr(default)
+
+
+def _guard_read(name: str, var: str, tag: str, read: set[str], lines: list[str]) -> str:
+    """The local holding field `name` of `var`, read once (the read added to `lines`)."""
+    assert name.isidentifier()
+    local = f"g{tag}_{name}"
+    if name not in read:
+        lines.append(f"        {local} = {var}.{name}")
+        read.add(name)
+    return local
+
+
+def _raw_source(
+    raw_checks: tuple[tuple[str, RawCheck], ...],
+    var: str,
+    tag: str,
+    read: set[str],
+    namespace: dict[str, Any],
+) -> list[str]:
+    """The lines that check one scope's fields held as JSON bytes (each default UNSET),
+    at an indent of two levels."""
+    lines: list[str] = []
+    for k, (name, raw_check) in enumerate(raw_checks):
+        namespace[f"raw{tag}{k}"] = raw_check
+        local = _guard_read(name, var, tag, read, lines)
+        lines.append(f"        if {local} is not unset:")
+        lines.append(f"            raw{tag}{k}({local}, limits)")
+    return lines
+
+
 def _scope_source(
-    checks: _Checks, defaults: Mapping[str, Any], var: str, tag: str, namespace: dict[str, Any]
+    checks: _Checks,
+    defaults: Mapping[str, Any],
+    var: str,
+    tag: str,
+    read: set[str],
+    namespace: dict[str, Any],
 ) -> list[str]:
     """The lines that run one scope's rules on `var`, at an indent of two levels.
 
-    Each guarding field is read once; a rule's check runs only when one of its
-    guards is not its default (None, False or UNSET, compared by identity) or
-    it has none. The lines hold only field names, the defaults (`None`, `False`, or
-    `unset`, a local bound to UNSET) and names made here; the checks and entries
-    are bound in `namespace`.
+    Each guarding field is read once (`read`: those read before); a rule's check
+    runs only when one of its guards is not its default (None, False or UNSET,
+    compared by identity) or it has none. The lines hold only field names, the
+    defaults (`None`, `False`, or `unset`, a local bound to UNSET) and names made
+    here; the checks and entries are bound in `namespace`.
     """
-    lines = []
-    read: set[int] = set()
-    spelled: dict[int, str] = {}  # each guard's default as the function names it
-    for i, name in enumerate(checks.guards):
-        default = defaults[name]
-        assert name.isidentifier() and (default is None or default is False or default is UNSET)
-        # Constants and a local read faster than module globals, on every request.
-        spelled[i] = "unset" if default is UNSET else repr(default)
+    lines: list[str] = []
     previous: tuple[int, ...] | None = None
     for k, entry in enumerate(checks.rules):
         namespace[f"e{tag}{k}"], namespace[f"c{tag}{k}"] = entry, entry[3]
         at = entry[4]
         indices = () if at is None else (at,) if isinstance(at, int) else at
+        tests = []
         for i in indices:
-            if i not in read:
-                lines.append(f"        g{tag}{i} = {var}.{checks.guards[i]}")
-                read.add(i)
+            name = checks.guards[i]
+            local = _guard_read(name, var, tag, read, lines)
+            tests.append(f"{local} is not {_spelled(defaults[name])}")
         if indices != previous:  # rules with the same guards share one test
-            condition = " or ".join(f"g{tag}{i} is not {spelled[i]}" for i in indices) or "True"
-            lines.append(f"        if {condition}:")
+            lines.append(f"        if {' or '.join(tests) or 'True'}:")
             previous = indices
         lines.append(f"            f = c{tag}{k}({var})")
         lines.append("            if f is not None:")
@@ -613,17 +646,26 @@ def _scope_source(
     return lines
 
 
-def _compile(request: _Checks, sampling: _Checks) -> Callable[[ClientRequest], None]:
-    """A target's rules as one Python function, compiled once: the request's rules,
-    then those of its `sampling_params` when it has them."""
+def _compile(request: _Checks, sampling: _Checks) -> Callable[[ClientRequest, Any], None]:
+    """A target's checks as one Python function, compiled once: the request's fields
+    held as JSON bytes, then its `sampling_params`' (`_RAW_CHECKS`, bounded by the
+    limits the function is given), then the request's rules, then those of its
+    `sampling_params` when it has them."""
     namespace: dict[str, Any] = {"_rejected": _rejected, "UNSET": UNSET}
-    lines = ["def check(v):", "    unset = UNSET", "    if True:"]
-    lines += _scope_source(request, _DEFAULTS[False], "v", "r", namespace)
-    lines += ["    p = v.sampling_params", "    if p is not None and p is not unset:"]
-    lines += _scope_source(sampling, _DEFAULTS[True], "p", "s", namespace)
+    read_request: set[str] = set()
+    read_sampling: set[str] = set()
+    lines = ["def check(v, limits):", "    unset = UNSET", "    if True:"]
+    lines += _raw_source(_RAW_CHECKS[False], "v", "r", read_request, namespace)
+    lines += ["    p = v.sampling_params", "    sampled = p is not None and p is not unset"]
+    lines += ["    if sampled:"]
+    lines += _raw_source(_RAW_CHECKS[True], "p", "s", read_sampling, namespace) or ["        pass"]
+    lines += ["    if True:"]
+    lines += _scope_source(request, _DEFAULTS[False], "v", "r", read_request, namespace)
+    lines += ["    if sampled:"]
+    lines += _scope_source(sampling, _DEFAULTS[True], "p", "s", read_sampling, namespace)
     lines.append("    return None")
     exec("\n".join(lines), namespace)  # our own rule table, compiled once per target
-    check: Callable[[ClientRequest], None] = namespace["check"]
+    check: Callable[[ClientRequest, Any], None] = namespace["check"]
     return check
 
 
@@ -675,19 +717,28 @@ class Contract(NamedTuple):
     #: `unknown_fields="pass"`), or those the installed SGLang has.
     passes: tuple[frozenset[str] | None, frozenset[str] | None]
     splits: bool  # whether any key passes
-    #: Raises `RequestRejected` for the first rule a decoded request breaks.
-    check: Callable[[ClientRequest], None]
+    #: `check(request, limits)` raises `RequestRejected` for the first field held as JSON
+    #: bytes past `limits` (a `_request.Limits`), then for the first rule the request breaks.
+    check: Callable[[ClientRequest, Any], None]
 
 
-_TYPED_FIELDS: dict[str, tuple[tuple[str, Any], ...]] = {}  # filled by `prepare_checks`
+#: Checks a field held as JSON bytes (its value, the decode's limits); raises `RequestRejected`.
+RawCheck = Callable[[Any, Any], None]
+#: Filled by `prepare_checks`, by scope (True: `sampling_params`).
 _DEFAULTS: dict[bool, Mapping[str, Any]] = {}
+_RAW_CHECKS: dict[bool, tuple[tuple[str, RawCheck], ...]] = {False: (), True: ()}
 
 
 def prepare_checks(
-    request_defaults: Mapping[str, Any], sampling_defaults: Mapping[str, Any]
+    request_defaults: Mapping[str, Any],
+    sampling_defaults: Mapping[str, Any],
+    request_raw: tuple[tuple[str, RawCheck], ...] = (),
+    sampling_raw: tuple[tuple[str, RawCheck], ...] = (),
 ) -> None:
-    """Record the typed fields and their defaults, which every contract checks."""
+    """Record the typed fields and their defaults, and the checks of the fields held as
+    JSON bytes (each defaulting to UNSET), which every contract makes."""
     _DEFAULTS[False], _DEFAULTS[True] = request_defaults, sampling_defaults
+    _RAW_CHECKS[False], _RAW_CHECKS[True] = request_raw, sampling_raw
     contract_for.cache_clear()
 
 
@@ -818,9 +869,10 @@ def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | Non
     return top, frozenset(installed.sampling_params_fields) - typed_sampling
 
 
-def check_request(request: ClientRequest, contract: Contract) -> None:
-    """Raise `RequestRejected` for the first rule of `contract` that `request` breaks."""
-    contract.check(request)
+def check_request(request: ClientRequest, contract: Contract, limits: Any) -> None:
+    """Raise `RequestRejected` for the first field held as JSON bytes past `limits`, then
+    the first rule of `contract`, that `request` breaks."""
+    contract.check(request, limits)
 
 
 # msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level. The
