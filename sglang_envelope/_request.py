@@ -583,6 +583,8 @@ def contract_of(target: object) -> Contract:
         return _DEFAULT_CONTRACT
     if type(target) is not Target:
         raise EnvelopeError(f"target must be a Target, got {type(target).__name__}")
+    if target == DEFAULT_TARGET:  # a `Target()` of the caller's: compared, not hashed
+        return _DEFAULT_CONTRACT
     return contract_for(target)
 
 

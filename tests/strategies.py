@@ -1342,3 +1342,15 @@ def relay_generations(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[
         offset = len(full["output_ids"])
         incremental.append(frame)
     return cumulative, incremental
+
+
+# --- rule shortcuts (`Rule.holds`) ----------------------------------------------
+
+#: Values a typed decode may leave in a number field, the awkward ones included.
+rule_numbers = st.one_of(
+    st.none(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, 1, -1, 0.0, -0.0, 1.0, 2.0, -2.0, 1e-7, 1.7976931348623157e308]),
+)
+rule_flags = st.none() | st.booleans()
