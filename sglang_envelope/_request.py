@@ -19,6 +19,7 @@ free-form values), so a checked request stays as checked.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import json
 import math
 import re
@@ -638,6 +639,94 @@ def _check_input_ids(ids: tuple[int, ...], limits: Limits) -> None:
         raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id)
 
 
+# --- large bodies ---------------------------------------------------------------
+
+#: Bodies longer than this decode `input_ids` a chunk at a time (`_decode_large`).
+LARGE_BODY_BYTES = 1 << 20
+#: About how many bytes of `input_ids` each chunk holds.
+_CHUNK_BYTES = 1 << 18
+#: `ClientRequest` with `input_ids` left as the client's JSON bytes.
+_LeanRequest = msgspec.defstruct(
+    "_LeanRequest",
+    [
+        (f.name, Raw if f.name == "input_ids" else f.type)
+        if f.required
+        else (f.name, Raw if f.name == "input_ids" else f.type, f.default)
+        for f in msgspec.structs.fields(ClientRequest)
+    ],
+    kw_only=True,
+    forbid_unknown_fields=True,
+    frozen=True,
+)
+_lean_decoder = msgspec.json.Decoder(_LeanRequest)
+_id_chunk = msgspec.json.Decoder(list[TokenId])
+_IDS_KEY = b'"input_ids"'
+
+
+class _Counted:
+    """Items whose count is known: `tuple()` allocates its result once, at that size."""
+
+    __slots__ = ("count", "items")
+
+    def __init__(self, items: Iterator[int], count: int) -> None:
+        self.items, self.count = items, count
+
+    def __iter__(self) -> Iterator[int]:
+        return self.items
+
+    def __length_hint__(self) -> int:
+        return self.count
+
+
+def _id_chunks(body: bytes, start: int, end: int) -> Iterator[list[int]]:
+    """The token ids of the JSON array `body[start:end]` (well-formed: the lean decode
+    read it), a list of them a chunk cut at a comma; `ValueError` when a chunk is not
+    an array of token ids (a cut inside a string or an inner array makes one that is
+    not JSON)."""
+    position, last = start + 1, end - 1  # past "[", and at "]"
+    while True:
+        cut = body.find(b",", min(position + _CHUNK_BYTES, last), last)
+        final = cut < 0
+        try:
+            yield _id_chunk.decode(b"[" + body[position : last if final else cut] + b"]")
+        except DECODE_ERRORS:
+            raise ValueError("not an array of token ids") from None
+        if final:
+            return
+        position = cut + 1
+
+
+def _decode_large(body: bytes) -> ClientRequest | None:
+    """A large body decoded without holding all its token ids twice (msgspec builds a
+    tuple through a list): the ids a chunk at a time into a tuple sized once.
+
+    None when this path is not sure of the result (an error, or a key it cannot
+    see as written): the typed decode then gives the verdict. `input_ids` must be
+    written once, and the body hold no `\\u` escape (which could spell the key
+    again), so the lean decode reads the one value the typed decode would.
+    """
+    if body.count(_IDS_KEY) != 1 or b"\\u" in body:
+        return None
+    try:
+        lean = _lean_decoder.decode(body)
+    except DECODE_ERRORS:
+        return None
+    raw: Raw = lean.input_ids  # type: ignore[attr-defined]  # a field of _LeanRequest
+    size = len(raw)
+    start = body.find(b"[", body.index(_IDS_KEY))
+    if start < 0 or memoryview(body)[start : start + size] != memoryview(raw):
+        return None
+    count = body.count(b",", start, start + size) + 1
+    chunks = _id_chunks(body, start, start + size)
+    try:
+        ids = tuple(_Counted(itertools.chain.from_iterable(chunks), count))
+    except ValueError:
+        return None
+    fields = msgspec.structs.asdict(lean)
+    fields["input_ids"] = ids
+    return ClientRequest(**fields)  # checked by the caller, like a decoded one
+
+
 def decode_with_limits(
     data: object, limits: Limits, contract: Contract | None = None
 ) -> ClientRequest:
@@ -652,7 +741,11 @@ def decode_with_limits(
         body, passed = _split_unknown(body, limits, contract)
     token = _decoding.set(True)
     try:
-        request = _decoder.decode(body)
+        request = None
+        if type(body) is bytes and len(body) > LARGE_BODY_BYTES:
+            request = _decode_large(body)
+        if request is None:
+            request = _decoder.decode(body)
     except DECODE_ERRORS as error:
         raise translate_validation_error(error, data=body, contract=contract) from None
     finally:
