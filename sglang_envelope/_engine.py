@@ -198,6 +198,7 @@ _PREFILL_SAMPLING = PREFILL_SAMPLING_OVERRIDES | dict.fromkeys(PREFILL_SAMPLING_
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
+_astuple, _force_setattr = msgspec.structs.astuple, msgspec.structs.force_setattr
 #: Set while `build_engine_request` makes an `EngineRequest`: the only way one is made.
 _building = threading.local()
 
@@ -260,9 +261,9 @@ def _made(role: Role, body: EngineBody, passed: PassedFields = NO_PASSED_FIELDS)
     (a copy of an `EngineRequest` is one, and copying runs no `__post_init__`), its
     fields set before anyone sees it."""
     made = _copy(_BUILT[role])
-    msgspec.structs.force_setattr(made, "body", body)
+    _force_setattr(made, "body", body)
     if passed is not NO_PASSED_FIELDS:
-        msgspec.structs.force_setattr(made, "passed", passed)
+        _force_setattr(made, "passed", passed)
     return made
 
 
@@ -337,6 +338,7 @@ assert _ENGINE_FIELDS == (
     "external_trace_header",
     "custom_labels",
 )
+assert Bootstrap.__struct_fields__ == ("host", "port", "room", "prefill_dp_rank")
 _NO_ENGINE_FIELDS = (None,) * len(_ENGINE_FIELDS)
 _RID_AT, _INPUT_IDS_AT = _FIELD_INDEX["rid"], _FIELD_INDEX["input_ids"]
 _STREAM_AT = _FIELD_INDEX["stream"]
@@ -408,18 +410,9 @@ def build_engine_request(
     # The client's fields in order, then the engine body's own (`_ENGINE_FIELDS`):
     # positional, as the body is made on every request.
     if bootstrap is None:
-        values = [*msgspec.structs.astuple(request), *_NO_ENGINE_FIELDS]
-    else:
-        values = [
-            *msgspec.structs.astuple(request),
-            bootstrap.host,
-            bootstrap.port,
-            bootstrap.room,
-            bootstrap.prefill_dp_rank,
-            None,  # routed_dp_rank
-            None,  # external_trace_header
-            None,  # custom_labels
-        ]
+        values = [*_astuple(request), *_NO_ENGINE_FIELDS]
+    else:  # host, port, room, prefill_dp_rank; then routed_dp_rank, trace header, labels
+        values = [*_astuple(request), *_astuple(bootstrap), None, None, None]
     values[_RID_AT] = envelope.rid
     # The envelope's own ids were checked when it was made; others are checked here.
     if input_ids is not values[_INPUT_IDS_AT]:
@@ -441,4 +434,8 @@ def build_engine_request(
         values[_ROUTED_DP_RANK_AT] = bootstrap.prefill_dp_rank
     # A request decoded for the default target has no `__dict__` entries (`passed_fields`).
     passed = request.__dict__.get("passed", NO_PASSED_FIELDS)
-    return _made(role, EngineBody(*values), passed)
+    made = _copy(_BUILT[role])  # as `_made` does, without one more call
+    _force_setattr(made, "body", EngineBody(*values))
+    if passed is not NO_PASSED_FIELDS:
+        _force_setattr(made, "passed", passed)
+    return made

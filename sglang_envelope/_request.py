@@ -741,10 +741,9 @@ def decode_with_limits(
         body, passed = _split_unknown(body, limits, contract)
     token = _decoding.set(True)
     try:
-        request = None
-        if type(body) is bytes and len(body) > LARGE_BODY_BYTES:
-            request = _decode_large(body)
-        if request is None:
+        if len(body) > LARGE_BODY_BYTES and type(body) is bytes:
+            request = _decode_large(body) or _decoder.decode(body)
+        else:
             request = _decoder.decode(body)
     except DECODE_ERRORS as error:
         raise translate_validation_error(error, data=body, contract=contract) from None
