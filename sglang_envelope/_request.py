@@ -461,6 +461,8 @@ prepare_checks(
     tuple((field.path, _raw_check(field, "sampling_params.")) for field in SAMPLING_RAW_FIELDS),
 )
 _DEFAULT_CONTRACT = contract_for(DEFAULT_TARGET)
+_DEFAULT_CHECK = _DEFAULT_CONTRACT.check
+assert not _DEFAULT_CONTRACT.splits  # the default target refuses keys no table knows
 #: Keys some table knows: a typed field's, or one only the serving system sets.
 _KNOWN_TOP = frozenset(ClientRequest.__struct_fields__) | frozenset(FIELD_OWNERS)
 _KNOWN_SAMPLING = frozenset(SamplingParams.__struct_fields__)
@@ -731,13 +733,19 @@ def decode_with_limits(
     data: object, limits: Limits, contract: Contract | None = None
 ) -> ClientRequest:
     """`decode_client_request` with its bounds and target already checked."""
-    if contract is None:
-        contract = _DEFAULT_CONTRACT
-    limit = limits.max_body_bytes
+    # Fields read once, unpacked: a named tuple's attribute costs a descriptor call.
+    if contract is None or contract is _DEFAULT_CONTRACT:
+        contract, splits, check = _DEFAULT_CONTRACT, False, _DEFAULT_CHECK
+    else:
+        splits, check = contract.splits, contract.check
+    max_body_bytes, max_input_ids, _, _, max_token_id = limits
     # The usual body, bytes within the bound, needs no more than this test.
-    body = data if type(data) is bytes and len(data) <= limit else _as_json(data, limit)
+    if type(data) is bytes and len(data) <= max_body_bytes:
+        body: Any = data
+    else:
+        body = _as_json(data, max_body_bytes)
     passed = NO_PASSED_FIELDS
-    if contract.splits:
+    if splits:
         body, passed = _split_unknown(body, limits, contract)
     token = _decoding.set(True)
     try:
@@ -749,10 +757,9 @@ def decode_with_limits(
         raise translate_validation_error(error, data=body, contract=contract) from None
     finally:
         _decoding.reset(token)
-    ids = request.input_ids
-    if len(ids) > limits.max_input_ids or limits.max_token_id is not None:
-        _check_input_ids(ids, limits)
-    contract.check(request, limits)  # the raw fields' bounds, then the rules
+    if max_token_id is not None or len(request.input_ids) > max_input_ids:
+        _check_input_ids(request.input_ids, limits)
+    check(request, limits)  # the raw fields' bounds, then the rules
     if contract is _DEFAULT_CONTRACT:
         return request
     request.__dict__["target"] = contract.target
