@@ -199,7 +199,8 @@ _PREFILL_SAMPLING = PREFILL_SAMPLING_OVERRIDES | dict.fromkeys(PREFILL_SAMPLING_
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 _astuple, _force_setattr = msgspec.structs.astuple, msgspec.structs.force_setattr
-#: Set while `build_engine_request` makes an `EngineRequest`: the only way one is made.
+#: Set while the one `EngineRequest` a role that `_made` copies is made, at import:
+#: made any other way, an `EngineRequest` refuses to exist.
 _building = threading.local()
 
 
@@ -432,10 +433,5 @@ def build_engine_request(
         values[_CUSTOM_LABELS_AT] = _labels_json(routing.labels)
     elif is_prefill and bootstrap is not None:
         values[_ROUTED_DP_RANK_AT] = bootstrap.prefill_dp_rank
-    # A request decoded for the default target has no `__dict__` entries (`passed_fields`).
-    passed = request.__dict__.get("passed", NO_PASSED_FIELDS)
-    made = _copy(_BUILT[role])  # as `_made` does, without one more call
-    _force_setattr(made, "body", EngineBody(*values))
-    if passed is not NO_PASSED_FIELDS:
-        _force_setattr(made, "passed", passed)
-    return made
+    passed = request.__dict__.get("passed", NO_PASSED_FIELDS)  # `passed_fields`, read inline
+    return _made(role, EngineBody(*values), passed)
