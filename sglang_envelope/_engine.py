@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import threading
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 import msgspec
@@ -198,7 +198,9 @@ _PREFILL_SAMPLING = PREFILL_SAMPLING_OVERRIDES | dict.fromkeys(PREFILL_SAMPLING_
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
-#: Set while `build_engine_request` makes an `EngineRequest`: the only way one is made.
+_astuple, _force_setattr = msgspec.structs.astuple, msgspec.structs.force_setattr
+#: Set while the one `EngineRequest` a role that `_made` copies is made, at import:
+#: made any other way, an `EngineRequest` refuses to exist.
 _building = threading.local()
 
 
@@ -256,12 +258,28 @@ def _passed_args(passed: PassedFields) -> tuple[PassedFields, ...]:
 
 
 def _made(role: Role, body: EngineBody, passed: PassedFields = NO_PASSED_FIELDS) -> EngineRequest:
-    """An `EngineRequest` of a body built before (an unpickled or copied one)."""
+    """An `EngineRequest` of `role` holding `body`: a copy of the role's one made at import
+    (a copy of an `EngineRequest` is one, and copying runs no `__post_init__`), its
+    fields set before anyone sees it."""
+    made = _copy(_BUILT[role])
+    _force_setattr(made, "body", body)
+    if passed is not NO_PASSED_FIELDS:
+        _force_setattr(made, "passed", passed)
+    return made
+
+
+def _first_made(role: Role) -> EngineRequest:
     _building.on = True
     try:
-        return EngineRequest(role, body, passed)
+        return EngineRequest(role, EngineBody(input_ids=(0,)))
     finally:
         _building.on = False
+
+
+#: One `EngineRequest` a role, made once: `_made` copies them.
+_BUILT = {role: _first_made(role) for role in Role}
+#: msgspec's shallow copy of a struct, which runs no `__post_init__`.
+_copy: Callable[[EngineRequest], EngineRequest] = getattr(EngineRequest, "__copy__")  # noqa: B009
 
 
 def _prefill_sampling(sampling: SamplingParams | Any | None) -> SamplingParams:
@@ -321,11 +339,13 @@ assert _ENGINE_FIELDS == (
     "external_trace_header",
     "custom_labels",
 )
+assert Bootstrap.__struct_fields__ == ("host", "port", "room", "prefill_dp_rank")
 _NO_ENGINE_FIELDS = (None,) * len(_ENGINE_FIELDS)
 _RID_AT, _INPUT_IDS_AT = _FIELD_INDEX["rid"], _FIELD_INDEX["input_ids"]
 _STREAM_AT = _FIELD_INDEX["stream"]
 _OUTPUT_FLAT_AT = _FIELD_INDEX["return_flat_raw_output_top_logprobs"]
 _B64_AT = _FIELD_INDEX["return_flat_raw_top_logprobs_b64"]
+_PROMPT_FLAT_AT = _FIELD_INDEX["return_flat_raw_top_logprobs"]
 _SAMPLING_AT = _FIELD_INDEX["sampling_params"]
 _LORA_PATH_AT, _PRIORITY_AT = _FIELD_INDEX["lora_path"], _FIELD_INDEX["priority"]
 _ROUTED_DP_RANK_AT = _FIELD_INDEX["routed_dp_rank"]
@@ -378,7 +398,8 @@ def build_engine_request(
     except (KeyError, TypeError):  # TypeError: an unhashable role
         roles = ", ".join(r.value for r in Role)
         raise EnvelopeError(f"role must be one of {roles}, got {show_value(role)}") from None
-    if not plan.needs_bootstrap or type(bootstrap) is not Bootstrap:  # else nothing to check
+    needs_bootstrap, always_streams, is_prefill = plan
+    if not needs_bootstrap or type(bootstrap) is not Bootstrap:  # else nothing to check
         _check_bootstrap(role, plan, bootstrap)
     if type(envelope) is not WorkerEnvelope:
         raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")
@@ -390,36 +411,27 @@ def build_engine_request(
     # The client's fields in order, then the engine body's own (`_ENGINE_FIELDS`):
     # positional, as the body is made on every request.
     if bootstrap is None:
-        values = [*msgspec.structs.astuple(request), *_NO_ENGINE_FIELDS]
-    else:
-        values = [
-            *msgspec.structs.astuple(request),
-            bootstrap.host,
-            bootstrap.port,
-            bootstrap.room,
-            bootstrap.prefill_dp_rank,
-            None,  # routed_dp_rank
-            None,  # external_trace_header
-            None,  # custom_labels
-        ]
+        values = [*_astuple(request), *_NO_ENGINE_FIELDS]
+    else:  # host, port, room, prefill_dp_rank; then routed_dp_rank, trace header, labels
+        values = [*_astuple(request), *_astuple(bootstrap), None, None, None]
     values[_RID_AT] = envelope.rid
     # The envelope's own ids were checked when it was made; others are checked here.
-    if input_ids is not request.input_ids:
+    if input_ids is not values[_INPUT_IDS_AT]:
         values[_INPUT_IDS_AT] = _check_input_ids(input_ids)
-    output_flat = request.return_flat_raw_output_top_logprobs
-    values[_STREAM_AT] = plan.always_streams or not output_flat
-    if plan.is_prefill:
-        prompt_flat = request.return_flat_raw_top_logprobs
+    values[_STREAM_AT] = always_streams or not values[_OUTPUT_FLAT_AT]
+    if is_prefill:
         values[_OUTPUT_FLAT_AT] = False
-        values[_B64_AT] = request.return_flat_raw_top_logprobs_b64 and prompt_flat
-        values[_SAMPLING_AT] = _prefill_sampling(request.sampling_params)
-    if routing is not None or (plan.is_prefill and bootstrap is not None):
-        values[_ROUTED_DP_RANK_AT] = _dp_rank(role, bootstrap, routing)
+        values[_B64_AT] = values[_B64_AT] and values[_PROMPT_FLAT_AT]
+        values[_SAMPLING_AT] = _prefill_sampling(values[_SAMPLING_AT])
     if routing is not None:
+        values[_ROUTED_DP_RANK_AT] = _dp_rank(role, bootstrap, routing)
         if routing.lora_path is not None:
             values[_LORA_PATH_AT] = routing.lora_path
         if routing.priority is not None:
             values[_PRIORITY_AT] = routing.priority
         values[_TRACE_HEADER_AT] = _labels_json(routing.trace_header)
         values[_CUSTOM_LABELS_AT] = _labels_json(routing.labels)
-    return _made(role, EngineBody(*values), request.passed_fields)
+    elif is_prefill and bootstrap is not None:
+        values[_ROUTED_DP_RANK_AT] = bootstrap.prefill_dp_rank
+    passed = request.__dict__.get("passed", NO_PASSED_FIELDS)  # `passed_fields`, read inline
+    return _made(role, EngineBody(*values), passed)

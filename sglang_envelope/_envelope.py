@@ -74,7 +74,9 @@ class WorkerEnvelope(msgspec.Struct, frozen=True, kw_only=True):
         if type(self.request) is not ClientRequest:
             got = type(self.request).__name__
             raise EnvelopeError(f"request must be a ClientRequest, got {got}")
-        check_rid(self.rid)
+        rid = self.rid
+        if type(rid) is not str or not rid or not rid.isascii():  # else nothing to check
+            check_rid(rid)
 
     @property
     def stream(self) -> bool:

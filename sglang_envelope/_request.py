@@ -19,6 +19,7 @@ free-form values), so a checked request stays as checked.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import json
 import math
 import re
@@ -440,35 +441,11 @@ def _check_raw(field: RawField, raw: Raw, prefix: str, limits: Limits) -> None:
         raise translate_validation_error(error, prefix=path) from None
 
 
-def _any_set(names: tuple[str, ...]) -> Callable[[Any], bool]:
-    """A test that any of the fields `names` is set (not UNSET), compiled once: on every
-    request, and plain attribute reads cost a third of `operator.attrgetter`'s."""
-    assert all(name.isidentifier() for name in names)
-    source = "def any_set(v):\n    return " + " or ".join(f"v.{n} is not UNSET" for n in names)
-    namespace: dict[str, Any] = {"UNSET": UNSET}
-    exec(source, namespace)  # our own field names, compiled once
-    test: Callable[[Any], bool] = namespace["any_set"]
-    return test
+def _raw_check(field: RawField, prefix: str) -> Callable[[Raw, Limits], None]:
+    def check(raw: Raw, limits: Limits) -> None:
+        _check_raw(field, raw, prefix, limits)
 
-
-_request_raw_set = _any_set(tuple(field.path for field in REQUEST_RAW_FIELDS))
-_sampling_raw_set = _any_set(tuple(field.path for field in SAMPLING_RAW_FIELDS))
-
-
-def check_raw_fields(request: RequestFields, limits: Limits) -> None:
-    """Check every field held as JSON bytes against its shape or its bounds."""
-    if _request_raw_set(request):
-        for field in REQUEST_RAW_FIELDS:
-            raw = getattr(request, field.path)
-            if raw is not UNSET:
-                _check_raw(field, raw, "", limits)
-    params = request.sampling_params
-    if params is None or params is UNSET or not _sampling_raw_set(params):
-        return
-    for field in SAMPLING_RAW_FIELDS:
-        raw = getattr(params, field.path)
-        if raw is not UNSET:
-            _check_raw(field, raw, "sampling_params.", limits)
+    return check
 
 
 # --- decoding -------------------------------------------------------------------
@@ -480,8 +457,12 @@ KNOWN_FIELDS["sampling_params.watermark"] = frozenset(Watermark.__struct_fields_
 prepare_checks(
     {field.name: field.default for field in msgspec.structs.fields(ClientRequest)},
     {field.name: field.default for field in msgspec.structs.fields(SamplingParams)},
+    tuple((field.path, _raw_check(field, "")) for field in REQUEST_RAW_FIELDS),
+    tuple((field.path, _raw_check(field, "sampling_params.")) for field in SAMPLING_RAW_FIELDS),
 )
 _DEFAULT_CONTRACT = contract_for(DEFAULT_TARGET)
+_DEFAULT_CHECK = _DEFAULT_CONTRACT.check
+assert not _DEFAULT_CONTRACT.splits  # the default target refuses keys no table knows
 #: Keys some table knows: a typed field's, or one only the serving system sets.
 _KNOWN_TOP = frozenset(ClientRequest.__struct_fields__) | frozenset(FIELD_OWNERS)
 _KNOWN_SAMPLING = frozenset(SamplingParams.__struct_fields__)
@@ -605,6 +586,8 @@ def contract_of(target: object) -> Contract:
         return _DEFAULT_CONTRACT
     if type(target) is not Target:
         raise EnvelopeError(f"target must be a Target, got {type(target).__name__}")
+    if target == DEFAULT_TARGET:  # a `Target()` of the caller's: compared, not hashed
+        return _DEFAULT_CONTRACT
     return contract_for(target)
 
 
@@ -650,31 +633,133 @@ def _split_unknown(data: Any, limits: Limits, contract: Contract) -> tuple[Any, 
     return _json.encode(members), PassedFields(tuple(top), tuple(sampling))
 
 
-def decode_with_limits(
-    data: object, limits: Limits, contract: Contract | None = None
-) -> ClientRequest:
-    """`decode_client_request` with its bounds and target already checked."""
-    if contract is None:
-        contract = _DEFAULT_CONTRACT
-    body = _as_json(data, limits.max_body_bytes)
-    passed = NO_PASSED_FIELDS
-    if contract.splits:
-        body, passed = _split_unknown(body, limits, contract)
-    token = _decoding.set(True)
-    try:
-        request = _decoder.decode(body)
-    except DECODE_ERRORS as error:
-        raise translate_validation_error(error, data=body, contract=contract) from None
-    finally:
-        _decoding.reset(token)
-    ids = request.input_ids
+def _check_input_ids(ids: tuple[int, ...], limits: Limits) -> None:
     if len(ids) > limits.max_input_ids:
         raise reject("too_many_input_ids", size=len(ids), limit=limits.max_input_ids)
     if limits.max_token_id is not None and ids and max(ids) > limits.max_token_id:
         index = next(i for i, token_id in enumerate(ids) if token_id > limits.max_token_id)
         raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id)
-    check_raw_fields(request, limits)
-    contract.check(request)
+
+
+# --- large bodies ---------------------------------------------------------------
+
+#: Bodies longer than this decode `input_ids` a chunk at a time (`_decode_large`).
+LARGE_BODY_BYTES = 1 << 20
+#: About how many bytes of `input_ids` each chunk holds.
+_CHUNK_BYTES = 1 << 18
+#: `ClientRequest` with `input_ids` left as the client's JSON bytes.
+_LeanRequest = msgspec.defstruct(
+    "_LeanRequest",
+    [
+        (f.name, Raw if f.name == "input_ids" else f.type)
+        if f.required
+        else (f.name, Raw if f.name == "input_ids" else f.type, f.default)
+        for f in msgspec.structs.fields(ClientRequest)
+    ],
+    kw_only=True,
+    forbid_unknown_fields=True,
+    frozen=True,
+)
+_lean_decoder = msgspec.json.Decoder(_LeanRequest)
+_id_chunk = msgspec.json.Decoder(list[TokenId])
+_IDS_KEY = b'"input_ids"'
+
+
+class _Counted:
+    """Items whose count is known: `tuple()` allocates its result once, at that size."""
+
+    __slots__ = ("count", "items")
+
+    def __init__(self, items: Iterator[int], count: int) -> None:
+        self.items, self.count = items, count
+
+    def __iter__(self) -> Iterator[int]:
+        return self.items
+
+    def __length_hint__(self) -> int:
+        return self.count
+
+
+def _id_chunks(body: bytes, start: int, end: int) -> Iterator[list[int]]:
+    """The token ids of the JSON array `body[start:end]` (well-formed: the lean decode
+    read it), a list of them a chunk cut at a comma; `ValueError` when a chunk is not
+    an array of token ids (a cut inside a string or an inner array makes one that is
+    not JSON)."""
+    position, last = start + 1, end - 1  # past "[", and at "]"
+    while True:
+        cut = body.find(b",", min(position + _CHUNK_BYTES, last), last)
+        final = cut < 0
+        try:
+            yield _id_chunk.decode(b"[" + body[position : last if final else cut] + b"]")
+        except DECODE_ERRORS:
+            raise ValueError("not an array of token ids") from None
+        if final:
+            return
+        position = cut + 1
+
+
+def _decode_large(body: bytes) -> ClientRequest | None:
+    """A large body decoded without holding all its token ids twice (msgspec builds a
+    tuple through a list): the ids a chunk at a time into a tuple sized once.
+
+    None when this path is not sure of the result (an error, or a key it cannot
+    see as written): the typed decode then gives the verdict. `input_ids` must be
+    written once, and the body hold no `\\u` escape (which could spell the key
+    again), so the lean decode reads the one value the typed decode would.
+    """
+    if body.count(_IDS_KEY) != 1 or b"\\u" in body:
+        return None
+    try:
+        lean = _lean_decoder.decode(body)
+    except DECODE_ERRORS:
+        return None
+    raw: Raw = lean.input_ids  # type: ignore[attr-defined]  # a field of _LeanRequest
+    size = len(raw)
+    start = body.find(b"[", body.index(_IDS_KEY))
+    if start < 0 or memoryview(body)[start : start + size] != memoryview(raw):
+        return None
+    count = body.count(b",", start, start + size) + 1
+    chunks = _id_chunks(body, start, start + size)
+    try:
+        ids = tuple(_Counted(itertools.chain.from_iterable(chunks), count))
+    except ValueError:
+        return None
+    fields = msgspec.structs.asdict(lean)
+    fields["input_ids"] = ids
+    return ClientRequest(**fields)  # checked by the caller, like a decoded one
+
+
+def decode_with_limits(
+    data: object, limits: Limits, contract: Contract | None = None
+) -> ClientRequest:
+    """`decode_client_request` with its bounds and target already checked."""
+    # Fields read once, unpacked: a named tuple's attribute costs a descriptor call.
+    if contract is None or contract is _DEFAULT_CONTRACT:
+        contract, splits, check = _DEFAULT_CONTRACT, False, _DEFAULT_CHECK
+    else:
+        splits, check = contract.splits, contract.check
+    max_body_bytes, max_input_ids, _, _, max_token_id = limits
+    # The usual body, bytes within the bound, needs no more than this test.
+    if type(data) is bytes and len(data) <= max_body_bytes:
+        body: Any = data
+    else:
+        body = _as_json(data, max_body_bytes)
+    passed = NO_PASSED_FIELDS
+    if splits:
+        body, passed = _split_unknown(body, limits, contract)
+    token = _decoding.set(True)
+    try:
+        if len(body) > LARGE_BODY_BYTES and type(body) is bytes:
+            request = _decode_large(body) or _decoder.decode(body)
+        else:
+            request = _decoder.decode(body)
+    except DECODE_ERRORS as error:
+        raise translate_validation_error(error, data=body, contract=contract) from None
+    finally:
+        _decoding.reset(token)
+    if max_token_id is not None or len(request.input_ids) > max_input_ids:
+        _check_input_ids(request.input_ids, limits)
+    check(request, limits)  # the raw fields' bounds, then the rules
     if contract is _DEFAULT_CONTRACT:
         return request
     request.__dict__["target"] = contract.target
@@ -708,7 +793,10 @@ def decode_client_request(
     `EnvelopeError` for a bound that is not an integer >= 0 or a `target` that
     is not a `Target`.
     """
-    contract = _DEFAULT_CONTRACT if target is DEFAULT_TARGET else contract_of(target)
+    if target is DEFAULT_TARGET or (type(target) is Target and target == DEFAULT_TARGET):
+        contract = _DEFAULT_CONTRACT  # a `Target()` of the caller's too: compared, not hashed
+    else:
+        contract = contract_of(target)
     if (
         max_body_bytes is DEFAULT_MAX_BODY_BYTES  # the defaults, not passed: nothing to check
         and max_input_ids is DEFAULT_MAX_INPUT_IDS

@@ -28,6 +28,7 @@ import functools
 import math
 import operator
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -310,8 +311,8 @@ def _bad_top_k(p: SamplingParams) -> dict[str, object] | None:
 
 
 def _max_negative(p: SamplingParams) -> dict[str, object] | None:
-    high = _given(p.max_new_tokens, None)
-    return {"max_new_tokens": high} if high is not None and high < 0 else None
+    high = p.max_new_tokens
+    return None if high is UNSET or high is None or high >= 0 else {"max_new_tokens": high}
 
 
 def _min_negative(p: SamplingParams) -> dict[str, object] | None:
@@ -358,10 +359,25 @@ class Rule(NamedTuple):
     #: be broken: while all hold their defaults, the check is skipped.
     when: str | tuple[str, ...] | None = None
     template: str | None = None
+    #: A Python expression over the checked struct, `{v}`, that is true only when the
+    #: rule holds: while it is, the check is not called (a shortcut; `check` decides).
+    holds: str | None = None
 
 
-def _sglang(code: str, field: str, template: str, check: Any, when: Any) -> Rule:
-    return Rule(code, field, template, check, when, template)
+def _sglang(
+    code: str, field: str, template: str, check: Any, when: Any, holds: str | None = None
+) -> Rule:
+    return Rule(code, field, template, check, when, template, holds)
+
+
+def _range(
+    code: str, name: str, template: str, low: float, high: float, *, open_low: bool = False
+) -> Rule:
+    """SGLang's range check of `sampling_params.name`, whose default (None) is inside."""
+    below = "<" if open_low else "<="
+    holds = f"{{v}}.{name} is None or {low!r} {below} {{v}}.{name} <= {high!r}"
+    check = _outside(name, low, high, open_low=open_low)
+    return _sglang(code, f"sampling_params.{name}", template, check, name, holds)
 
 
 _WATERMARK_MESSAGES = (
@@ -428,15 +444,16 @@ RULES: tuple[Rule, ...] = (
          "return_flat_raw_output_top_logprobs is only set on the finished response "
          "and does not support stream=True.",
          lambda r: {} if (r.return_flat_raw_output_top_logprobs and bool(r.stream)) else None,
-         when="return_flat_raw_output_top_logprobs"),
+         when="return_flat_raw_output_top_logprobs", holds="not {v}.stream"),
     Rule("b64_without_flat", "return_flat_raw_top_logprobs_b64",
          "return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs "
          "or return_flat_raw_output_top_logprobs.",
          lambda r: {} if (r.return_flat_raw_top_logprobs_b64 and not (
              r.return_flat_raw_top_logprobs or r.return_flat_raw_output_top_logprobs)) else None,
-         when="return_flat_raw_top_logprobs_b64"),
+         when="return_flat_raw_top_logprobs_b64",
+         holds="{v}.return_flat_raw_top_logprobs or {v}.return_flat_raw_output_top_logprobs"),
     Rule("empty_input_ids", "input_ids", "input_ids cannot be empty.",
-         lambda r: {} if (not r.input_ids) else None),
+         lambda r: {} if (not r.input_ids) else None, holds="{v}.input_ids != ()"),
     Rule("session_id_with_session_params", "session_id",
          "session_id and session_params cannot both be set.",
          lambda r: {} if (r.session_id is not None and is_given(r.session_params)) else None,
@@ -484,29 +501,32 @@ RULES: tuple[Rule, ...] = (
             "beam_width"),
     _sglang("temperature_out_of_range", "sampling_params.temperature",
             "temperature must be a non-negative finite number, got {temperature}.",
-            _bad_temperature, "temperature"),
-    _sglang("top_p_out_of_range", "sampling_params.top_p",
-            "top_p must be in (0, 1], got {top_p}.",
-            _outside("top_p", 0.0, 1.0, open_low=True), "top_p"),
-    _sglang("min_p_out_of_range", "sampling_params.min_p",
-            "min_p must be in [0, 1], got {min_p}.", _outside("min_p", 0.0, 1.0), "min_p"),
+            _bad_temperature, "temperature",
+            "{v}.temperature is None or 0.0 <= {v}.temperature <= 1.7976931348623157e308"),
+    _range("top_p_out_of_range", "top_p",
+           "top_p must be in (0, 1], got {top_p}.",
+           0.0, 1.0, open_low=True),
+    _range("min_p_out_of_range", "min_p",
+           "min_p must be in [0, 1], got {min_p}.",
+           0.0, 1.0),
     _sglang("top_k_out_of_range", "sampling_params.top_k",
             "top_k must be -1 (disable) or at least 1, got {top_k}.", _bad_top_k, "top_k"),
-    _sglang("frequency_penalty_out_of_range", "sampling_params.frequency_penalty",
-            "frequency_penalty must be in [-2, 2], got {frequency_penalty}.",
-            _outside("frequency_penalty", -2.0, 2.0), "frequency_penalty"),
-    _sglang("presence_penalty_out_of_range", "sampling_params.presence_penalty",
-            "presence_penalty must be in [-2, 2], got {presence_penalty}.",
-            _outside("presence_penalty", -2.0, 2.0), "presence_penalty"),
-    _sglang("repetition_penalty_out_of_range", "sampling_params.repetition_penalty",
-            "repetition_penalty must be in (0, 2] (1.0 = no penalty), got {repetition_penalty}.",
-            _outside("repetition_penalty", 0.0, 2.0, open_low=True), "repetition_penalty"),
+    _range("frequency_penalty_out_of_range", "frequency_penalty",
+           "frequency_penalty must be in [-2, 2], got {frequency_penalty}.",
+           -2.0, 2.0),
+    _range("presence_penalty_out_of_range", "presence_penalty",
+           "presence_penalty must be in [-2, 2], got {presence_penalty}.",
+           -2.0, 2.0),
+    _range("repetition_penalty_out_of_range", "repetition_penalty",
+           "repetition_penalty must be in (0, 2] (1.0 = no penalty), got {repetition_penalty}.",
+           0.0, 2.0, open_low=True),
     _sglang("min_new_tokens_negative", "sampling_params.min_new_tokens",
             "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}.",
             _min_negative, "min_new_tokens"),
     _sglang("max_new_tokens_negative", "sampling_params.max_new_tokens",
             "max_new_tokens must be at least 0, got {max_new_tokens}.",
-            _max_negative, "max_new_tokens"),
+            _max_negative, "max_new_tokens",
+            "{v}.max_new_tokens is None or {v}.max_new_tokens >= 0"),
     _sglang("min_new_tokens_over_max", "sampling_params.min_new_tokens",
             "min_new_tokens must be in [0, max_new_tokens({max_new_tokens})], "
             "got {min_new_tokens}.", _min_over_max, "min_new_tokens"),
@@ -544,9 +564,9 @@ def _on_sampling(rule: Rule) -> bool:
 
 
 _Check = Callable[[Any], "dict[str, object] | None"]
-#: (code, field, message, check, guard): guard is the index of the one guarding
-#: field, a tuple of indices, or None.
-_Entry = tuple[str, "str | None", str, _Check, "int | tuple[int, ...] | None"]
+#: (code, field, message, check, guard, holds): guard is the index of the one guarding
+#: field, a tuple of indices, or None; holds is the rule's `holds`.
+_Entry = tuple[str, "str | None", str, _Check, "int | tuple[int, ...] | None", "str | None"]
 
 
 class _Checks(NamedTuple):
@@ -568,62 +588,145 @@ def _checks(rules: list[tuple[Rule, str]]) -> _Checks:
         return tuple(guards.index(name) for name in when)
 
     entries = tuple(
-        (rule.code, rule.field, message, rule.check, at(rule.when))
+        (rule.code, rule.field, message, rule.check, at(rule.when), rule.holds)
         for rule, message in rules
         if rule.check is not None
     )
     return _Checks(entries, tuple(guards))
 
 
+def _spelled(default: Any) -> str:
+    """A guard's default as the compiled function names it: constants and a local read
+    faster than module globals, on every request."""
+    assert default is None or default is False or default is UNSET
+    return "unset" if default is UNSET else repr(default)
+
+
+def _guard_read(
+    name: str, var: str, tag: str, read: set[str], tested: Counter[str], lines: list[str]
+) -> str:
+    """How the function reads field `name` of `var`: a local read once (the read added to
+    `lines`) when more than one test reads it, else the attribute itself."""
+    assert name.isidentifier()
+    if tested[name] == 1:
+        return f"{var}.{name}"
+    local = f"g{tag}_{name}"
+    if name not in read:
+        lines.append(f"        {local} = {var}.{name}")
+        read.add(name)
+    return local
+
+
+def _group_guards(checks: _Checks) -> list[tuple[int, ...]]:
+    """The guards of each test `_scope_source` writes: rules with the same guards share one."""
+    groups: list[tuple[int, ...]] = []
+    previous: tuple[int, ...] | None = None
+    for entry in checks.rules:
+        at = entry[4]
+        indices = () if at is None else (at,) if isinstance(at, int) else at
+        if indices != previous:
+            groups.append(indices)
+            previous = indices
+    return groups
+
+
+def _tested(raw_checks: tuple[tuple[str, RawCheck], ...], checks: _Checks) -> Counter[str]:
+    """How many tests of one scope's compiled checks read each field."""
+    tested = Counter(name for name, _ in raw_checks)
+    tested.update(checks.guards[i] for group in _group_guards(checks) for i in group)
+    return tested
+
+
+def _raw_source(
+    raw_checks: tuple[tuple[str, RawCheck], ...],
+    var: str,
+    tag: str,
+    read: set[str],
+    tested: Counter[str],
+    namespace: dict[str, Any],
+) -> list[str]:
+    """The lines that check one scope's fields held as JSON bytes (each default UNSET),
+    at an indent of two levels."""
+    lines: list[str] = []
+    for k, (name, raw_check) in enumerate(raw_checks):
+        namespace[f"raw{tag}{k}"] = raw_check
+        local = _guard_read(name, var, tag, read, tested, lines)
+        lines.append(f"        if {local} is not unset:")
+        lines.append(f"            raw{tag}{k}({local}, limits)")
+    return lines
+
+
 def _scope_source(
-    checks: _Checks, defaults: Mapping[str, Any], var: str, tag: str, namespace: dict[str, Any]
+    checks: _Checks,
+    defaults: Mapping[str, Any],
+    var: str,
+    tag: str,
+    read: set[str],
+    tested: Counter[str],
+    namespace: dict[str, Any],
 ) -> list[str]:
     """The lines that run one scope's rules on `var`, at an indent of two levels.
 
-    Each guarding field is read once; a rule's check runs only when one of its
-    guards is not its default (None, False or UNSET, compared by identity) or
-    it has none. The lines hold only field names, the defaults (`None`, `False`, or
-    `unset`, a local bound to UNSET) and names made here; the checks and entries
-    are bound in `namespace`.
+    Each guarding field is read once (`read`: those read before; `tested`: how
+    many tests read it); a rule's check runs only when one of its guards is not
+    its default (None, False or UNSET, compared by identity) or it has none, and
+    its `holds`, if any, is false. The lines hold only field names, the defaults
+    (`None`, `False`, or `unset`, a local bound to UNSET), the rules' `holds` and
+    names made here; the checks and entries are bound in `namespace`.
     """
-    lines = []
-    read: set[int] = set()
-    spelled: dict[int, str] = {}  # each guard's default as the function names it
-    for i, name in enumerate(checks.guards):
-        default = defaults[name]
-        assert name.isidentifier() and (default is None or default is False or default is UNSET)
-        # Constants and a local read faster than module globals, on every request.
-        spelled[i] = "unset" if default is UNSET else repr(default)
+    lines: list[str] = []
     previous: tuple[int, ...] | None = None
     for k, entry in enumerate(checks.rules):
         namespace[f"e{tag}{k}"], namespace[f"c{tag}{k}"] = entry, entry[3]
         at = entry[4]
         indices = () if at is None else (at,) if isinstance(at, int) else at
+        tests = []
         for i in indices:
-            if i not in read:
-                lines.append(f"        g{tag}{i} = {var}.{checks.guards[i]}")
-                read.add(i)
+            name = checks.guards[i]
+            local = _guard_read(name, var, tag, read, tested, lines)
+            tests.append(f"{local} is not {_spelled(defaults[name])}")
         if indices != previous:  # rules with the same guards share one test
-            condition = " or ".join(f"g{tag}{i} is not {spelled[i]}" for i in indices) or "True"
-            lines.append(f"        if {condition}:")
+            lines.append(f"        if {' or '.join(tests) or 'True'}:")
             previous = indices
-        lines.append(f"            f = c{tag}{k}({var})")
-        lines.append("            if f is not None:")
-        lines.append(f"                raise _rejected(e{tag}{k}, f)")
+        holds = entry[5]
+        indent = "            "
+        if holds is not None:  # the check is called only when the shortcut cannot tell
+            lines.append(f"{indent}if not ({holds.format(v=var)}):")
+            indent += "    "
+        lines.append(f"{indent}f = c{tag}{k}({var})")
+        lines.append(f"{indent}if f is not None:")
+        lines.append(f"{indent}    raise _rejected(e{tag}{k}, f)")
     return lines
 
 
-def _compile(request: _Checks, sampling: _Checks) -> Callable[[ClientRequest], None]:
-    """A target's rules as one Python function, compiled once: the request's rules,
-    then those of its `sampling_params` when it has them."""
+def _compile(request: _Checks, sampling: _Checks) -> Callable[[ClientRequest, Any], None]:
+    """A target's checks as one Python function, compiled once: the request's fields
+    held as JSON bytes, then its `sampling_params`' (`_RAW_CHECKS`, bounded by the
+    limits the function is given), then the request's rules, then those of its
+    `sampling_params` when it has them."""
     namespace: dict[str, Any] = {"_rejected": _rejected, "UNSET": UNSET}
-    lines = ["def check(v):", "    unset = UNSET", "    if True:"]
-    lines += _scope_source(request, _DEFAULTS[False], "v", "r", namespace)
-    lines += ["    p = v.sampling_params", "    if p is not None and p is not unset:"]
-    lines += _scope_source(sampling, _DEFAULTS[True], "p", "s", namespace)
+    read_request: set[str] = set()
+    read_sampling: set[str] = set()
+    raw_request, raw_sampling = _RAW_CHECKS[False], _RAW_CHECKS[True]
+    tested_request, tested_sampling = _tested(raw_request, request), _tested(raw_sampling, sampling)
+    lines = ["def check(v, limits):", "    unset = UNSET", "    if True:"]
+    lines += _raw_source(raw_request, "v", "r", read_request, tested_request, namespace)
+    lines += ["    p = v.sampling_params", "    sampled = p is not None and p is not unset"]
+    lines += ["    if sampled:"]
+    lines += _raw_source(raw_sampling, "p", "s", read_sampling, tested_sampling, namespace) or [
+        "        pass"
+    ]
+    lines += ["    if True:"]
+    lines += _scope_source(
+        request, _DEFAULTS[False], "v", "r", read_request, tested_request, namespace
+    )
+    lines += ["    if sampled:"]
+    lines += _scope_source(
+        sampling, _DEFAULTS[True], "p", "s", read_sampling, tested_sampling, namespace
+    )
     lines.append("    return None")
     exec("\n".join(lines), namespace)  # our own rule table, compiled once per target
-    check: Callable[[ClientRequest], None] = namespace["check"]
+    check: Callable[[ClientRequest, Any], None] = namespace["check"]
     return check
 
 
@@ -675,19 +778,28 @@ class Contract(NamedTuple):
     #: `unknown_fields="pass"`), or those the installed SGLang has.
     passes: tuple[frozenset[str] | None, frozenset[str] | None]
     splits: bool  # whether any key passes
-    #: Raises `RequestRejected` for the first rule a decoded request breaks.
-    check: Callable[[ClientRequest], None]
+    #: `check(request, limits)` raises `RequestRejected` for the first field held as JSON
+    #: bytes past `limits` (a `_request.Limits`), then for the first rule the request breaks.
+    check: Callable[[ClientRequest, Any], None]
 
 
-_TYPED_FIELDS: dict[str, tuple[tuple[str, Any], ...]] = {}  # filled by `prepare_checks`
+#: Checks a field held as JSON bytes (its value, the decode's limits); raises `RequestRejected`.
+RawCheck = Callable[[Any, Any], None]
+#: Filled by `prepare_checks`, by scope (True: `sampling_params`).
 _DEFAULTS: dict[bool, Mapping[str, Any]] = {}
+_RAW_CHECKS: dict[bool, tuple[tuple[str, RawCheck], ...]] = {False: (), True: ()}
 
 
 def prepare_checks(
-    request_defaults: Mapping[str, Any], sampling_defaults: Mapping[str, Any]
+    request_defaults: Mapping[str, Any],
+    sampling_defaults: Mapping[str, Any],
+    request_raw: tuple[tuple[str, RawCheck], ...] = (),
+    sampling_raw: tuple[tuple[str, RawCheck], ...] = (),
 ) -> None:
-    """Record the typed fields and their defaults, which every contract checks."""
+    """Record the typed fields and their defaults, and the checks of the fields held as
+    JSON bytes (each defaulting to UNSET), which every contract makes."""
     _DEFAULTS[False], _DEFAULTS[True] = request_defaults, sampling_defaults
+    _RAW_CHECKS[False], _RAW_CHECKS[True] = request_raw, sampling_raw
     contract_for.cache_clear()
 
 
@@ -818,9 +930,10 @@ def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | Non
     return top, frozenset(installed.sampling_params_fields) - typed_sampling
 
 
-def check_request(request: ClientRequest, contract: Contract) -> None:
-    """Raise `RequestRejected` for the first rule of `contract` that `request` breaks."""
-    contract.check(request)
+def check_request(request: ClientRequest, contract: Contract, limits: Any) -> None:
+    """Raise `RequestRejected` for the first field held as JSON bytes past `limits`, then
+    the first rule of `contract`, that `request` breaks."""
+    contract.check(request, limits)
 
 
 # msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level. The

@@ -1342,3 +1342,60 @@ def relay_generations(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[dict[
         offset = len(full["output_ids"])
         incremental.append(frame)
     return cumulative, incremental
+
+
+# --- rule shortcuts (`Rule.holds`) ----------------------------------------------
+
+#: Values a typed decode may leave in a number field, the awkward ones included.
+rule_numbers = st.one_of(
+    st.none(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, 1, -1, 0.0, -0.0, 1.0, 2.0, -2.0, 1e-7, 1.7976931348623157e308]),
+)
+rule_flags = st.none() | st.booleans()
+
+
+# --- large request bodies (input_ids decoded a chunk at a time) -------------------
+
+#: How `input_ids` may be written: well-formed, or broken in a way a chunk may hide.
+_ID_ITEMS = st.one_of(
+    st.integers(0, 2**32 - 1).map(str),
+    st.sampled_from(["-1", "4294967296", "1.0", '"7"', "[1]", "null", "", " 5 ", "1e3", "01"]),
+)
+
+
+@st.composite
+def large_body_texts(draw: st.DrawFn) -> bytes:
+    """A request body whose `input_ids` text is written item by item, sometimes broken
+    (a bad item, a missing one, a trailing comma, a second `input_ids`, an escaped key)."""
+    items = draw(st.lists(_ID_ITEMS | st.integers(0, 300).map(str), max_size=40))
+    if draw(st.booleans()):
+        items = [str(i) for i in range(draw(st.integers(0, 40)))]
+    array = "[" + draw(st.sampled_from([",", ", ", " ,"])).join(items) + "]"
+    if draw(st.booleans()):
+        array = array[:-1] + ",]"
+    members = [f'"input_ids":{array}']
+    extra = draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    '"input_ids":[1,2]',
+                    '"input\\u005fids":[3]',
+                    '"input_ids":"x"',
+                    '"rid":"r-1"',
+                    '"rid":"input_ids"',
+                    '"stream":true',
+                    '"sampling_params":{"temperature":0.5}',
+                    '"sampling_params":{"top_p":0}',
+                    '"return_flat_raw_output_top_logprobs":true',
+                    '"unknown":1',
+                    '"text":"hi"',
+                ]
+            ),
+            max_size=3,
+        )
+    )
+    members += extra
+    order = draw(st.permutations(members))
+    return ("{" + ",".join(order) + "}").encode()

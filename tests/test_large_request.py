@@ -1,0 +1,89 @@
+"""A large body decodes its input_ids a chunk at a time, with the typed decode's verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+
+from sglang_envelope import RequestRejected, _request, decode_client_request
+from tests.strategies import client_requests, large_body_texts
+
+
+def _verdict(body: bytes) -> Any:
+    try:
+        request = decode_client_request(body)
+    except RequestRejected as error:
+        return ("refused", error.code, error.field, error.message)
+    return ("accepted", msgspec.structs.asdict(request), type(request.input_ids))
+
+
+def _both_ways(monkeypatch: pytest.MonkeyPatch, body: bytes) -> tuple[Any, Any]:
+    """The verdict on `body` decoded whole, then as a large body cut in tiny chunks."""
+    whole = _verdict(body)
+    with monkeypatch.context() as patch:
+        patch.setattr(_request, "LARGE_BODY_BYTES", 0)
+        patch.setattr(_request, "_CHUNK_BYTES", 3)
+        chunked = _verdict(body)
+    return whole, chunked
+
+
+@settings(max_examples=300)
+@given(large_body_texts())
+def test_a_large_body_gets_the_typed_decodes_verdict(body: bytes) -> None:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        whole, chunked = _both_ways(monkeypatch, body)
+    assert chunked == whole
+
+
+@settings(max_examples=100)
+@given(client_requests())
+def test_a_large_valid_body_decodes_to_the_same_request(fields: dict[str, Any]) -> None:
+    body = msgspec.json.encode(fields)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        whole, chunked = _both_ways(monkeypatch, body)
+    assert whole[0] == "accepted"
+    assert chunked == whole
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        (b'{"input_ids":[1,2,]}', "not_json"),
+        (b'{"input_ids":[,1]}', "not_json"),
+        (b'{"input_ids":[1,[2]]}', "batched_input"),
+        (b'{"input_ids":"x","input_ids":[1]}', "wrong_type"),
+        (b'{"input_ids":[1],"input\\u005fids":[-1]}', "token_id_out_of_range"),
+        (b'{"input\\u005fids":[-1],"input_ids":[1]}', "token_id_out_of_range"),
+        (b'{"input_ids":[]}', "empty_input_ids"),
+    ],
+)
+def test_a_large_body_the_chunks_cannot_vouch_for_is_refused_as_before(
+    monkeypatch: pytest.MonkeyPatch, text: bytes, code: str
+) -> None:
+    whole, chunked = _both_ways(monkeypatch, text)
+    assert chunked == whole
+    assert whole[1] == code
+
+
+def test_a_million_ids_are_read_in_chunks_into_one_tuple() -> None:
+    ids = list(range(1_000_000))
+    body = msgspec.json.encode({"input_ids": ids, "rid": "big"})
+    assert len(body) > _request.LARGE_BODY_BYTES
+    request = decode_client_request(body)
+    assert type(request.input_ids) is tuple
+    assert request.input_ids == tuple(ids)
+    assert request.rid == "big"
+
+
+def test_the_chunked_path_is_the_one_taken_for_a_large_valid_body() -> None:
+    body = msgspec.json.encode({"input_ids": list(range(300_000)), "stream": True})
+    token = _request._decoding.set(True)  # as decode_client_request calls it
+    try:
+        chunked = _request._decode_large(body)
+    finally:
+        _request._decoding.reset(token)
+    assert chunked is not None
+    assert chunked == decode_client_request(body)
