@@ -12,21 +12,20 @@ The mode is read from the frames unless the caller gives it (see
 `StreamAggregator`). The terminal frame is the one whose
 ``meta_info.finish_reason`` is not null.
 
-`aggregate_sse` decodes every frame once. Once the mode is known, an
-incremental frame is decoded in full and its deltas appended without a
-second look; an intermediate cumulative frame, whose content the answer does
-not need, is read through a typed view that builds only its finish reason,
-after a scan of its bytes shows that the full decoder would accept it too.
+`aggregate_sse` decodes every frame once. Once the mode is known, a middle
+frame is read through a typed view (`_frame_views`) with the full decoder's
+verdict: an incremental one builds its deltas and nothing else a dict would
+hold; a cumulative one, whose content the answer does not need, builds only
+its finish reason. The terminal frame, and anything a view cannot read, is
+decoded in full.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Final, cast
 
-import msgspec
-from msgspec import UNSET, UnsetType
+from msgspec import UNSET
 
 from sglang_envelope._errors import EnvelopeError, LimitExceeded, ResponseError, show_value
 from sglang_envelope._frame import (
@@ -36,6 +35,17 @@ from sglang_envelope._frame import (
     decode_json,
     engine_error,
     expected,
+)
+from sglang_envelope._frame_views import (
+    CUMULATIVE_VIEW,
+    DELTA_FIELDS,
+    DELTA_ROWS,
+    INCREMENTAL_VIEW,
+    JSON_TYPE_NAMES,
+    intermediate_view,
+    plain,
+    same_json,
+    searchable,
 )
 from sglang_envelope._response_types import GenerateResponse
 from sglang_envelope._sse import (
@@ -59,135 +69,10 @@ __all__ = [
 DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
 """The default bound on a whole stream or body: 64 MiB."""
 
-DELTA_FIELDS: Final[tuple[tuple[str, type], ...]] = (
-    ("text", str),
-    ("output_ids", list),
-    ("meta_info.output_token_logprobs", list),
-    ("meta_info.output_top_logprobs", list),
-    ("meta_info.output_token_ids_logprobs", list),
-    ("meta_info.output_token_sampling_mask", list),
-    ("meta_info.output_token_sampling_logprobs", list),
-)
-"""The fields an incremental stream sends as deltas, with their JSON type.
-
-Aggregation concatenates these in frame order; a field that any frame carries
-is in the result. Every other field, including the ``input_*`` keys,
-``output_token_logprobs_length``, ``completion_tokens``, ``finish_reason`` and
-unknown keys, takes the terminal frame's value. This mirrors SGLang's
-``_INCREMENTAL_STREAMING_META_INFO_KEYS`` and its ``text``/``output_ids``
-deltas, and the way its ``_coalesce_streaming_chunks`` merges queued chunks.
-"""
-
-# (dotted path, key in its parent, parent is meta_info, JSON type)
-_ROWS: Final = tuple(
-    (path, path.rpartition(".")[2], "." in path, kind) for path, kind in DELTA_FIELDS
-)
-_TYPE_NAMES: Final[dict[type, str]] = {str: "a string", list: "an array"}
-
 _READINGS: Final = {
     True: "read incrementally (frames hold deltas)",
     False: "read cumulatively (each frame holds everything so far)",
 }
-
-# Typed views of an intermediate frame, built from DELTA_FIELDS.
-#
-# An incremental view declares every key SGLang writes in a frame and refuses
-# any other (forbid_unknown_fields), so msgspec checks every byte exactly as
-# the full decoder does, while building structs instead of dicts and keeping
-# the delta lists; a frame with another key is decoded in full instead.
-#
-# A cumulative view reads only the finish reason, error and index: msgspec
-# skips every other field without building it, but also without checking its
-# UTF-8 or the range of its numbers, so it is trusted only for bytes `_plain`
-# passes. gc=False: views are transient and hold no cycles.
-_SGLANG_META_KEYS: Final = (
-    # tokenizer_manager._handle_batch_output and add_logprob_to_meta_info
-    "id",
-    "prompt_tokens",
-    "weight_version",
-    "num_retractions",
-    "reasoning_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "cached_tokens_details",
-    "e2e_latency",
-    "queue_time",
-    "dp_rank",
-    "input_token_logprobs",
-    "input_top_logprobs",
-    "input_token_ids_logprobs",
-    "output_token_logprobs_length",
-    "output_token_sampling_mask_length",
-)
-_SGLANG_TOP_KEYS: Final = ("prompt_token_ids",)
-
-
-def _view(name: str, fields: list[tuple[str, Any, Any]], *, strict: bool) -> Any:
-    return msgspec.defstruct(name, fields, gc=False, forbid_unknown_fields=strict)
-
-
-def _delta_fields(in_meta: bool) -> list[tuple[str, Any, Any]]:
-    return [
-        (key, (str if kind is str else list[Any]) | UnsetType, UNSET)
-        for _, key, meta, kind in _ROWS
-        if meta is in_meta
-    ]
-
-
-def _other_fields(keys: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
-    return [(key, Any, UNSET) for key in keys]
-
-
-_FINISH: Final = ("finish_reason", dict[str, Any] | None, None)
-_COMMON: Final = [("error", Any, None), ("object", Any, None), ("index", Any, UNSET)]
-_IncrementalMeta = _view(
-    "_IncrementalMeta",
-    [_FINISH, *_delta_fields(True), *_other_fields(_SGLANG_META_KEYS)],
-    strict=True,
-)
-_IncrementalFrame = _view(
-    "_IncrementalFrame",
-    [
-        *_COMMON,
-        ("meta_info", _IncrementalMeta | UnsetType, UNSET),
-        *_delta_fields(False),
-        *_other_fields(_SGLANG_TOP_KEYS),
-    ],
-    strict=True,
-)
-_CumulativeMeta = _view("_CumulativeMeta", [_FINISH], strict=False)
-_CumulativeFrame = _view(
-    "_CumulativeFrame",
-    [*_COMMON, ("meta_info", _CumulativeMeta | UnsetType, UNSET)],
-    strict=False,
-)
-_INCREMENTAL_DECODER: Final = msgspec.json.Decoder(_IncrementalFrame)
-_CUMULATIVE_DECODER: Final = msgspec.json.Decoder(_CumulativeFrame)
-_NOT_TERMINAL: Final = b'"finish_reason":null'  # as SGLang writes an intermediate frame
-# Digits become 0, "E" becomes "e" and "+" becomes "-", so that two searches
-# find every number msgspec's full decoder could refuse: an exponent of three
-# digits or more, or a run of 200 digits (an integer over 4,300 digits, or a
-# float past 1.8e308 without such an exponent). The regular expression, with
-# its literal first byte, scans faster than a substring search for "0e000".
-_NUMBER_SHAPES: Final = bytes.maketrans(b"123456789E+", b"000000000e-")
-_BIG_EXPONENT: Final = re.compile(rb"e-?000")
-_LONG_DIGITS: Final = b"0" * 200
-
-
-def _plain(data: bytes | bytearray) -> bool:
-    """True when the full JSON decoder accepts whatever a typed view skipped in `data`.
-
-    A skipped field is not checked for valid UTF-8 or for numbers out of range;
-    anything else a view accepts, the full decoder accepts too. False may be
-    a false alarm: the caller then decodes in full.
-    """
-    if not data.isascii():
-        try:
-            data.decode()
-        except UnicodeDecodeError:
-            return False
-    shapes = data.translate(_NUMBER_SHAPES)
-    return _LONG_DIGITS not in shapes and _BIG_EXPONENT.search(shapes) is None
 
 
 class StreamAggregator:
@@ -324,7 +209,7 @@ class StreamAggregator:
         index = frame.get("index", UNSET)
         if number == 1:
             self._index = index
-        elif not _same(index, self._index):
+        elif not same_json(index, self._index):
             raise ResponseError(
                 f"its index {show_value(index)} differs from the first frame's "
                 f"{show_value(self._index)}: "
@@ -410,7 +295,7 @@ class StreamAggregator:
         unknown key, an error, a wrong type), is decoded in full, once, and
         goes through `add`, which ends the run.
         """
-        decode = _INCREMENTAL_DECODER.decode
+        decode = INCREMENTAL_VIEW.decode
         pieces = self._pieces
         index = self._index
         # The straight-line reads below cost a quarter of a loop over
@@ -430,7 +315,7 @@ class StreamAggregator:
             while at < end:
                 payload = payloads[at]
                 at += 1
-                frame = _intermediate_view(decode, payload, index)
+                frame = intermediate_view(decode, payload, index)
                 if frame is None:
                     self.add(decode_frame(payload))
                     return at
@@ -469,16 +354,16 @@ class StreamAggregator:
         """Add cumulative frames from `start`; return where to go on.
 
         An intermediate frame is read through a typed view when its bytes are
-        `_plain`; a frame that may be the terminal one (its bytes lack SGLang's
+        `plain`; a frame that may be the terminal one (its bytes lack SGLang's
         ``"finish_reason":null``) is decoded in full at once, and so is
         anything a view cannot read; these go through `add` and end the run.
         """
-        view_decode = _CUMULATIVE_DECODER.decode
+        view_decode = CUMULATIVE_VIEW.decode
         index = self._index
         for at in range(start, len(payloads)):
             payload = payloads[at]
-            if _intermediate_view(view_decode, payload, index) is None or not _plain(
-                _searchable(payload)
+            if intermediate_view(view_decode, payload, index) is None or not plain(
+                searchable(payload)
             ):
                 self.add(decode_frame(payload))
                 return at + 1
@@ -489,7 +374,7 @@ class StreamAggregator:
         """`last` with every delta field holding its concatenation."""
         response = dict(last)
         meta = dict(last["meta_info"])
-        for path, key, in_meta, _ in _ROWS:
+        for path, key, in_meta, _ in DELTA_ROWS:
             if path not in self._present:
                 continue
             pieces = self._pieces[path]
@@ -508,7 +393,7 @@ class StreamAggregator:
             return self._result
         terminal, aborted = self._terminal_frame(said_done)
         response = terminal if self._mode is False else self._assemble(terminal, copy=False)
-        if self._mode is None and not _same(response, terminal):
+        if self._mode is None and not same_json(response, terminal):
             raise self._ambiguous()
         if not aborted:
             check_consistency(response, response["meta_info"])
@@ -554,54 +439,17 @@ if tuple(path for path, _ in DELTA_FIELDS) != _FAST_PATHS:  # pragma: no cover
     raise AssertionError("StreamAggregator._add_deltas must read exactly DELTA_FIELDS")
 
 
-def _intermediate_view(decode: Callable[[Payload], Any], payload: Payload, index: Any) -> Any:
-    """An intermediate frame read through a typed view, or None to decode it in full and `add` it.
-
-    None when the bytes lack SGLang's ``"finish_reason":null`` (the frame may
-    be the terminal one), when the view cannot read them (an unknown key, a
-    wrong type), and for a frame with an error, no meta_info, a finish reason
-    or another index than the first frame's.
-    """
-    if _NOT_TERMINAL not in _searchable(payload):
-        return None
-    try:
-        view = decode(payload)
-    except (msgspec.DecodeError, RecursionError):
-        return None
-    if (
-        view.error is not None
-        or view.object is not None
-        or view.meta_info is UNSET
-        or view.meta_info.finish_reason is not None
-        or not (view.index is index or _same(view.index, index))
-    ):
-        return None
-    return view
-
-
 def _deltas(frame: dict[str, Any], meta: dict[str, Any]) -> list[tuple[str, Any]]:
     """The `DELTA_FIELDS` a frame carries, as (path, value), once all are of the right type."""
     found: list[tuple[str, Any]] = []
-    for path, key, in_meta, kind in _ROWS:
+    for path, key, in_meta, kind in DELTA_ROWS:
         value = (meta if in_meta else frame).get(key, UNSET)
         if value is UNSET:
             continue
         if type(value) is not kind:
-            raise expected(path, _TYPE_NAMES[kind], value)
+            raise expected(path, JSON_TYPE_NAMES[kind], value)
         found.append((path, value))
     return found
-
-
-def _searchable(payload: Payload) -> bytes | bytearray:
-    """Bytes to search in place of `payload`, without a copy.
-
-    A memoryview payload (`SseDecoder` keeps a one-line event's data so) is a
-    slice of its line, which adds only ``data:`` and a space: the same search
-    and the same `_plain` verdict.
-    """
-    if type(payload) is memoryview:
-        return cast("bytes | bytearray", payload.obj)
-    return payload
 
 
 def _field(frame: dict[str, Any], meta: dict[str, Any], path: str) -> Any:
@@ -612,7 +460,7 @@ def _field(frame: dict[str, Any], meta: dict[str, Any], path: str) -> Any:
 
 def _not_extending(previous: dict[str, Any], frame: dict[str, Any]) -> str | None:
     """Why `frame` cannot follow `previous` in a cumulative stream, or None if it can."""
-    for path, key, in_meta, kind in _ROWS:
+    for path, key, in_meta, kind in DELTA_ROWS:
         before = (previous["meta_info"] if in_meta else previous).get(key, UNSET)
         now = (frame["meta_info"] if in_meta else frame).get(key, UNSET)
         if type(before) is kind and type(now) is kind and not _begins_with(now, before):
@@ -622,7 +470,7 @@ def _not_extending(previous: dict[str, Any], frame: dict[str, Any]) -> str | Non
 
 def _begins_with(value: Any, start: Any) -> bool:
     """Whether a string or array `value` begins with `start` (of the same type)."""
-    return len(value) >= len(start) and _same(value[: len(start)], start)
+    return len(value) >= len(start) and same_json(value[: len(start)], start)
 
 
 class _SseAggregation:
@@ -730,14 +578,6 @@ def parse_unary(body: BytesLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Gener
     if type(meta) is not dict:
         raise expected("meta_info", "an object", meta)
     return cast(GenerateResponse, response)
-
-
-def _same(a: object, b: object) -> bool:
-    """`a == b` for decoded JSON, where nesting too deep to compare counts as different."""
-    try:
-        return a == b
-    except RecursionError:
-        return False
 
 
 def _check_bound(name: str, value: int) -> None:

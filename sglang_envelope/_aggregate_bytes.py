@@ -27,18 +27,20 @@ from msgspec import UNSET
 
 from sglang_envelope._aggregate import (
     _FAST_PATHS,
-    _INCREMENTAL_DECODER,
-    _ROWS,
     DEFAULT_MAX_BYTES,
-    DELTA_FIELDS,
     StreamAggregator,
-    _intermediate_view,
     _iterate,
     _SseAggregation,
 )
 from sglang_envelope._async import _aiterate
 from sglang_envelope._errors import ResponseError, show_value
 from sglang_envelope._frame import CONSISTENCY, check_consistency, expected
+from sglang_envelope._frame_views import (
+    DELTA_FIELDS,
+    DELTA_ROWS,
+    INCREMENTAL_VIEW,
+    intermediate_view,
+)
 from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Payload, decode_frame
 
 __all__ = ["aggregate_sse_bytes", "aggregate_sse_bytes_async"]
@@ -49,10 +51,10 @@ _MARKS: Final = {
     path: msgspec.Raw(b"%b%d%b" % (_MARK, n, _MARK)) for n, (path, _) in enumerate(DELTA_FIELDS)
 }
 _MARKED: Final = {b"%d" % n: path for n, (path, _) in enumerate(DELTA_FIELDS)}
-_PLACES: Final = {path: (in_meta, key) for path, key, in_meta, _ in _ROWS}
+_PLACES: Final = {path: (in_meta, key) for path, key, in_meta, _ in DELTA_ROWS}
 _TEXT: Final = "text"  # the one string field of DELTA_FIELDS: its pieces join without commas
 _FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_KEYS: Final = tuple((path, key, in_meta) for path, key, in_meta, _ in _ROWS)
+_KEYS: Final = tuple((path, key, in_meta) for path, key, in_meta, _ in DELTA_ROWS)
 
 
 class _BytesAggregator(StreamAggregator):
@@ -97,13 +99,13 @@ class _BytesAggregator(StreamAggregator):
             return self._add_as_received(payloads, at)
         if self._keep:
             return super()._add_deltas(payloads, at)
-        decode = _INCREMENTAL_DECODER.decode
+        decode = INCREMENTAL_VIEW.decode
         counts = self._counts
         index = self._index
         while at < len(payloads):
             payload = payloads[at]
             at += 1
-            frame = _intermediate_view(decode, payload, index)
+            frame = intermediate_view(decode, payload, index)
             if frame is None:
                 self.add(decode_frame(payload))
                 return at
@@ -134,14 +136,14 @@ class _BytesAggregator(StreamAggregator):
         if at < last:
             return super()._add_deltas(payloads[:last], at)
         self._flush()  # the deltas of frames added before, first
-        decode = _INCREMENTAL_DECODER.decode
+        decode = INCREMENTAL_VIEW.decode
         index = self._index
         counts = self._counts
         present = self._present
         while at < len(payloads):  # the last frame
             payload = payloads[at]
             at += 1
-            frame = _intermediate_view(decode, payload, index)
+            frame = intermediate_view(decode, payload, index)
             fields = None if frame is None else _raw_fields(payload)
             if fields is None:
                 self.add(decode_frame(payload))
@@ -270,7 +272,7 @@ class _BytesAggregator(StreamAggregator):
     def _readings_agree(self, terminal: dict[str, Any]) -> bool:
         """Whether the incremental reading equals the terminal frame (the cumulative one)."""
         meta = terminal["meta_info"]
-        for path, key, in_meta, _ in _ROWS:
+        for path, key, in_meta, _ in DELTA_ROWS:
             value = (meta if in_meta else terminal).get(key, UNSET)
             if (path in self._present) != (value is not UNSET):
                 return False

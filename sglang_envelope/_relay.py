@@ -63,7 +63,6 @@ from msgspec import Raw
 
 from sglang_envelope._aggregate import (
     DEFAULT_MAX_BYTES,
-    DELTA_FIELDS,
     _iterate,
     _SseAggregation,
     _too_big,
@@ -79,6 +78,7 @@ from sglang_envelope._errors import (
     show_value,
 )
 from sglang_envelope._frame import check_consistency, decode_json
+from sglang_envelope._frame_views import DELTA_ROWS, NOT_TERMINAL
 from sglang_envelope._sse import (
     DEFAULT_MAX_EVENT_BYTES,
     SSE_DONE,
@@ -93,13 +93,8 @@ __all__ = ["relay_sse", "relay_sse_async"]
 _ENCODE: Final = msgspec.json.Encoder().encode
 _FIELDS: Final = msgspec.json.Decoder(dict[str, Raw])
 _ELEMENTS: Final = msgspec.json.Decoder(list[Raw])
-# (dotted path, key in its parent, parent is meta_info, the field is a string)
-_NOT_TERMINAL: Final = b'"finish_reason":null'  # as SGLang's orjson writes a middle frame
 _FINISH_KEY: Final = b'"finish_reason"'
 _ESCAPE: Final = b"\\u00"  # how a key could spell "finish_reason" without those bytes
-_ROWS: Final = tuple(
-    (path, path.rpartition(".")[2], "." in path, kind is str) for path, kind in DELTA_FIELDS
-)
 
 
 def relay_sse(
@@ -423,7 +418,7 @@ def _unparsed(events: list[bytes], data: bytes, start: int = 0) -> bool:
     """
     return (
         data.count(_FINISH_KEY, start) == len(events)
-        and min(map(bytes.find, events, repeat(_NOT_TERMINAL))) >= 0
+        and min(map(bytes.find, events, repeat(NOT_TERMINAL))) >= 0
         and (b"\\" not in data or _ESCAPE not in data)
     )
 
@@ -461,7 +456,8 @@ def _cut(
     """
     held: dict[str, Any] = {}
     meta = fields["meta_info"]
-    for path, key, in_meta, is_text in _ROWS:
+    for path, key, in_meta, kind in DELTA_ROWS:
+        is_text = kind is str
         raw = (meta if in_meta else fields).get(key)
         if raw is None:
             if path in sent:  # an incremental frame cannot take a field back
