@@ -12,6 +12,12 @@ from typing import Annotated, Any
 
 import msgspec
 
+from sglang_envelope._decode_errors import (
+    DECODE_ERRORS,
+    KNOWN_FIELDS,
+    first_unknown_key,
+    translate_validation_error,
+)
 from sglang_envelope._errors import EnvelopeError, show_value
 from sglang_envelope._request import (
     DEFAULT_MAX_BODY_BYTES,
@@ -27,12 +33,8 @@ from sglang_envelope._request import (
     with_passed_fields,
 )
 from sglang_envelope._rules import (
-    DECODE_ERRORS,
     DEFAULT_TARGET,
-    KNOWN_FIELDS,
-    first_unknown_key,
     reject,
-    translate_validation_error,
 )
 from sglang_envelope._target import Target
 

@@ -5,7 +5,7 @@
 which fields are whose). Types follow SGLang's HTTP contract gate
 (`sglang/api/v1/api_types.py`) where it has the field, and the dataclass where
 it does not. Decoding is one typed msgspec pass; a failure is translated into
-`RequestRejected` by `_rules.translate_validation_error`.
+`RequestRejected` by `_decode_errors.translate_validation_error`.
 
 Every `ClientRequest` that exists has passed every rule: one decoded by
 `decode_client_request` is checked once, right after the typed decode; one made
@@ -29,17 +29,21 @@ from typing import Annotated, Any, Literal, NamedTuple
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
-from sglang_envelope._errors import EnvelopeError
-from sglang_envelope._rules import (
-    DECODE_ERRORS,
-    DEFAULT_TARGET,
-    FIELD_OWNERS,
-    KNOWN_FIELDS,
+from sglang_envelope._contract import (
     Contract,
     contract_for,
     prepare_checks,
-    reject,
+)
+from sglang_envelope._decode_errors import (
+    DECODE_ERRORS,
+    KNOWN_FIELDS,
     translate_validation_error,
+)
+from sglang_envelope._errors import EnvelopeError
+from sglang_envelope._rules import (
+    DEFAULT_TARGET,
+    FIELD_OWNERS,
+    reject,
 )
 from sglang_envelope._target import Target
 
@@ -84,7 +88,7 @@ class SamplingParams(
 
     It holds the keys of every known release (`ebnf_full_assistant`, which the
     gate refuses but `SamplingParams` takes, too); which of them a target takes
-    is its contract's (`_rules.contract_for`).
+    is its contract's (`_contract.contract_for`).
 
     A key the client left out is `UNSET` (and left out again when encoded); an
     explicit `null` is None, which SGLang may read differently (a null

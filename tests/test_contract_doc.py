@@ -52,7 +52,7 @@ def test_role_table_matches_the_code() -> None:
 def targets_table() -> list[list[str]]:
     """The per-target table of docs/contract.md, as the compiled contracts have it."""
     from sglang_envelope import KNOWN_RELEASES, Target
-    from sglang_envelope._rules import contract_for
+    from sglang_envelope._contract import contract_for
 
     templated = [rule.code for rule in RULES if rule.template is not None]
     rows = []

@@ -22,7 +22,8 @@ from sglang_envelope import (
     encode_envelope,
     to_worker_envelope,
 )
-from sglang_envelope._rules import DEFAULT_TARGET, contract_for
+from sglang_envelope._contract import contract_for
+from sglang_envelope._rules import DEFAULT_TARGET
 from tests.test_target import _fake_sglang
 
 OLD_HTTP, OLD_ENGINE = Target(sglang="0.5.21"), Target(sglang="0.5.21", transport="engine")

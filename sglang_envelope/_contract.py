@@ -1,0 +1,399 @@
+"""One compiled contract per `Target`: the rule table made into one function.
+
+`contract_for(target)` picks the rules of `_rules.RULES` that hold for the
+target (its release's fields and `sampling_params` keys, its gate, the SGLang
+checks its release makes, in its words), adds a presence rule for each field
+the release lacks, and compiles them with the bounds of the fields held as JSON
+bytes into one Python function (`Contract.check`): each guarding field is read
+once, and a rule's check is called only when a field it reads is set. Cached
+per target, as targets are hashable.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from msgspec import UNSET
+
+from sglang_envelope._errors import RequestRejected
+from sglang_envelope._rules import FIELD_OWNERS, RULES, RULES_BY_CODE, Rule
+from sglang_envelope._target import KNOWN_RELEASES, ReleaseTables, Target, first_release_with
+
+if TYPE_CHECKING:
+    from sglang_envelope._request import ClientRequest
+
+__all__ = ["Contract", "RawCheck", "check_request", "contract_for", "prepare_checks"]
+
+
+def _on_sampling(rule: Rule) -> bool:
+    """Whether a checked rule is about `sampling_params` (its check takes them)."""
+    return (rule.field or "").startswith("sampling_params")
+
+
+_Check = Callable[[Any], "dict[str, object] | None"]
+#: (code, field, message, check, guard, holds): guard is the index of the one guarding
+#: field, a tuple of indices, or None; holds is the rule's `holds`.
+_Entry = tuple[str, "str | None", str, _Check, "int | tuple[int, ...] | None", "str | None"]
+
+
+class _Checks(NamedTuple):
+    """The checked rules of one scope for one target, in order, and their guards."""
+
+    rules: tuple[_Entry, ...]
+    guards: tuple[str, ...]  # the fields that guard them, each default a singleton
+
+
+def _checks(rules: list[tuple[Rule, str]]) -> _Checks:
+    """`rules` (each with its message for the target), compiled to run in order."""
+    guards = sorted({name for rule, _ in rules for name in _names(rule.when)})
+
+    def at(when: str | tuple[str, ...] | None) -> int | tuple[int, ...] | None:
+        if when is None:
+            return None
+        if isinstance(when, str):
+            return guards.index(when)
+        return tuple(guards.index(name) for name in when)
+
+    entries = tuple(
+        (rule.code, rule.field, message, rule.check, at(rule.when), rule.holds)
+        for rule, message in rules
+        if rule.check is not None
+    )
+    return _Checks(entries, tuple(guards))
+
+
+def _spelled(default: Any) -> str:
+    """A guard's default as the compiled function names it: constants and a local read
+    faster than module globals, on every request."""
+    assert default is None or default is False or default is UNSET
+    return "unset" if default is UNSET else repr(default)
+
+
+def _guard_read(
+    name: str, var: str, tag: str, read: set[str], tested: Counter[str], lines: list[str]
+) -> str:
+    """How the function reads field `name` of `var`: a local read once (the read added to
+    `lines`) when more than one test reads it, else the attribute itself."""
+    assert name.isidentifier()
+    if tested[name] == 1:
+        return f"{var}.{name}"
+    local = f"g{tag}_{name}"
+    if name not in read:
+        lines.append(f"        {local} = {var}.{name}")
+        read.add(name)
+    return local
+
+
+def _group_guards(checks: _Checks) -> list[tuple[int, ...]]:
+    """The guards of each test `_scope_source` writes: rules with the same guards share one."""
+    groups: list[tuple[int, ...]] = []
+    previous: tuple[int, ...] | None = None
+    for entry in checks.rules:
+        at = entry[4]
+        indices = () if at is None else (at,) if isinstance(at, int) else at
+        if indices != previous:
+            groups.append(indices)
+            previous = indices
+    return groups
+
+
+def _tested(raw_checks: tuple[tuple[str, RawCheck], ...], checks: _Checks) -> Counter[str]:
+    """How many tests of one scope's compiled checks read each field."""
+    tested = Counter(name for name, _ in raw_checks)
+    tested.update(checks.guards[i] for group in _group_guards(checks) for i in group)
+    return tested
+
+
+def _raw_source(
+    raw_checks: tuple[tuple[str, RawCheck], ...],
+    var: str,
+    tag: str,
+    read: set[str],
+    tested: Counter[str],
+    namespace: dict[str, Any],
+) -> list[str]:
+    """The lines that check one scope's fields held as JSON bytes (each default UNSET),
+    at an indent of two levels."""
+    lines: list[str] = []
+    for k, (name, raw_check) in enumerate(raw_checks):
+        namespace[f"raw{tag}{k}"] = raw_check
+        local = _guard_read(name, var, tag, read, tested, lines)
+        lines.append(f"        if {local} is not unset:")
+        lines.append(f"            raw{tag}{k}({local}, limits)")
+    return lines
+
+
+def _scope_source(
+    checks: _Checks,
+    defaults: Mapping[str, Any],
+    var: str,
+    tag: str,
+    read: set[str],
+    tested: Counter[str],
+    namespace: dict[str, Any],
+) -> list[str]:
+    """The lines that run one scope's rules on `var`, at an indent of two levels.
+
+    Each guarding field is read once (`read`: those read before; `tested`: how
+    many tests read it); a rule's check runs only when one of its guards is not
+    its default (None, False or UNSET, compared by identity) or it has none, and
+    its `holds`, if any, is false. The lines hold only field names, the defaults
+    (`None`, `False`, or `unset`, a local bound to UNSET), the rules' `holds` and
+    names made here; the checks and entries are bound in `namespace`.
+    """
+    lines: list[str] = []
+    previous: tuple[int, ...] | None = None
+    for k, entry in enumerate(checks.rules):
+        namespace[f"e{tag}{k}"], namespace[f"c{tag}{k}"] = entry, entry[3]
+        at = entry[4]
+        indices = () if at is None else (at,) if isinstance(at, int) else at
+        tests = []
+        for i in indices:
+            name = checks.guards[i]
+            local = _guard_read(name, var, tag, read, tested, lines)
+            tests.append(f"{local} is not {_spelled(defaults[name])}")
+        if indices != previous:  # rules with the same guards share one test
+            lines.append(f"        if {' or '.join(tests) or 'True'}:")
+            previous = indices
+        holds = entry[5]
+        indent = "            "
+        if holds is not None:  # the check is called only when the shortcut cannot tell
+            lines.append(f"{indent}if not ({holds.format(v=var)}):")
+            indent += "    "
+        lines.append(f"{indent}f = c{tag}{k}({var})")
+        lines.append(f"{indent}if f is not None:")
+        lines.append(f"{indent}    raise _rejected(e{tag}{k}, f)")
+    return lines
+
+
+def _compile(request: _Checks, sampling: _Checks) -> Callable[[ClientRequest, Any], None]:
+    """A target's checks as one Python function, compiled once: the request's fields
+    held as JSON bytes, then its `sampling_params`' (`_RAW_CHECKS`, bounded by the
+    limits the function is given), then the request's rules, then those of its
+    `sampling_params` when it has them."""
+    namespace: dict[str, Any] = {"_rejected": _rejected, "UNSET": UNSET}
+    read_request: set[str] = set()
+    read_sampling: set[str] = set()
+    raw_request, raw_sampling = _RAW_CHECKS[False], _RAW_CHECKS[True]
+    tested_request, tested_sampling = _tested(raw_request, request), _tested(raw_sampling, sampling)
+    lines = ["def check(v, limits):", "    unset = UNSET", "    if True:"]
+    lines += _raw_source(raw_request, "v", "r", read_request, tested_request, namespace)
+    lines += ["    p = v.sampling_params", "    sampled = p is not None and p is not unset"]
+    lines += ["    if sampled:"]
+    lines += _raw_source(raw_sampling, "p", "s", read_sampling, tested_sampling, namespace) or [
+        "        pass"
+    ]
+    lines += ["    if True:"]
+    lines += _scope_source(
+        request, _DEFAULTS[False], "v", "r", read_request, tested_request, namespace
+    )
+    lines += ["    if sampled:"]
+    lines += _scope_source(
+        sampling, _DEFAULTS[True], "p", "s", read_sampling, tested_sampling, namespace
+    )
+    lines.append("    return None")
+    exec("\n".join(lines), namespace)  # our own rule table, compiled once per target
+    check: Callable[[ClientRequest, Any], None] = namespace["check"]
+    return check
+
+
+def _names(when: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    return () if when is None else (when,) if isinstance(when, str) else when
+
+
+def _rejected(entry: _Entry, facts: dict[str, object]) -> RequestRejected:
+    code, field, message = entry[0], entry[1], entry[2]
+    return RequestRejected(
+        code, None if field is None else field.format(**facts), message.format(**facts)
+    )
+
+
+# --- one contract per target ------------------------------------------------------
+
+#: normalize_batch_and_arguments()'s words in a release without output-flat.
+_WITHOUT_OUTPUT_FLAT = {
+    "b64_without_flat": "return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs.",
+}
+#: The rule refusing a field a release lacks.
+_ABSENT = "needs_newer_sglang"
+
+
+class Contract(NamedTuple):
+    """The rules of one `Target`, compiled once (see `contract_for`)."""
+
+    target: Target
+    release: str
+    request: _Checks
+    sampling: _Checks
+    #: The target's `GenerateReqInput` fields and `sampling_params` keys.
+    fields: frozenset[str]
+    sampling_keys: frozenset[str]
+    #: The rule and facts for a `sampling_params` key the target refuses.
+    unknown_sampling: tuple[str, dict[str, object]]
+    #: (name, default, rule, facts) of each client field the target lacks.
+    absent: tuple[tuple[str, Any, str, dict[str, object]], ...]
+    #: (key, rule, facts) of each typed `sampling_params` key the target refuses.
+    absent_sampling: tuple[tuple[str, str, dict[str, object]], ...]
+    #: Keys no typed field holds that pass through unchanged: all of them (None,
+    #: `unknown_fields="pass"`), or those the installed SGLang has.
+    passes: tuple[frozenset[str] | None, frozenset[str] | None]
+    splits: bool  # whether any key passes
+    #: `check(request, limits)` raises `RequestRejected` for the first field held as JSON
+    #: bytes past `limits` (a `_request.Limits`), then for the first rule the request breaks.
+    check: Callable[[ClientRequest, Any], None]
+
+
+#: Checks a field held as JSON bytes (its value, the decode's limits); raises `RequestRejected`.
+RawCheck = Callable[[Any, Any], None]
+#: Filled by `prepare_checks`, by scope (True: `sampling_params`).
+_DEFAULTS: dict[bool, Mapping[str, Any]] = {}
+_RAW_CHECKS: dict[bool, tuple[tuple[str, RawCheck], ...]] = {False: (), True: ()}
+
+
+def prepare_checks(
+    request_defaults: Mapping[str, Any],
+    sampling_defaults: Mapping[str, Any],
+    request_raw: tuple[tuple[str, RawCheck], ...] = (),
+    sampling_raw: tuple[tuple[str, RawCheck], ...] = (),
+) -> None:
+    """Record the typed fields and their defaults, and the checks of the fields held as
+    JSON bytes (each defaulting to UNSET), which every contract makes."""
+    _DEFAULTS[False], _DEFAULTS[True] = request_defaults, sampling_defaults
+    _RAW_CHECKS[False], _RAW_CHECKS[True] = request_raw, sampling_raw
+    contract_for.cache_clear()
+
+
+def _templates(tables: ReleaseTables) -> frozenset[str]:
+    steps = (
+        tables.tokenizer_manager_checks,
+        tables.init_checks,
+        tables.normalize_checks,
+        tables.verify_checks,
+    )
+    return frozenset(check.message for step in steps for check in step)
+
+
+def _release(target: Target) -> str:
+    """The release the target's messages name: the installed SGLang's version, if read."""
+    installed = target.installed_fields
+    return target.sglang if installed is None else installed.version
+
+
+def _sampling_refusal(target: Target, key: str) -> tuple[str, dict[str, object]] | None:
+    """Why the target refuses typed `sampling_params.key`, or None when it takes it."""
+    tables, gate, release = target.tables, target.gate, _release(target)
+    if gate is not None and key not in gate.sampling_keys:
+        return "unknown_sampling_param", {"key": key, "expected": _expected(gate.sampling_keys)}
+    if key in tables.sampling_params_fields:
+        return None
+    first = first_release_with(key, sampling=True)
+    if first is not None and _newer(first, target.sglang):
+        path = f"sampling_params.{key}"
+        return _ABSENT, {"key": path, "path": path, "first": first, "release": release}
+    if first is not None or (gate is not None and key in gate.sampling_keys):
+        return "unsupported_sampling_param", {"key": key}
+    return "unexpected_sampling_param", {"key": key}
+
+
+def _newer(first: str, release: str) -> bool:
+    return KNOWN_RELEASES.index(first) > KNOWN_RELEASES.index(release)
+
+
+def _expected(keys: tuple[str, ...]) -> str:
+    return "expected one of " + ", ".join(f"`{name}`" for name in keys)
+
+
+@functools.lru_cache(maxsize=64)
+def contract_for(target: Target) -> Contract:
+    """The compiled rules of `target`: cached, as targets are hashable."""
+    tables, release = target.tables, _release(target)
+    templates = _templates(tables)
+    messages = {} if tables.features.output_flat else _WITHOUT_OUTPUT_FLAT
+    scoped: dict[bool, list[tuple[Rule, str]]] = {False: [], True: []}
+    for rule in RULES:
+        if rule.check is None or (rule.template is not None and rule.template not in templates):
+            continue
+        message = messages.get(rule.code, rule.message).replace("{release}", release)
+        scoped[_on_sampling(rule)].append((rule, message))
+    fields = frozenset(tables.generate_req_input_fields)
+    absent: list[tuple[str, Any, str, dict[str, object]]] = []
+    for name, default in _DEFAULTS[False].items():
+        if name not in fields and name != "input_ids":
+            first = first_release_with(name)
+            facts: dict[str, object] = {"key": name, "path": name, "release": release}
+            if first is not None and _newer(first, target.sglang):
+                absent.append((name, default, _ABSENT, {**facts, "first": first}))
+            else:  # an installed SGLang without it
+                absent.append((name, default, "unknown_field", {**facts, "hint": ""}))
+    absent_sampling: list[tuple[str, str, dict[str, object]]] = []
+    for key in _DEFAULTS[True]:
+        refusal = _sampling_refusal(target, key)
+        if refusal is not None:
+            absent_sampling.append((key, *refusal))
+    passes = _passes(target)
+    gate = target.gate
+    if gate is not None:
+        sampling_keys = frozenset(gate.sampling_keys) & frozenset(tables.sampling_params_fields)
+        unknown: tuple[str, dict[str, object]] = (
+            "unknown_sampling_param",
+            {"expected": _expected(gate.sampling_keys)},
+        )
+    else:
+        sampling_keys = frozenset(tables.sampling_params_fields)
+        unknown = ("unexpected_sampling_param", {})
+    presence = [_presence(name, default, code, facts) for name, default, code, facts in absent]
+    presence_in_sampling = [
+        _presence(key, UNSET, code, facts) for key, code, facts in absent_sampling
+    ]
+    request = _checks(presence + scoped[False])
+    sampling = _checks(presence_in_sampling + scoped[True])
+    return Contract(
+        target=target,
+        release=release,
+        request=request,
+        sampling=sampling,
+        fields=fields,
+        sampling_keys=sampling_keys,
+        unknown_sampling=unknown,
+        absent=tuple(absent),
+        absent_sampling=tuple(absent_sampling),
+        passes=passes,
+        splits=passes != (frozenset(), frozenset()),
+        check=_compile(request, sampling),
+    )
+
+
+def _presence(name: str, default: Any, code: str, facts: dict[str, object]) -> tuple[Rule, str]:
+    """The rule refusing field `name` (set to other than `default`) with rule `code`."""
+    rule = RULES_BY_CODE[code]
+
+    def check(value: Any) -> dict[str, object] | None:
+        return facts if getattr(value, name) != default else None
+
+    singleton = default is None or default is False or default is UNSET
+    message = (
+        rule.message.replace("{release}", str(facts["release"]))
+        if "release" in facts
+        else rule.message
+    )
+    return rule._replace(check=check, when=name if singleton else None), message
+
+
+def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+    if target.unknown_fields == "pass":
+        return None, None
+    installed = target.installed_fields
+    if installed is None:
+        return frozenset(), frozenset()
+    typed_top, typed_sampling = set(_DEFAULTS[False]), set(_DEFAULTS[True])
+    top = frozenset(installed.generate_req_input_fields) - typed_top - set(FIELD_OWNERS)
+    return top, frozenset(installed.sampling_params_fields) - typed_sampling
+
+
+def check_request(request: ClientRequest, contract: Contract, limits: Any) -> None:
+    """Raise `RequestRejected` for the first field held as JSON bytes past `limits`, then
+    the first rule of `contract`, that `request` breaks."""
+    contract.check(request, limits)

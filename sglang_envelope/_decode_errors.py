@@ -1,0 +1,138 @@
+"""msgspec's verdict on a body it cannot decode, as the rule the body breaks.
+
+The typed decode of `ClientRequest` enforces the rules whose check is None in
+`_rules.RULES` (types, unknown keys, token ids); `translate_validation_error`
+reads msgspec's error into that rule's `RequestRejected`, in the target's
+words.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+import msgspec
+
+from sglang_envelope._contract import Contract, contract_for
+from sglang_envelope._errors import RequestRejected
+from sglang_envelope._rules import DEFAULT_TARGET, FIELD_OWNERS, reject
+
+__all__ = [
+    "DECODE_ERRORS",
+    "KNOWN_FIELDS",
+    "first_unknown_key",
+    "translate_validation_error",
+    "unknown_sampling_key",
+    "unknown_top_level_key",
+]
+
+# msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level. The
+# path holds only field names, indices and `[...]`, never client text, so it is read
+# from the end; an unknown key is found in the body itself (`first_unknown_key`),
+# since a key may hold text that looks like a path.
+_AT = re.compile(
+    r"^(?P<what>.*?)(?: - at (?P<key>`key` in )?`(?P<path>\$[\w.\[\]]*)`)?$", re.DOTALL
+)
+_EXPECTED = re.compile(r"^Expected `(?P<expected>[^`]*)`, got `(?P<got>[^`]*)`$")
+_UNKNOWN = re.compile(r"^Object contains unknown field `", re.DOTALL)
+_MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
+_TOKEN_LIST_ITEM = re.compile(r"^input_ids\[\d+\]$")
+
+
+def unknown_top_level_key(key: str, contract: Contract) -> RequestRejected:
+    """The refusal of a top-level key no typed field holds, in the target's words."""
+    owner = FIELD_OWNERS.get(key)
+    if owner is not None:
+        return reject(owner, key=key)
+    fields = contract.target.tables.generate_req_input_fields
+    if key in contract.sampling_keys and key not in contract.fields:
+        hint = f"; did you mean `sampling_params.{key}`?"
+    else:
+        near = difflib.get_close_matches(key, fields, n=1)
+        hint = f"; did you mean `{near[0]}`?" if near else ""
+    return reject("unknown_field", key=key, hint=hint, release=contract.release)
+
+
+def unknown_sampling_key(key: str, contract: Contract) -> RequestRejected:
+    """The refusal of a `sampling_params` key: the gate's words, or `SamplingParams`'."""
+    code, facts = contract.unknown_sampling
+    return reject(code, key=key, **facts)
+
+
+#: What msgspec raises on a body it cannot decode (RecursionError: nested too deeply;
+#: BufferError: a memoryview that is not contiguous).
+DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError, BufferError)
+
+_members = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+#: Where a struct sits in the body, and the names it knows; filled in by `_request.py`.
+KNOWN_FIELDS: dict[str, frozenset[str]] = {}
+
+
+def first_unknown_key(data: Any, path: str = "") -> tuple[str, str] | None:
+    """The first key in document order that no struct at `path` knows: (path, key)."""
+    try:
+        members = _members.decode(data)
+    except DECODE_ERRORS:
+        return None
+    known = KNOWN_FIELDS.get(path, frozenset())
+    for key, value in members.items():
+        if key not in known:
+            return path, key
+        inner = f"{path}.{key}" if path else key
+        if inner in KNOWN_FIELDS:
+            found = first_unknown_key(value, inner)
+            if found is not None:
+                return found
+    return None
+
+
+def translate_validation_error(
+    error: Exception, *, prefix: str = "", data: Any = None, contract: Contract | None = None
+) -> RequestRejected:
+    """Turn msgspec's verdict on a body (or on `prefix`, a part of it) into the rule it breaks.
+
+    `data`, the JSON decoded, locates an unknown key without reading it from the message.
+    """
+    if isinstance(error, RecursionError):
+        return reject("not_json", detail="JSON is nested too deeply")
+    if not isinstance(error, msgspec.ValidationError):
+        return reject("not_json", detail=str(error))
+    match = _AT.match(str(error))
+    assert match is not None  # the pattern matches any text
+    what = match["what"]
+    raw_path = (match["path"] or "$").removeprefix("$").removeprefix(".")
+    path = (
+        prefix + raw_path
+        if raw_path.startswith("[")
+        else ".".join(part for part in (prefix, raw_path) if part)
+    )
+    if match["key"]:
+        return reject("invalid_value", path=path or "body", detail=f"keys must be strings; {what}")
+    if _UNKNOWN.match(str(error)):
+        found = first_unknown_key(data) if data is not None else None
+        if found is None:  # not found in the body: read the message
+            return reject("invalid_value", path=path or "body", detail=what)
+        where, key = found
+        contract = contract or contract_for(DEFAULT_TARGET)
+        if where == "sampling_params":
+            return unknown_sampling_key(key, contract)
+        if not where:
+            return unknown_top_level_key(key, contract)
+        return reject("unknown_nested_field", key=key, path=where)
+    if missing := _MISSING.match(what):
+        if not path and missing["key"] == "input_ids":
+            return reject("missing_input_ids")
+        return reject("invalid_value", path=path or "body", detail=what)
+    expected = _EXPECTED.match(what)
+    if not path:
+        return reject("not_object", got=expected["got"] if expected else what)
+    if _TOKEN_LIST_ITEM.match(path):
+        if expected and expected["got"] == "array":
+            return reject("batched_input")
+        if not expected:
+            return reject("token_id_out_of_range", path=path)
+    if expected:
+        return reject("wrong_type", path=path, expected=expected["expected"], got=expected["got"])
+    return reject("invalid_value", path=path, detail=what)
