@@ -37,12 +37,13 @@ from sglang_envelope._frame import (
     expected,
 )
 from sglang_envelope._frame_views import (
-    CUMULATIVE_VIEW,
     DELTA_FIELDS,
     DELTA_ROWS,
-    INCREMENTAL_VIEW,
     JSON_TYPE_NAMES,
+    NOT_TERMINAL,
+    VIEW_ERRORS,
     intermediate_view,
+    middle_view,
     plain,
     same_json,
     searchable,
@@ -295,9 +296,9 @@ class StreamAggregator:
         unknown key, an error, a wrong type), is decoded in full, once, and
         goes through `add`, which ends the run.
         """
-        decode = INCREMENTAL_VIEW.decode
         pieces = self._pieces
         index = self._index
+        decode, indexed = middle_view(True, index), index is not UNSET
         # The straight-line reads below cost a quarter of a loop over
         # DELTA_FIELDS; _FAST_PATHS (checked against the table at import) lists them.
         text = pieces["text"]
@@ -315,7 +316,15 @@ class StreamAggregator:
             while at < end:
                 payload = payloads[at]
                 at += 1
-                frame = intermediate_view(decode, payload, index)
+                frame = None  # intermediate_view, inlined: this runs once a frame
+                if NOT_TERMINAL in searchable(payload):
+                    try:
+                        frame = decode(payload)
+                    except VIEW_ERRORS:
+                        pass
+                    else:
+                        if indexed and not same_json(frame.index, index):
+                            frame = None
                 if frame is None:
                     self.add(decode_frame(payload))
                     return at
@@ -358,8 +367,8 @@ class StreamAggregator:
         ``"finish_reason":null``) is decoded in full at once, and so is
         anything a view cannot read; these go through `add` and end the run.
         """
-        view_decode = CUMULATIVE_VIEW.decode
         index = self._index
+        view_decode = middle_view(False, index)
         for at in range(start, len(payloads)):
             payload = payloads[at]
             if intermediate_view(view_decode, payload, index) is None or not plain(

@@ -38,8 +38,8 @@ from sglang_envelope._frame import CONSISTENCY, check_consistency, expected
 from sglang_envelope._frame_views import (
     DELTA_FIELDS,
     DELTA_ROWS,
-    INCREMENTAL_VIEW,
     intermediate_view,
+    middle_view,
 )
 from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Payload, decode_frame
 
@@ -99,9 +99,9 @@ class _BytesAggregator(StreamAggregator):
             return self._add_as_received(payloads, at)
         if self._keep:
             return super()._add_deltas(payloads, at)
-        decode = INCREMENTAL_VIEW.decode
         counts = self._counts
         index = self._index
+        decode = middle_view(True, index)
         while at < len(payloads):
             payload = payloads[at]
             at += 1
@@ -136,8 +136,8 @@ class _BytesAggregator(StreamAggregator):
         if at < last:
             return super()._add_deltas(payloads[:last], at)
         self._flush()  # the deltas of frames added before, first
-        decode = INCREMENTAL_VIEW.decode
         index = self._index
+        decode = middle_view(True, index)
         counts = self._counts
         present = self._present
         while at < len(payloads):  # the last frame

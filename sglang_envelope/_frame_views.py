@@ -26,13 +26,13 @@ from msgspec import UNSET, UnsetType
 from sglang_envelope._sse import Payload
 
 __all__ = [
-    "CUMULATIVE_VIEW",
     "DELTA_FIELDS",
     "DELTA_ROWS",
-    "INCREMENTAL_VIEW",
     "JSON_TYPE_NAMES",
     "NOT_TERMINAL",
+    "VIEW_ERRORS",
     "intermediate_view",
+    "middle_view",
     "plain",
     "same_json",
     "searchable",
@@ -63,7 +63,11 @@ DELTA_ROWS: Final = tuple(
 )
 JSON_TYPE_NAMES: Final[dict[type, str]] = {str: "a string", list: "an array"}
 
-# Typed views of an intermediate frame, built from DELTA_FIELDS.
+# Typed views of a middle frame, built from DELTA_FIELDS. A view decodes only
+# what a middle frame may be: no error, no object, a meta_info object without
+# a finish reason, and the first frame's index (none: no index at all; a view
+# with an index leaves the comparison to `intermediate_view`). msgspec refuses
+# anything else while decoding, and the frame is then decoded in full.
 #
 # An incremental view declares every key SGLang writes in a frame and refuses
 # any other (forbid_unknown_fields), so msgspec checks every byte exactly as
@@ -75,8 +79,10 @@ JSON_TYPE_NAMES: Final[dict[type, str]] = {str: "a string", list: "an array"}
 # UTF-8 or the range of its numbers, so it is trusted only for bytes `plain`
 # passes. gc=False: views are transient and hold no cycles.
 _SGLANG_META_KEYS: Final = (
-    # tokenizer_manager._handle_batch_output and add_logprob_to_meta_info
+    # tokenizer_manager._handle_batch_output and add_logprob_to_meta_info, in the
+    # order SGLang writes them (msgspec reads keys fastest in its fields' order)
     "id",
+    "finish_reason",
     "prompt_tokens",
     "weight_version",
     "num_retractions",
@@ -84,6 +90,11 @@ _SGLANG_META_KEYS: Final = (
     "completion_tokens",
     "cached_tokens",
     "cached_tokens_details",
+    "output_token_logprobs",
+    "output_top_logprobs",
+    "output_token_ids_logprobs",
+    "output_token_sampling_mask",
+    "output_token_sampling_logprobs",
     "e2e_latency",
     "queue_time",
     "dp_rank",
@@ -95,12 +106,14 @@ _SGLANG_META_KEYS: Final = (
 )
 _SGLANG_TOP_KEYS: Final = ("prompt_token_ids",)
 
-
-def _view(name: str, fields: list[tuple[str, Any, Any]], *, strict: bool) -> Any:
-    return msgspec.defstruct(name, fields, gc=False, forbid_unknown_fields=strict)
+_Field = tuple[str, Any] | tuple[str, Any, Any]
 
 
-def _delta_fields(in_meta: bool) -> list[tuple[str, Any, Any]]:
+def _view(name: str, fields: list[_Field], *, strict: bool) -> Any:
+    return msgspec.defstruct(name, fields, gc=False, forbid_unknown_fields=strict, kw_only=True)
+
+
+def _delta_fields(in_meta: bool) -> list[_Field]:
     return [
         (key, (str if kind is str else list[Any]) | UnsetType, UNSET)
         for _, key, meta, kind in DELTA_ROWS
@@ -108,35 +121,55 @@ def _delta_fields(in_meta: bool) -> list[tuple[str, Any, Any]]:
     ]
 
 
-def _other_fields(keys: tuple[str, ...]) -> list[tuple[str, Any, Any]]:
-    return [(key, Any, UNSET) for key in keys]
+def _meta_fields() -> list[_Field]:
+    """The incremental view's meta_info: no finish reason, the deltas typed, the rest Any."""
+    deltas = {field[0]: field for field in _delta_fields(True)}
+    finish: _Field = ("finish_reason", None, None)
+    return [
+        finish if key == "finish_reason" else deltas.get(key, (key, Any, UNSET))
+        for key in _SGLANG_META_KEYS
+    ]
 
 
-_FINISH: Final = ("finish_reason", dict[str, Any] | None, None)
-_COMMON: Final = [("error", Any, None), ("object", Any, None), ("index", Any, UNSET)]
-_IncrementalMeta = _view(
-    "_IncrementalMeta",
-    [_FINISH, *_delta_fields(True), *_other_fields(_SGLANG_META_KEYS)],
-    strict=True,
-)
-_IncrementalFrame = _view(
-    "_IncrementalFrame",
-    [
-        *_COMMON,
-        ("meta_info", _IncrementalMeta | UnsetType, UNSET),
-        *_delta_fields(False),
-        *_other_fields(_SGLANG_TOP_KEYS),
-    ],
-    strict=True,
-)
-_CumulativeMeta = _view("_CumulativeMeta", [_FINISH], strict=False)
-_CumulativeFrame = _view(
-    "_CumulativeFrame",
-    [*_COMMON, ("meta_info", _CumulativeMeta | UnsetType, UNSET)],
-    strict=False,
-)
-INCREMENTAL_VIEW: Final = msgspec.json.Decoder(_IncrementalFrame)
-CUMULATIVE_VIEW: Final = msgspec.json.Decoder(_CumulativeFrame)
+_MIDDLE: Final[list[_Field]] = [("error", None, None), ("object", None, None)]
+_INDEX: Final[dict[bool, _Field]] = {False: ("index", UnsetType, UNSET), True: ("index", Any)}
+_IncrementalMeta = _view("_IncrementalMeta", _meta_fields(), strict=True)
+_CumulativeMeta = _view("_CumulativeMeta", [("finish_reason", None, None)], strict=False)
+
+
+def _incremental(indexed: bool) -> Any:
+    fields = [*_delta_fields(False), ("meta_info", _IncrementalMeta), *_MIDDLE, _INDEX[indexed]]
+    fields += [(key, Any, UNSET) for key in _SGLANG_TOP_KEYS]
+    return msgspec.json.Decoder(_view("_IncrementalFrame", fields, strict=True))
+
+
+def _cumulative(indexed: bool) -> Any:
+    fields = [("meta_info", _CumulativeMeta), *_MIDDLE, _INDEX[indexed]]
+    return msgspec.json.Decoder(_view("_CumulativeFrame", fields, strict=False))
+
+
+#: (incremental, the stream's first frame has an index): the view's decoder.
+_VIEWS: Final = {
+    (mode, indexed): (_incremental if mode else _cumulative)(indexed)
+    for mode in (True, False)
+    for indexed in (False, True)
+}
+#: What a view raises for a frame that is not a middle frame it can read.
+VIEW_ERRORS: Final = (msgspec.DecodeError, RecursionError)
+
+
+def middle_view(incremental: bool, index: Any) -> Callable[[Payload], Any]:
+    """The decode of a stream's middle frames through a typed view (see `intermediate_view`).
+
+    `index` is the stream's first frame's (UNSET when it had none). The decode
+    raises one of `VIEW_ERRORS` for a frame the view cannot read or that is
+    not a middle frame; only a frame's index against a first frame that had one
+    is left to check.
+    """
+    decoder: msgspec.json.Decoder[Any] = _VIEWS[incremental, index is not UNSET]
+    return decoder.decode
+
+
 NOT_TERMINAL: Final = b'"finish_reason":null'  # as SGLang writes an intermediate frame
 # Digits become 0, "E" becomes "e" and "+" becomes "-", so that two searches
 # find every number msgspec's full decoder could refuse: an exponent of three
@@ -165,7 +198,8 @@ def plain(data: bytes | bytearray) -> bool:
 
 
 def intermediate_view(decode: Callable[[Payload], Any], payload: Payload, index: Any) -> Any:
-    """An intermediate frame read through a typed view, or None to decode it in full and `add` it.
+    """A middle frame read through a typed view (`decode`, from `middle_view`), or None to
+    decode it in full and `add` it.
 
     None when the bytes lack SGLang's ``"finish_reason":null`` (the frame may
     be the terminal one), when the view cannot read them (an unknown key, a
@@ -176,15 +210,9 @@ def intermediate_view(decode: Callable[[Payload], Any], payload: Payload, index:
         return None
     try:
         view = decode(payload)
-    except (msgspec.DecodeError, RecursionError):
+    except VIEW_ERRORS:
         return None
-    if (
-        view.error is not None
-        or view.object is not None
-        or view.meta_info is UNSET
-        or view.meta_info.finish_reason is not None
-        or not (view.index is index or same_json(view.index, index))
-    ):
+    if index is not UNSET and not (view.index is index or same_json(view.index, index)):
         return None
     return view
 
