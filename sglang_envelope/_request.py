@@ -753,8 +753,9 @@ def decode_with_limits(
         body, passed = _split_unknown(body, limits, contract)
     token = _decoding.set(True)
     try:
-        if len(body) > LARGE_BODY_BYTES and type(body) is bytes:
-            request = _decode_large(body) or _decoder.decode(body)
+        if len(body) > LARGE_BODY_BYTES:  # an envelope's request is a Raw: read as bytes
+            large = body if type(body) is bytes else bytes(body)
+            request = _decode_large(large) or _decoder.decode(body)
         else:
             request = _decoder.decode(body)
     except DECODE_ERRORS as error:

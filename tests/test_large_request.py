@@ -8,7 +8,14 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 
-from sglang_envelope import RequestRejected, _request, decode_client_request
+from sglang_envelope import (
+    RequestRejected,
+    _request,
+    decode_client_request,
+    decode_envelope,
+    encode_envelope,
+    to_worker_envelope,
+)
 from tests.strategies import client_requests, large_body_texts
 
 
@@ -87,3 +94,29 @@ def test_the_chunked_path_is_the_one_taken_for_a_large_valid_body() -> None:
         _request._decoding.reset(token)
     assert chunked is not None
     assert chunked == decode_client_request(body)
+
+
+@pytest.mark.parametrize("kind", [bytearray, memoryview, "envelope"])
+def test_any_bytes_like_large_body_takes_the_chunked_path(
+    monkeypatch: pytest.MonkeyPatch, kind: Any
+) -> None:
+    """A worker's envelope hands its request on as msgspec.Raw, not bytes: read in chunks too."""
+    ids = list(range(300_000))
+    body = msgspec.json.encode({"input_ids": ids, "stream": False})
+    taken: list[bytes] = []
+    decode_large = _request._decode_large
+
+    def spy(data: bytes) -> Any:
+        taken.append(data)
+        return decode_large(data)
+
+    monkeypatch.setattr(_request, "_decode_large", spy)
+    if kind == "envelope":
+        wire = encode_envelope(to_worker_envelope(decode_client_request(body), rid="r"))
+        taken.clear()
+        request = decode_envelope(wire).request
+    else:
+        request = decode_client_request(kind(body))
+    assert taken == [body]
+    assert request.input_ids == tuple(ids)
+    assert request.stream is False
