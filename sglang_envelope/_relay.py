@@ -18,7 +18,7 @@ aggregation's final checks.
   and each frame sent is the last frame read with those texts spliced in.
 * Converting, cumulative engine to incremental client: each delta is cut from
   the cumulative field's JSON elements, as SGLang cuts them
-  (``tokenizer_manager._slice_streaming_output_meta_info``).
+  (``tokenizer_manager._slice_streaming_output_meta_info``; `_delta_cut`).
 
 A converted stream sends at most one frame per chunk read, the latest state,
 as SGLang itself does when frames queue up behind a slow reader
@@ -58,9 +58,6 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Se
 from itertools import repeat
 from typing import Any, Final
 
-import msgspec
-from msgspec import Raw
-
 from sglang_envelope._aggregate import (
     DEFAULT_MAX_BYTES,
     _iterate,
@@ -69,6 +66,7 @@ from sglang_envelope._aggregate import (
 )
 from sglang_envelope._aggregate_bytes import _BytesAggregator, splice
 from sglang_envelope._async import _aiterate
+from sglang_envelope._delta_cut import cut_deltas, frame_fields, one_line
 from sglang_envelope._error_response import error_event
 from sglang_envelope._errors import (
     EngineError,
@@ -77,8 +75,8 @@ from sglang_envelope._errors import (
     ResponseError,
     show_value,
 )
-from sglang_envelope._frame import check_consistency, decode_json
-from sglang_envelope._frame_views import DELTA_ROWS, NOT_TERMINAL
+from sglang_envelope._frame import check_consistency
+from sglang_envelope._frame_views import NOT_TERMINAL
 from sglang_envelope._sse import (
     DEFAULT_MAX_EVENT_BYTES,
     SSE_DONE,
@@ -90,9 +88,6 @@ from sglang_envelope._sse import (
 
 __all__ = ["relay_sse", "relay_sse_async"]
 
-_ENCODE: Final = msgspec.json.Encoder().encode
-_FIELDS: Final = msgspec.json.Decoder(dict[str, Raw])
-_ELEMENTS: Final = msgspec.json.Decoder(list[Raw])
 _FINISH_KEY: Final = b'"finish_reason"'
 _ESCAPE: Final = b"\\u00"  # how a key could spell "finish_reason" without those bytes
 
@@ -195,7 +190,7 @@ class _Relay:
         self._aggregation = _SseAggregation(what, self._aggregator, max_bytes, max_event_bytes)
         self._client = client_incremental
         self._last: Payload | None = None  # the last frame sent before the mode was known
-        self._sent: dict[str, Any] = {}  # what the last frame sent holds, once converting (_cut)
+        self._sent: dict[str, Any] = {}  # what the last frame sent holds (`cut_deltas`)
         self._terminal_size = 0  # the bytes of the last frame parsed as sent
         self.ended = False  # a failure was written: the stream is over
 
@@ -388,7 +383,9 @@ class _Relay:
                 self._last = payloads[-1]
             return _as_received(payloads)
         read = self._aggregator.last_fields
-        fields = read[1] if read is not None and read[0] is payloads[-1] else _fields(payloads[-1])
+        fields = (
+            read[1] if read is not None and read[0] is payloads[-1] else frame_fields(payloads[-1])
+        )
         if fields is None:
             return b""
         if self._aggregator.incremental:
@@ -398,11 +395,11 @@ class _Relay:
     def _to_incremental(self, fields: dict[str, Any]) -> bytes:
         """The frame SGLang's incremental mode would send after the last one sent."""
         if self._last is not None:  # sent as received: what a cumulative reading sent
-            last = _fields(self._last)
-            self._sent = {} if last is None else _cut(last, {}, {})
+            last = frame_fields(self._last)
+            self._sent = {} if last is None else cut_deltas(last, {}, {})
             self._last = None
         values: dict[str, list[BytesLike]] = {}
-        sent = _cut(fields, self._sent, values)
+        sent = cut_deltas(fields, self._sent, values)
         out = splice(fields, values, b"data: ", b"\n\n")
         self._sent = sent  # the next delta starts here
         return out
@@ -443,100 +440,6 @@ def _middle(payload: Payload) -> bool:
     return data[:1] == b"{" and _unparsed([data], data)
 
 
-def _cut(
-    fields: dict[str, Any], sent: dict[str, Any], deltas: dict[str, list[BytesLike]]
-) -> dict[str, Any]:
-    """Put into `deltas` each field's JSON past what `sent` holds; return what `fields` holds.
-
-    What a frame holds is, per delta field, its text's JSON inside the quotes
-    or its list's JSON elements. A list's delta is its elements past those
-    sent; SGLang cuts every list at the ids sent (its output offset), which
-    is the same number for its streams, whose lists grow a token at a time.
-    A frame that does not extend the last one sent has no delta.
-    """
-    held: dict[str, Any] = {}
-    meta = fields["meta_info"]
-    for path, key, in_meta, kind in DELTA_ROWS:
-        is_text = kind is str
-        raw = (meta if in_meta else fields).get(key)
-        if raw is None:
-            if path in sent:  # an incremental frame cannot take a field back
-                raise _no_delta(path, "is missing, though the last frame sent had it")
-            continue
-        data = bytes(raw)
-        if data[:1] != (b'"' if is_text else b"["):
-            raise _no_delta(path, f"is not {'a string' if is_text else 'an array'}")
-        if is_text:
-            text = held[path] = data[1:-1]
-            deltas[path] = [b'"', _text_delta(sent.get(path, b""), text), b'"']
-            continue
-        try:
-            elements = held[path] = _ELEMENTS.decode(data)
-        except (msgspec.DecodeError, RecursionError) as exc:
-            raise ResponseError(f"{path} is not valid JSON: {exc}") from exc
-        before = sent.get(path, [])
-        if not _extends(elements, before):
-            raise _no_delta(path, "does not extend the last frame sent")
-        deltas[path] = [b"[", b",".join(elements[len(before) :]), b"]"]
-    return held
-
-
-def _text_delta(sent: bytes, text: bytes) -> bytes:
-    """The JSON string inside for `text` past `sent` (both JSON string insides)."""
-    if text.startswith(sent):
-        return text[len(sent) :]
-    old = decode_json(b'"' + sent + b'"', "text")
-    new = decode_json(b'"' + text + b'"', "text")
-    if not new.startswith(old):
-        raise _no_delta("text", "does not extend the last frame sent")
-    return _ENCODE(new[len(old) :])[1:-1]
-
-
-def _no_delta(path: str, fault: str) -> ResponseError:
-    return ResponseError(f"{path} {fault}, so no incremental delta exists")
-
-
-def _extends(elements: list[Raw], before: list[Raw]) -> bool:
-    """Whether a list's JSON elements begin with `before`'s, as JSON values."""
-    head = elements[: len(before)]
-    if head == before:  # the same bytes: SGLang writes each entry alike every time
-        return True
-    if len(head) < len(before):
-        return False
-    try:
-        return all(
-            a == b or decode_json(a, "an entry") == decode_json(b, "an entry")
-            for a, b in zip(head, before, strict=True)
-        )
-    except (ResponseError, RecursionError):
-        return False
-
-
-def _fields(payload: Payload) -> dict[str, Any] | None:
-    """An admitted frame's keys and meta_info keys, each value its JSON (`msgspec.Raw`).
-
-    None for a frame whose keys are not UTF-8 (a cumulative frame is checked
-    no further than its finish reason until it is the answer): it cannot be
-    written again, and nothing is lost by not sending it, as the next frame
-    sent carries everything so far.
-    """
-    try:
-        fields = _FIELDS.decode(_one_line(payload))
-        fields["meta_info"] = _FIELDS.decode(fields["meta_info"])  # type: ignore[assignment]
-    except msgspec.DecodeError:
-        return None
-    return fields
-
-
-def _one_line(payload: Payload) -> Payload:
-    """An event's data as one line.
-
-    The data of several ``data`` lines is joined with LF (in a bytearray),
-    which in JSON the checks passed can only be whitespace: it becomes a space.
-    """
-    return payload.replace(b"\n", b" ") if type(payload) is bytearray else payload
-
-
 def _as_received(payloads: Sequence[Payload]) -> bytes:
     """Events as SGLang frames them, each event's data unchanged."""
     if not payloads:
@@ -544,6 +447,6 @@ def _as_received(payloads: Sequence[Payload]) -> bytes:
     parts: list[Any] = [b"\n\ndata: "] * (2 * len(payloads) + 1)  # one join: one copy
     parts[1::2] = payloads
     if bytearray in set(map(type, payloads)):  # rare: an event of several data lines
-        parts[1::2] = [_one_line(payload) for payload in payloads]
+        parts[1::2] = [one_line(payload) for payload in payloads]
     parts[0], parts[-1] = b"data: ", b"\n\n"
     return b"".join(parts)
