@@ -243,7 +243,7 @@ def verdict(run: Any) -> tuple[str, Any]:
         return "error", str(exc)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=max(300, settings().max_examples), deadline=None)  # more when fuzzing
 @given(data=st.data(), engine=st.booleans(), client=st.booleans())
 def test_damaged_streams_get_aggregations_verdict(
     data: st.DataObject, engine: bool, client: bool
