@@ -38,6 +38,7 @@ from sglang_envelope._frame import CONSISTENCY, check_consistency, expected
 from sglang_envelope._frame_views import (
     DELTA_FIELDS,
     DELTA_ROWS,
+    frame_fields,
     intermediate_view,
     middle_view,
 )
@@ -53,7 +54,6 @@ _MARKS: Final = {
 _MARKED: Final = {b"%d" % n: path for n, (path, _) in enumerate(DELTA_FIELDS)}
 _PLACES: Final = {path: (in_meta, key) for path, key, in_meta, _ in DELTA_ROWS}
 _TEXT: Final = "text"  # the one string field of DELTA_FIELDS: its pieces join without commas
-_FIELDS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _KEYS: Final = tuple((path, key, in_meta) for path, key, in_meta, _ in DELTA_ROWS)
 
 
@@ -127,7 +127,7 @@ class _BytesAggregator(StreamAggregator):
 
         For a relay that writes a frame for every chunk it reads, from the
         chunk's last frame: that frame is read by the view, which checks every
-        byte and counts, and its keys, decoded as Raw (`_raw_fields`), give its
+        byte and counts, and its keys, decoded as Raw (`frame_fields`), give its
         deltas' JSON and the frame to write. The frames before it in the chunk
         are read as `aggregate_sse_bytes` reads them (their deltas encoded once
         for the chunk, which costs less than a second decoding of each).
@@ -144,7 +144,7 @@ class _BytesAggregator(StreamAggregator):
             payload = payloads[at]
             at += 1
             frame = intermediate_view(decode, payload, index)
-            fields = None if frame is None else _raw_fields(payload)
+            fields = None if frame is None else frame_fields(payload)
             if fields is None:
                 self.add(decode_frame(payload))
                 return at
@@ -289,17 +289,6 @@ if {path for _, path, _ in CONSISTENCY} != {  # pragma: no cover
     "meta_info.output_token_sampling_mask",
 }:
     raise AssertionError("_BytesAggregator._add_deltas must count what CONSISTENCY counts")
-
-
-def _raw_fields(payload: Payload) -> dict[str, Any] | None:
-    """A frame's keys and meta_info's keys, each value its JSON (`msgspec.Raw`); None for
-    JSON that is not two such objects."""
-    try:
-        fields: dict[str, Any] = _FIELDS.decode(payload)
-        fields["meta_info"] = _FIELDS.decode(fields["meta_info"])
-    except (msgspec.DecodeError, KeyError, RecursionError):
-        return None
-    return fields
 
 
 def _commas(pieces: list[BytesLike]) -> list[BytesLike]:

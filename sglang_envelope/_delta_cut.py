@@ -18,12 +18,11 @@ from msgspec import Raw
 from sglang_envelope._errors import ResponseError
 from sglang_envelope._frame import decode_json
 from sglang_envelope._frame_views import DELTA_ROWS
-from sglang_envelope._sse import BytesLike, Payload
+from sglang_envelope._sse import BytesLike
 
-__all__ = ["cut_deltas", "frame_fields", "one_line"]
+__all__ = ["cut_deltas"]
 
 _ENCODE: Final = msgspec.json.Encoder().encode
-_FIELDS: Final = msgspec.json.Decoder(dict[str, Raw])
 _ELEMENTS: Final = msgspec.json.Decoder(list[Raw])
 
 
@@ -94,28 +93,3 @@ def _extends(elements: list[Raw], before: list[Raw]) -> bool:
         )
     except (ResponseError, RecursionError):
         return False
-
-
-def frame_fields(payload: Payload) -> dict[str, Any] | None:
-    """An admitted frame's keys and meta_info keys, each value its JSON (`msgspec.Raw`).
-
-    None for a frame whose keys are not UTF-8 (a cumulative frame is checked
-    no further than its finish reason until it is the answer): it cannot be
-    written again, and nothing is lost by not sending it, as the next frame
-    sent carries everything so far.
-    """
-    try:
-        fields = _FIELDS.decode(one_line(payload))
-        fields["meta_info"] = _FIELDS.decode(fields["meta_info"])  # type: ignore[assignment]
-    except msgspec.DecodeError:
-        return None
-    return fields
-
-
-def one_line(payload: Payload) -> Payload:
-    """An event's data as one line.
-
-    The data of several ``data`` lines is joined with LF (in a bytearray),
-    which in JSON the checks passed can only be whitespace: it becomes a space.
-    """
-    return payload.replace(b"\n", b" ") if type(payload) is bytearray else payload

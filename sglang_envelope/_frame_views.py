@@ -31,8 +31,10 @@ __all__ = [
     "JSON_TYPE_NAMES",
     "NOT_TERMINAL",
     "VIEW_ERRORS",
+    "frame_fields",
     "intermediate_view",
     "middle_view",
+    "one_line",
     "plain",
     "same_json",
     "searchable",
@@ -154,6 +156,8 @@ _VIEWS: Final = {
     for mode in (True, False)
     for indexed in (False, True)
 }
+#: A frame's keys, each value its JSON (`frame_fields`).
+_RAW_MEMBERS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 #: What a view raises for a frame that is not a middle frame it can read.
 VIEW_ERRORS: Final = (msgspec.DecodeError, RecursionError)
 
@@ -235,3 +239,29 @@ def same_json(a: object, b: object) -> bool:
         return a == b
     except RecursionError:
         return False
+
+
+def frame_fields(payload: Payload) -> dict[str, Any] | None:
+    """A frame's keys and meta_info's keys, each value its JSON (`msgspec.Raw`), the data
+    of several ``data`` lines as one line (`one_line`), so that the values can be written
+    again into one SSE line.
+
+    None for JSON that is not two such objects, or whose keys are not UTF-8 (a
+    cumulative frame is checked no further than its finish reason until it is
+    the answer): it cannot be written again.
+    """
+    try:
+        fields: dict[str, Any] = _RAW_MEMBERS.decode(one_line(payload))
+        fields["meta_info"] = _RAW_MEMBERS.decode(fields["meta_info"])
+    except (msgspec.DecodeError, KeyError, RecursionError):
+        return None
+    return fields
+
+
+def one_line(payload: Payload) -> Payload:
+    """An event's data as one line.
+
+    The data of several ``data`` lines is joined with LF (in a bytearray),
+    which in JSON the checks passed can only be whitespace: it becomes a space.
+    """
+    return payload.replace(b"\n", b" ") if type(payload) is bytearray else payload

@@ -66,7 +66,7 @@ from sglang_envelope._aggregate import (
 )
 from sglang_envelope._aggregate_bytes import _BytesAggregator, splice
 from sglang_envelope._async import _aiterate
-from sglang_envelope._delta_cut import cut_deltas, frame_fields, one_line
+from sglang_envelope._delta_cut import cut_deltas
 from sglang_envelope._error_response import error_event
 from sglang_envelope._errors import (
     EngineError,
@@ -76,7 +76,7 @@ from sglang_envelope._errors import (
     show_value,
 )
 from sglang_envelope._frame import check_consistency
-from sglang_envelope._frame_views import NOT_TERMINAL
+from sglang_envelope._frame_views import NOT_TERMINAL, frame_fields, one_line
 from sglang_envelope._sse import (
     DEFAULT_MAX_EVENT_BYTES,
     SSE_DONE,

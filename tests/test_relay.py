@@ -20,6 +20,7 @@ from sglang_envelope import (
     EngineError,
     EnvelopeError,
     ResponseError,
+    SseDecoder,
     aggregate_sse,
     encode_sse,
     relay_sse,
@@ -770,3 +771,18 @@ def test_async_relay_over_loopback(case: dict[str, Any], engine: str, client: st
         assert aggregate_sse([out], incremental=MODES[client]) == aggregate_sse(
             [expected], incremental=MODES[client]
         )
+
+
+def test_a_frame_of_several_data_lines_is_converted_into_one_sse_line() -> None:
+    """Line ends inside an event's JSON (between data lines) never reach the client's frames."""
+    meta = '"meta_info":{"id":"r","finish_reason":%s,"completion_tokens":%d}'
+    first = b'data: {"text":"a","output_ids":[1],' + (meta % ("null", 1)).encode() + b"}\n\n"
+    split = b'data: {"text":"b","output_ids":[2\ndata: ],' + (meta % ("null", 2)).encode()
+    last = b'data: {"text":"c","output_ids":[3],' + (meta % ('{"type":"length"}', 3)).encode()
+    events = [first, split + b"}\n\n", last + b"}\n\n" + SSE_DONE]
+    sent = b"".join(relay_sse(events, incremental=True))
+    frames = [line for line in sent.split(b"\n") if line]
+    assert all(line.startswith(b"data: ") for line in frames)
+    decoded = SseDecoder().feed(sent)
+    assert [frame["output_ids"] for frame in decoded] == [[1], [1, 2], [1, 2, 3]]
+    assert [frame["text"] for frame in decoded] == ["a", "ab", "abc"]
