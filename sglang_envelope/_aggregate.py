@@ -500,16 +500,23 @@ class _SseAggregation:
 
     def feed(self, chunk: BytesLike) -> None:
         """Read the next chunk; bytes past `max_bytes` raise `LimitExceeded` unread."""
+        chunk, too_big = self.bounded(chunk)
+        # The bytes within the bound still count, so that the first fault in the
+        # stream is the one raised, however it was cut into chunks.
+        self._read(chunk)
+        if too_big is not None:
+            raise too_big
+
+    def bounded(self, chunk: BytesLike) -> tuple[BytesLike, LimitExceeded | None]:
+        """Count `chunk` against `max_bytes`: the part within the bound, and the error
+        when bytes past it were cut off (to raise once the part is read)."""
         if not isinstance(chunk, (bytes, bytearray, memoryview)):
             raise EnvelopeError(f"{self._what} chunk: expected bytes, got {type(chunk).__name__}")
         self._seen += len(chunk)
         over = self._seen - self._max_bytes
         if over > 0:
-            # The bytes within the bound still count, so that the first fault in
-            # the stream is the one raised, however it was cut into chunks.
-            self._read(chunk[: len(chunk) - over])
-            raise _too_big(self._max_bytes, "the stream")
-        self._read(chunk)
+            return chunk[: len(chunk) - over], _too_big(self._max_bytes, "the stream")
+        return chunk, None
 
     def _read(self, data: BytesLike) -> None:
         self._payloads = self._decoder._feed_raw(data)

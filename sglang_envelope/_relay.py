@@ -62,7 +62,6 @@ from sglang_envelope._aggregate import (
     DEFAULT_MAX_BYTES,
     _iterate,
     _SseAggregation,
-    _too_big,
 )
 from sglang_envelope._aggregate_bytes import _BytesAggregator, splice
 from sglang_envelope._async import _aiterate
@@ -71,7 +70,6 @@ from sglang_envelope._error_response import error_event
 from sglang_envelope._errors import (
     EngineError,
     EnvelopeError,
-    LimitExceeded,
     ResponseError,
     show_value,
 )
@@ -221,25 +219,10 @@ class _Relay:
         aggregator = self._aggregator
         return aggregator._terminal is None and aggregator.incremental is self._client
 
-    def _bounded(self, chunk: BytesLike) -> tuple[BytesLike, LimitExceeded | None]:
-        """`chunk` within `max_bytes`, and the error when bytes past it were cut off.
-
-        The bytes within the bound are still read, as aggregation reads them.
-        """
-        aggregation = self._aggregation
-        if not isinstance(chunk, (bytes, bytearray, memoryview)):
-            raise EnvelopeError(
-                f"{aggregation._what} chunk: expected bytes, got {type(chunk).__name__}"
-            )
-        aggregation._seen += len(chunk)
-        over = aggregation._seen - aggregation._max_bytes
-        if over > 0:
-            return chunk[: len(chunk) - over], _too_big(aggregation._max_bytes, "the stream")
-        return chunk, None
-
     def _admit(self, chunk: BytesLike) -> tuple[list[Payload], ResponseError | None]:
-        """`_SseAggregation.admit`, events in SGLang's shape read a chunk at a time."""
-        chunk, limit_error = self._bounded(chunk)
+        """Read `chunk` through the aggregation core (events in SGLang's shape a chunk at
+        a time): the events it admitted, in order, and the fault that stopped it."""
+        chunk, limit_error = self._aggregation.bounded(chunk)
         aggregation, aggregator = self._aggregation, self._aggregator
         count = aggregator._count
         shaped = aggregation._decoder._feed_sglang_shaped(chunk)
@@ -260,7 +243,7 @@ class _Relay:
     def _pass(self, chunk: BytesLike) -> bytes:
         """`feed` once frames go out unparsed: the frames the heuristic cannot vouch for are
         parsed and checked (`_middle`), every event is framed and bounded."""
-        chunk, limit_error = self._bounded(chunk)
+        chunk, limit_error = self._aggregation.bounded(chunk)
         decoder = self._aggregation._decoder
         shaped = decoder._feed_sglang_shaped(chunk)
         if shaped is not None:
