@@ -423,15 +423,14 @@ def build_engine_request(
         values[_OUTPUT_FLAT_AT] = False
         values[_B64_AT] = values[_B64_AT] and values[_PROMPT_FLAT_AT]
         values[_SAMPLING_AT] = _prefill_sampling(values[_SAMPLING_AT])
-    if routing is not None:
+    if routing is not None or (is_prefill and bootstrap is not None):
         values[_ROUTED_DP_RANK_AT] = _dp_rank(role, bootstrap, routing)
+    if routing is not None:
         if routing.lora_path is not None:
             values[_LORA_PATH_AT] = routing.lora_path
         if routing.priority is not None:
             values[_PRIORITY_AT] = routing.priority
         values[_TRACE_HEADER_AT] = _labels_json(routing.trace_header)
         values[_CUSTOM_LABELS_AT] = _labels_json(routing.labels)
-    elif is_prefill and bootstrap is not None:
-        values[_ROUTED_DP_RANK_AT] = bootstrap.prefill_dp_rank
     passed = request.__dict__.get("passed", NO_PASSED_FIELDS)  # `passed_fields`, read inline
     return _made(role, EngineBody(*values), passed)

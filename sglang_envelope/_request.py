@@ -798,10 +798,7 @@ def decode_client_request(
     `EnvelopeError` for a bound that is not an integer >= 0 or a `target` that
     is not a `Target`.
     """
-    if target is DEFAULT_TARGET or (type(target) is Target and target == DEFAULT_TARGET):
-        contract = _DEFAULT_CONTRACT  # a `Target()` of the caller's too: compared, not hashed
-    else:
-        contract = contract_of(target)
+    contract = _DEFAULT_CONTRACT if target is DEFAULT_TARGET else contract_of(target)
     if (
         max_body_bytes is DEFAULT_MAX_BODY_BYTES  # the defaults, not passed: nothing to check
         and max_input_ids is DEFAULT_MAX_INPUT_IDS
