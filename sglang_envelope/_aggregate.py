@@ -40,8 +40,6 @@ from sglang_envelope._frame_views import (
     DELTA_FIELDS,
     DELTA_ROWS,
     JSON_TYPE_NAMES,
-    NOT_TERMINAL,
-    VIEW_ERRORS,
     intermediate_view,
     middle_view,
     plain,
@@ -298,7 +296,7 @@ class StreamAggregator:
         """
         pieces = self._pieces
         index = self._index
-        decode, indexed = middle_view(True, index), index is not UNSET
+        decode = middle_view(True, index)
         # The straight-line reads below cost a quarter of a loop over
         # DELTA_FIELDS; _FAST_PATHS (checked against the table at import) lists them.
         text = pieces["text"]
@@ -316,15 +314,7 @@ class StreamAggregator:
             while at < end:
                 payload = payloads[at]
                 at += 1
-                frame = None  # intermediate_view, inlined: this runs once a frame
-                if NOT_TERMINAL in searchable(payload):
-                    try:
-                        frame = decode(payload)
-                    except VIEW_ERRORS:
-                        pass
-                    else:
-                        if indexed and not same_json(frame.index, index):
-                            frame = None
+                frame = intermediate_view(decode, payload, index)
                 if frame is None:
                     self.add(decode_frame(payload))
                     return at
