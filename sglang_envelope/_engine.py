@@ -432,5 +432,4 @@ def build_engine_request(
             values[_PRIORITY_AT] = routing.priority
         values[_TRACE_HEADER_AT] = _labels_json(routing.trace_header)
         values[_CUSTOM_LABELS_AT] = _labels_json(routing.labels)
-    passed = request.__dict__.get("passed", NO_PASSED_FIELDS)  # `passed_fields`, read inline
-    return _made(role, EngineBody(*values), passed)
+    return _made(role, EngineBody(*values), request.passed_fields)
