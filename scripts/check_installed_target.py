@@ -14,10 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+from oracle_run import run_in_release
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_ORACLE_PYTHON = "/tmp/sglang-oracle/bin/python"
@@ -66,19 +67,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     failed = False
     for release in KNOWN_RELEASES:
-        folder = args.releases_dir / release
-        env = dict(os.environ)
-        env["PYTHONPATH"] = str(folder) if folder.is_dir() else ""
-        done = subprocess.run(
-            [args.oracle_python, __file__, "--inside"],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=False,
+        stdout = run_in_release(
+            args.oracle_python, args.releases_dir, release, [__file__, "--inside"]
         )
-        if done.returncode != 0:
-            raise SystemExit(f"{release}: {done.stderr[-2000:]}")
-        report = json.loads(done.stdout.splitlines()[-1])
+        report = json.loads(stdout.splitlines()[-1])
         ok = report["release"] == release and report["generate_req_input_fields"]
         ok = ok and report["sampling_params_fields"]
         failed = failed or not ok

@@ -27,10 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from oracle_run import run_in_release
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = Path(__file__).resolve().parent / "oracle_release_verdicts.py"
@@ -209,23 +210,9 @@ def release_verdicts(
     oracle_python: str, releases_dir: Path, version: str, lines: list[str]
 ) -> list[Any]:
     """One verdict per line, from the release's own code run by the oracle."""
-    env = dict(os.environ)
-    folder = releases_dir / version
-    if folder.is_dir():
-        env["PYTHONPATH"] = str(folder)
-    else:
-        env.pop("PYTHONPATH", None)  # the oracle's own installed release
-    done = subprocess.run(
-        [oracle_python, str(RUNNER)],
-        input="".join(line + "\n" for line in lines),
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"{RUNNER.name} failed for {version}:\n{done.stderr[-4000:]}")
-    verdicts = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    stdin = "".join(line + "\n" for line in lines)
+    stdout = run_in_release(oracle_python, releases_dir, version, [str(RUNNER)], stdin=stdin)
+    verdicts = [json.loads(line) for line in stdout.splitlines() if line.strip()]
     if len(verdicts) != len(lines):
         raise SystemExit(f"{RUNNER.name} answered {len(verdicts)} of {len(lines)} lines")
     return verdicts

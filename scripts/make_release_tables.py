@@ -28,10 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from oracle_run import run_in_release
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = Path(__file__).resolve().parent / "oracle_release_contract.py"
@@ -50,18 +51,8 @@ Snapshot = dict[str, Any]
 
 def read_release(oracle_python: str, releases_dir: Path, version: str) -> dict[str, Any]:
     """One release's contract, from its own code run by the oracle."""
-    env = dict(os.environ)
-    folder = releases_dir / version
-    if folder.is_dir():
-        env["PYTHONPATH"] = str(folder)
-    else:
-        env.pop("PYTHONPATH", None)  # the oracle's own installed release
-    done = subprocess.run(
-        [oracle_python, str(RUNNER)], capture_output=True, text=True, env=env, check=False
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"{RUNNER.name} failed for {version}:\n{done.stderr[-4000:]}")
-    contract: dict[str, Any] = json.loads(done.stdout)
+    stdout = run_in_release(oracle_python, releases_dir, version, [str(RUNNER)])
+    contract: dict[str, Any] = json.loads(stdout)
     if contract["sglang"] != version:
         raise SystemExit(f"asked for SGLang {version}, the oracle ran {contract['sglang']}")
     return contract

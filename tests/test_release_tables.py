@@ -7,6 +7,7 @@ import importlib.util
 import json
 import re
 import string
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -28,6 +29,9 @@ TARGETS = [(r, t) for r in RELEASES for t in ("http", "engine")]
 
 
 def _generator() -> ModuleType:
+    """The generator as `python scripts/make_release_tables.py` runs it: scripts/ on the path."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.append(str(ROOT / "scripts"))
     path = ROOT / "scripts" / "make_release_tables.py"
     spec = importlib.util.spec_from_file_location("make_release_tables", path)
     assert spec is not None and spec.loader is not None
