@@ -311,12 +311,10 @@ def _check_input_ids(input_ids: Sequence[int]) -> tuple[int, ...]:
     return ids
 
 
-def _dp_rank(role: Role, bootstrap: Bootstrap | None, routing: Routing | None) -> int | None:
-    """The `routed_dp_rank` for this role: the prefill leg runs on the rank decode reads from."""
-    asked = None if routing is None else routing.dp_rank
-    if role is not Role.PREFILL:
-        return asked
+def _prefill_dp_rank(bootstrap: Bootstrap | None, routing: Routing | None) -> int | None:
+    """The prefill leg's `routed_dp_rank`: the rank decode fetches the KV cache from."""
     rank = None if bootstrap is None else bootstrap.prefill_dp_rank
+    asked = None if routing is None else routing.dp_rank
     if asked is not None and asked != rank:
         raise EnvelopeError(
             f"routing.dp_rank {asked} differs from bootstrap.prefill_dp_rank {rank}: "
@@ -398,22 +396,22 @@ def build_engine_request(
     except (KeyError, TypeError):  # TypeError: an unhashable role
         roles = ", ".join(r.value for r in Role)
         raise EnvelopeError(f"role must be one of {roles}, got {show_value(role)}") from None
-    needs_bootstrap, always_streams, is_prefill = plan
-    if not needs_bootstrap or type(bootstrap) is not Bootstrap:  # else nothing to check
-        _check_bootstrap(role, plan, bootstrap)
     if type(envelope) is not WorkerEnvelope:
         raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")
     if routing is not None and type(routing) is not Routing:
         raise EnvelopeError(f"routing must be a Routing, got {type(routing).__name__}")
     request = envelope.request
-    if target is not None and target != request.target:
-        _refuse_other_target(target, request.target)
+    needs_bootstrap, always_streams, is_prefill = plan
     # The client's fields in order, then the engine body's own (`_ENGINE_FIELDS`):
     # positional, as the body is made on every request.
-    if bootstrap is None:
-        values = [*_astuple(request), *_NO_ENGINE_FIELDS]
-    else:  # host, port, room, prefill_dp_rank; then routed_dp_rank, trace header, labels
+    if type(bootstrap) is Bootstrap and needs_bootstrap:
+        # host, port, room, prefill_dp_rank; then routed_dp_rank, trace header, labels
         values = [*_astuple(request), *_astuple(bootstrap), None, None, None]
+    else:
+        _check_bootstrap(role, plan, bootstrap)  # raises unless there is none to give
+        values = [*_astuple(request), *_NO_ENGINE_FIELDS]
+    if target is not None and target != request.target:
+        _refuse_other_target(target, request.target)
     values[_RID_AT] = envelope.rid
     # The envelope's own ids were checked when it was made; others are checked here.
     if input_ids is not values[_INPUT_IDS_AT]:
@@ -423,13 +421,20 @@ def build_engine_request(
         values[_OUTPUT_FLAT_AT] = False
         values[_B64_AT] = values[_B64_AT] and values[_PROMPT_FLAT_AT]
         values[_SAMPLING_AT] = _prefill_sampling(values[_SAMPLING_AT])
-    if routing is not None or (is_prefill and bootstrap is not None):
-        values[_ROUTED_DP_RANK_AT] = _dp_rank(role, bootstrap, routing)
+        values[_ROUTED_DP_RANK_AT] = _prefill_dp_rank(bootstrap, routing)
     if routing is not None:
-        if routing.lora_path is not None:
-            values[_LORA_PATH_AT] = routing.lora_path
-        if routing.priority is not None:
-            values[_PRIORITY_AT] = routing.priority
-        values[_TRACE_HEADER_AT] = _labels_json(routing.trace_header)
-        values[_CUSTOM_LABELS_AT] = _labels_json(routing.labels)
+        _route(values, role, routing)
     return _made(role, EngineBody(*values), request.passed_fields)
+
+
+def _route(values: list[Any], role: Role, routing: Routing) -> None:
+    """Apply what the router decided to the engine body's `values` (the prefill leg's
+    rank is its bootstrap's: `_prefill_dp_rank`)."""
+    if role is not Role.PREFILL:
+        values[_ROUTED_DP_RANK_AT] = routing.dp_rank
+    if routing.lora_path is not None:
+        values[_LORA_PATH_AT] = routing.lora_path
+    if routing.priority is not None:
+        values[_PRIORITY_AT] = routing.priority
+    values[_TRACE_HEADER_AT] = _labels_json(routing.trace_header)
+    values[_CUSTOM_LABELS_AT] = _labels_json(routing.labels)

@@ -187,7 +187,7 @@ class Limits(NamedTuple):
 
 DEFAULT_LIMITS = Limits()
 
-#: Set while `decode_client_request` decodes: the request is checked right after.
+#: Set while `decode_with_limits` decodes: the request is checked right after.
 _decoding: contextvars.ContextVar[bool] = contextvars.ContextVar("decoding", default=False)
 
 
@@ -205,7 +205,7 @@ class ClientRequest(
 
     def __post_init__(self) -> None:
         if _decoding.get():
-            return  # decode_client_request checks it once decoded
+            return  # decode_with_limits checks it once decoded
         checked = _check_made(self)
         for name in self.__struct_fields__:
             msgspec.structs.force_setattr(self, name, getattr(checked, name))
@@ -465,7 +465,6 @@ prepare_checks(
     tuple((field.path, _raw_check(field, "sampling_params.")) for field in SAMPLING_RAW_FIELDS),
 )
 _DEFAULT_CONTRACT = contract_for(DEFAULT_TARGET)
-_DEFAULT_CHECK = _DEFAULT_CONTRACT.check
 assert not _DEFAULT_CONTRACT.splits  # the default target refuses keys no table knows
 #: Keys some table knows: a typed field's, or one only the serving system sets.
 _KNOWN_TOP = frozenset(ClientRequest.__struct_fields__) | frozenset(FIELD_OWNERS)
@@ -734,42 +733,37 @@ def _decode_large(body: bytes) -> ClientRequest | None:
 
 
 def decode_with_limits(
-    data: object, limits: Limits, contract: Contract | None = None
+    data: object, limits: Limits, contract: Contract = _DEFAULT_CONTRACT
 ) -> ClientRequest:
     """`decode_client_request` with its bounds and target already checked."""
-    # Fields read once, unpacked: a named tuple's attribute costs a descriptor call.
-    if contract is None or contract is _DEFAULT_CONTRACT:
-        contract, splits, check = _DEFAULT_CONTRACT, False, _DEFAULT_CHECK
-    else:
-        splits, check = contract.splits, contract.check
-    max_body_bytes, max_input_ids, _, _, max_token_id = limits
-    # The usual body, bytes within the bound, needs no more than this test.
-    if type(data) is bytes and len(data) <= max_body_bytes:
+    max_body_bytes, max_input_ids, _, _, max_token_id = limits  # a field read costs a call
+    passed = NO_PASSED_FIELDS
+    # The usual body, bytes within the bound for a target that passes no key, needs no
+    # more than this test.
+    if type(data) is bytes and len(data) <= max_body_bytes and not contract.splits:
         body: Any = data
     else:
         body = _as_json(data, max_body_bytes)
-    passed = NO_PASSED_FIELDS
-    if splits:
-        body, passed = _split_unknown(body, limits, contract)
+        if contract.splits:
+            body, passed = _split_unknown(body, limits, contract)
     token = _decoding.set(True)
     try:
-        if len(body) > LARGE_BODY_BYTES:  # an envelope's request is a Raw: read as bytes
+        if len(body) <= LARGE_BODY_BYTES:
+            request = _decoder.decode(body)
+        else:  # an envelope's request is a Raw: read as bytes
             large = body if type(body) is bytes else bytes(body)
             request = _decode_large(large) or _decoder.decode(body)
-        else:
-            request = _decoder.decode(body)
     except DECODE_ERRORS as error:
         raise translate_validation_error(error, data=body, contract=contract) from None
     finally:
         _decoding.reset(token)
-    if max_token_id is not None or len(request.input_ids) > max_input_ids:
+    if len(request.input_ids) > max_input_ids or max_token_id is not None:
         _check_input_ids(request.input_ids, limits)
-    check(request, limits)  # the raw fields' bounds, then the rules
-    if contract is _DEFAULT_CONTRACT:
-        return request
-    request.__dict__["target"] = contract.target
-    if passed is not NO_PASSED_FIELDS:
-        request.__dict__["passed"] = passed
+    contract.check(request, limits)  # the raw fields' bounds, then the rules
+    if contract is not _DEFAULT_CONTRACT:
+        request.__dict__["target"] = contract.target
+        if passed is not NO_PASSED_FIELDS:
+            request.__dict__["passed"] = passed
     return request
 
 
@@ -798,7 +792,7 @@ def decode_client_request(
     `EnvelopeError` for a bound that is not an integer >= 0 or a `target` that
     is not a `Target`.
     """
-    contract = _DEFAULT_CONTRACT if target is DEFAULT_TARGET else contract_of(target)
+    contract = contract_of(target)
     if (
         max_body_bytes is DEFAULT_MAX_BODY_BYTES  # the defaults, not passed: nothing to check
         and max_input_ids is DEFAULT_MAX_INPUT_IDS
