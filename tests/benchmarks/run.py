@@ -26,6 +26,7 @@ import time
 import tracemalloc
 from collections import deque
 from collections.abc import Callable, Iterator
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -329,6 +330,65 @@ def split_and_validate(transcript: bytes) -> Callable[[], None]:
     return run
 
 
+def split_and_mark(transcript: bytes) -> Callable[[], None]:
+    """The least a checked same-mode relay does: each chunk's complete events split out
+    (one copy, one split), and the tests that let a middle frame go out unparsed (a
+    ``data: `` line, one ``"finish_reason"`` an event, ``"finish_reason":null`` in each,
+    no escape); no state kept, no faults read, nothing else checked."""
+
+    def run() -> None:
+        rest = b""
+        for chunk in chunks(transcript):
+            data = rest + bytes(chunk)
+            end = data.rfind(b"\n\n") + 2
+            events, rest = data[:end], data[end:]
+            lines = events.split(b"\n")
+            middle = lines[:-1:2]
+            assert not any(lines[1::2])
+            assert all(map(bytes.startswith, middle, repeat(b"data: ")))
+            if events.count(b'"finish_reason"') == len(middle):  # not the last chunk
+                assert min(map(bytes.find, middle, repeat(b'"finish_reason":null'))) >= 0
+                assert b"\\" not in events
+
+    return run
+
+
+class _Meta(msgspec.Struct, gc=False):
+    output_token_logprobs: list[Any] = []
+    output_top_logprobs: list[Any] = []
+
+
+class _Deltas(msgspec.Struct, gc=False):
+    text: str = ""
+    output_ids: list[int] = []
+    meta_info: _Meta = msgspec.field(default_factory=_Meta)
+
+
+def deltas_kept(transcript: bytes) -> Callable[[], object]:
+    """The least an aggregator returning Python lists does: each chunk's events split out
+    (one copy, one split) and their delta fields decoded (every other key skipped
+    unchecked) and kept, joined; no state across events, no faults read, no checks."""
+    decode = msgspec.json.Decoder(_Deltas).decode
+
+    def run() -> object:
+        text, ids, token_logprobs, top_logprobs = [], [], [], []
+        rest = b""
+        for chunk in chunks(transcript):
+            data = rest + bytes(chunk)
+            end = data.rfind(b"\n\n") + 2
+            lines, rest = data[:end].split(b"\n"), data[end:]
+            for line in lines[:-1:2]:
+                if line != b"data: [DONE]":
+                    frame = decode(line[6:])
+                    text.append(frame.text)
+                    ids += frame.output_ids
+                    token_logprobs += frame.meta_info.output_token_logprobs
+                    top_logprobs += frame.meta_info.output_top_logprobs
+        return "".join(text), ids, token_logprobs, top_logprobs
+
+    return run
+
+
 def old_recipe(transcript: bytes) -> Callable[[], int]:
     """The relay recipe before relay_sse: every frame decoded, cumulative() encoded again."""
 
@@ -375,6 +435,8 @@ def relay_rows(quick: bool, rounds: int, row: Callable[..., None]) -> None:
     row("  against splitting and validating the JSON", work, floor, "(reference)", True)
     work, floor = alternate(same, lambda: aggregate_sse(chunks(transcript)), rounds)
     row("  against aggregate_sse of the same stream", work, floor, "(reference)", True)
+    work, floor = alternate(split_and_mark(transcript), split_events(transcript), rounds)
+    row("  lower bound: splitting and the per-event tests alone", work, floor, "(reference)", True)
     cum_frames = 300 if quick else 600
     cumulative, _ = cumulative_transcript(cum_frames)
     work, floor = alternate(relay(cumulative, incremental=False), split_events(cumulative), rounds)
@@ -498,6 +560,14 @@ def main() -> None:
         rounds,
     )
     row("  floor keeping the decoded frames", work, floor, "(reference)", True)
+    work, floor = alternate(deltas_kept(transcript), decode_each, rounds)
+    row(
+        "  lower bound: events split, the deltas alone decoded and kept",
+        work,
+        floor,
+        "(reference)",
+        True,
+    )
     big, _ = incremental_transcript(4 * frames, seed=2)
     small_s, big_s = alternate(
         lambda: aggregate_sse(chunks(transcript)), lambda: aggregate_sse(chunks(big)), rounds
