@@ -29,11 +29,13 @@ from sglang_envelope._envelope import (
     encode_envelope,
     to_worker_envelope,
 )
-from sglang_envelope._request import (
+from sglang_envelope._limits import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INPUT_IDS,
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_JSON_ITEMS,
+)
+from sglang_envelope._request import (
     ClientRequest,
     SamplingParams,
     Watermark,

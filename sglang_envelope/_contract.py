@@ -242,7 +242,7 @@ class Contract(NamedTuple):
     passes: tuple[frozenset[str] | None, frozenset[str] | None]
     splits: bool  # whether any key passes
     #: `check(request, limits)` raises `RequestRejected` for the first field held as JSON
-    #: bytes past `limits` (a `_request.Limits`), then for the first rule the request breaks.
+    #: bytes past `limits` (a `_limits.Limits`), then for the first rule the request breaks.
     check: Callable[[ClientRequest, Any], None]
 
 

@@ -19,17 +19,19 @@ from sglang_envelope._decode_errors import (
     translate_validation_error,
 )
 from sglang_envelope._errors import EnvelopeError, show_value
-from sglang_envelope._request import (
+from sglang_envelope._limits import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INPUT_IDS,
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_JSON_ITEMS,
+    make_limits,
+)
+from sglang_envelope._request import (
     NO_PASSED_FIELDS,
     ClientRequest,
     contract_of,
     decode_with_limits,
     json_size,
-    make_limits,
     with_passed_fields,
 )
 from sglang_envelope._rules import (
