@@ -13,7 +13,8 @@ any other way (by hand, by `msgspec.structs.replace`, by a decoder of the
 caller's) is checked when it is made, by encoding it and decoding the result as
 a client body, and takes the decoded copy's values. Its containers are
 immutable (tuples, frozen structs, and `msgspec.Raw` for JSON objects and
-free-form values), so a checked request stays as checked.
+free-form values, checked without being built: `_limits`), so a checked
+request stays as checked.
 """
 
 from __future__ import annotations
