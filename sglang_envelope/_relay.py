@@ -63,7 +63,7 @@ from sglang_envelope._aggregate import (
     _iterate,
     _SseAggregation,
 )
-from sglang_envelope._aggregate_bytes import _BytesAggregator, splice
+from sglang_envelope._aggregate_bytes import _BytesAggregator, _CumulativeFrames, splice
 from sglang_envelope._async import _aiterate
 from sglang_envelope._delta_cut import cut_deltas
 from sglang_envelope._error_response import error_event
@@ -182,8 +182,10 @@ class _Relay:
                 f"client_incremental: expected a bool, got {show_value(client_incremental)}"
             )
         # Keeps the deltas' JSON only for a cumulative client; counts in any case.
-        self._aggregator = _BytesAggregator(
-            incremental=incremental, keep=not client_incremental, as_received=True
+        self._aggregator = (
+            _BytesAggregator(incremental=incremental, keep=False)
+            if client_incremental
+            else _CumulativeFrames(incremental=incremental)
         )
         self._aggregation = _SseAggregation(what, self._aggregator, max_bytes, max_event_bytes)
         self._client = client_incremental
@@ -365,15 +367,10 @@ class _Relay:
             if self._aggregator.incremental is None:  # kept in case a cut follows
                 self._last = payloads[-1]
             return _as_received(payloads)
-        read = self._aggregator.last_fields
-        fields = (
-            read[1] if read is not None and read[0] is payloads[-1] else frame_fields(payloads[-1])
-        )
-        if fields is None:
-            return b""
-        if self._aggregator.incremental:
-            return self._aggregator._write(fields, b"data: ", b"\n\n")
-        return self._to_incremental(fields)
+        if isinstance(self._aggregator, _CumulativeFrames):  # an incremental engine's
+            return self._aggregator.write(payloads[-1], b"data: ", b"\n\n")
+        fields = frame_fields(payloads[-1])
+        return b"" if fields is None else self._to_incremental(fields)
 
     def _to_incremental(self, fields: dict[str, Any]) -> bytes:
         """The frame SGLang's incremental mode would send after the last one sent."""
