@@ -119,10 +119,10 @@ class _BytesAggregator(StreamAggregator):
                 self._present.add("meta_info.output_token_sampling_mask")
         return at
 
-    def _keep_json(self, path: str, inside: memoryview) -> None:
-        """Store a delta's JSON inside its quotes or brackets (not empty), as an exact-size
+    def _keep_json(self, path: str, json: bytes) -> None:
+        """Store a delta's JSON (not empty) inside its quotes or brackets, as an exact-size
         piece, let go of once written (`_written`)."""
-        self._stores[path].append(bytes(inside))
+        self._stores[path].append(json[1:-1])
 
     def _flush(self) -> None:
         """Move the deltas collected so far from objects to JSON text."""
@@ -134,7 +134,7 @@ class _BytesAggregator(StreamAggregator):
             value: Any = "".join(pieces) if path == _TEXT else pieces
             self._counts[path] += len(value)  # entries, or characters of the text
             if value and self._keep:
-                self._keep_json(path, memoryview(_ENCODE(value))[1:-1])
+                self._keep_json(path, _ENCODE(value))
             pieces.clear()
 
     def _total(self, path: str) -> int:
@@ -267,19 +267,30 @@ class _CumulativeFrames(_BytesAggregator):
             present.add(path)
             value = getattr(meta if in_meta else frame, key)
             counts[path] += len(value)  # entries, or characters of the text
-            if value:
+            if value:  # `_keep_json`, inlined
                 buffer = buffers[number]
-                if len(buffer) > 1 and path != _TEXT:
-                    buffer += b","
-                buffer += memoryview(json)[1:-1]
+                end = len(buffer)
+                buffer += json
+                del buffer[-1]
+                if end > 1 and path != _TEXT:
+                    buffer[end] = 44  # the opening bracket becomes a comma
+                else:
+                    del buffer[end]
         self._read = (payload, fields, marked)
         return at + 1
 
-    def _keep_json(self, path: str, inside: memoryview) -> None:
+    def _keep_json(self, path: str, json: BytesLike) -> None:
+        """Add a delta's JSON to its field's buffer: all of it, then its closing byte is
+        dropped and its opening byte becomes the comma between two array deltas (or is
+        dropped: a first delta, or text)."""
         buffer = self._buffers[_NUMBERS[path]]
-        if len(buffer) > 1 and path != _TEXT:
-            buffer += b","
-        buffer += inside
+        end = len(buffer)
+        buffer += json
+        del buffer[-1]
+        if end > 1 and path != _TEXT:
+            buffer[end] = 44  # the opening bracket becomes a comma
+        else:
+            del buffer[end]
 
     def _forget_deltas(self) -> None:
         super()._forget_deltas()
