@@ -85,8 +85,10 @@ class _BytesAggregator(StreamAggregator):
         self._counts = dict.fromkeys(self._stores, 0)
 
     def _add_payloads(self, payloads: list[Payload]) -> None:
-        super()._add_payloads(payloads)
-        self._flush()
+        try:
+            super()._add_payloads(payloads)
+        finally:  # the chunk's deltas as JSON, those of the frames before a fault included
+            self._flush()
 
     def _add_deltas(self, payloads: list[Payload], at: int) -> int:
         """`StreamAggregator._add_deltas`, keeping the deltas' JSON or only their counts.
@@ -305,9 +307,9 @@ class _CumulativeFrames(_BytesAggregator):
         last in its object, as SGLang's ``_coalesce_streaming_chunks`` puts it.
         msgspec writes the frame with numbered NUL-delimited marks where the
         buffers go (JSON text holds no raw NUL): each stored byte is copied
-        once, into the result.
+        once, into the result. The buffers hold every chunk read
+        (`_add_payloads` ends with them).
         """
-        self._flush()
         read, self._read = self._read, None  # its fields are ours to write over
         fields, marked = read[1:] if read is not None and read[0] is payload else (None, 0)
         if fields is None and (fields := frame_fields(payload)) is None:

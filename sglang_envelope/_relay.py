@@ -363,12 +363,13 @@ class _Relay:
         """The client's bytes for frames that passed every check."""
         if not payloads:
             return b""
+        aggregator = self._aggregator
+        if isinstance(aggregator, _CumulativeFrames) and aggregator.incremental:
+            return aggregator.write(payloads[-1], b"data: ", b"\n\n")  # to cumulative
         if self._sends_as_received():
-            if self._aggregator.incremental is None:  # kept in case a cut follows
+            if aggregator.incremental is None:  # kept in case a cut follows
                 self._last = payloads[-1]
             return _as_received(payloads)
-        if isinstance(self._aggregator, _CumulativeFrames):  # an incremental engine's
-            return self._aggregator.write(payloads[-1], b"data: ", b"\n\n")
         fields = frame_fields(payloads[-1])
         return b"" if fields is None else self._to_incremental(fields)
 

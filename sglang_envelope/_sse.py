@@ -226,9 +226,9 @@ class SseDecoder:
             not buffer
             and type(data) is bytes
             and data.find(b"\n") == len(data) - 2
-            and data.endswith(b"\n\n")
+            and data[-1] == 10  # one line, then the blank line
             and data.startswith(_SGLANG_PREFIX)
-            and b"\r" not in data
+            and data.find(b"\r") < 0
             and len(data) <= self._max_event_bytes
         ):
             return data, [data]
