@@ -241,20 +241,23 @@ class _CumulativeFrames(_BytesAggregator):
         # its delta fields' marked, and how many it marked.
         self._read: tuple[Payload, dict[str, Any], int] | None = None
 
-    def _add_deltas(self, payloads: list[Payload], at: int) -> int:
-        """`_BytesAggregator._add_deltas`, the chunk's last frame kept as it came."""
-        last = len(payloads) - 1
-        if at < last:
-            return super()._add_deltas(payloads[:last], at)
-        if at:  # the deltas of the chunk's frames before, first (a chunk ends flushed)
-            self._flush()
+    def _add_payloads(self, payloads: list[Payload]) -> None:
+        """`_BytesAggregator._add_payloads`, the chunk's last frame kept as it came when it
+        is a middle frame of an incremental stream (`_add_middle`)."""
+        if len(payloads) > 1:
+            super()._add_payloads(payloads[:-1])
+        known = self._count > 0 and self._terminal is None
+        if payloads and not (known and self._mode is True and self._add_middle(payloads[-1])):
+            super()._add_payloads(payloads[-1:])
+
+    def _add_middle(self, payload: Payload) -> bool:
+        """Add a middle frame of an incremental stream, read by the view, its deltas' JSON
+        kept as it came; False, adding nothing, for a frame the view cannot read."""
         index = self._index
-        payload = payloads[at]
         frame = intermediate_view(middle_view(True, index), payload, index)
         fields = None if frame is None else frame_fields(payload)
         if fields is None:
-            self.add(decode_frame(payload))
-            return at + 1
+            return False
         self._count += 1
         meta, raw_meta = frame.meta_info, fields["meta_info"]
         present, counts, buffers = self._present, self._counts, self._buffers
@@ -279,7 +282,7 @@ class _CumulativeFrames(_BytesAggregator):
                 else:
                     del buffer[end]
         self._read = (payload, fields, marked)
-        return at + 1
+        return True
 
     def _keep_json(self, path: str, json: BytesLike) -> None:
         """Add a delta's JSON to its field's buffer: all of it, then its closing byte is
