@@ -314,9 +314,13 @@ class _CumulativeFrames(_BytesAggregator):
         (`_add_payloads` ends with them).
         """
         read, self._read = self._read, None  # its fields are ours to write over
-        fields, marked = read[1:] if read is not None and read[0] is payload else (None, 0)
-        if fields is None and (fields := frame_fields(payload)) is None:
-            return b""
+        fields: dict[str, Any] | None
+        if read is not None and read[0] is payload:
+            _, fields, marked = read
+        else:
+            fields, marked = frame_fields(payload), 0
+            if fields is None:
+                return b""
         if marked < len(self._present):  # a field the frame lacks, or one not marked yet
             meta = fields["meta_info"]
             for path, key, in_meta, _, mark in _OPEN_ROWS:
