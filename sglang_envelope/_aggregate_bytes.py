@@ -242,22 +242,30 @@ class _CumulativeFrames(_BytesAggregator):
         self._read: tuple[Payload, dict[str, Any], int] | None = None
 
     def _add_payloads(self, payloads: list[Payload]) -> None:
-        """`_BytesAggregator._add_payloads`, the chunk's last frame kept as it came when it
-        is a middle frame of an incremental stream (`_add_middle`)."""
+        """`_BytesAggregator._add_payloads`, the chunk's last frame read by `_add_last`."""
         if len(payloads) > 1:
             super()._add_payloads(payloads[:-1])
-        known = self._count > 0 and self._terminal is None
-        if payloads and not (known and self._mode is True and self._add_middle(payloads[-1])):
+        if payloads and not self._add_last(payloads[-1]):
             super()._add_payloads(payloads[-1:])
 
-    def _add_middle(self, payload: Payload) -> bool:
-        """Add a middle frame of an incremental stream, read by the view, its deltas' JSON
-        kept as it came; False, adding nothing, for a frame the view cannot read."""
+    def _add_last(self, payload: Payload) -> bool:
+        """Add a chunk's last frame once the stream is known incremental: a middle frame
+        through the view, its deltas' JSON kept as it came; any other decoded in full.
+
+        False, adding nothing, before that (the first frame, while the mode is
+        detected) and after the terminal frame.
+        """
+        if not (self._mode is True and self._count and self._terminal is None):
+            return False
         index = self._index
         frame = intermediate_view(middle_view(True, index), payload, index)
         fields = None if frame is None else frame_fields(payload)
         if fields is None:
-            return False
+            try:
+                self.add(decode_frame(payload))
+            finally:
+                self._flush()
+            return True
         self._count += 1
         meta, raw_meta = frame.meta_info, fields["meta_info"]
         present, counts, buffers = self._present, self._counts, self._buffers
