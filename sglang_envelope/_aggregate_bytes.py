@@ -238,7 +238,7 @@ class _CumulativeFrames(_BytesAggregator):
         # Per delta field, by its mark's number: its JSON so far, without the closing byte.
         self._buffers = _open_buffers()
         # The payload last read through the view, its keys (meta_info's too) as Raw with
-        # its delta fields' marked, and how many it marked.
+        # its delta fields marked (`write`), and how many it marked.
         self._read: tuple[Payload, dict[str, Any], int] | None = None
 
     def _add_payloads(self, payloads: list[Payload]) -> None:
@@ -280,7 +280,7 @@ class _CumulativeFrames(_BytesAggregator):
             present.add(path)
             value = getattr(meta if in_meta else frame, key)
             counts[path] += len(value)  # entries, or characters of the text
-            if value:  # `_keep_json`, inlined
+            if value:  # `_keep_json`, inlined: a call a field costs 3% of a frame sent
                 buffer = buffers[number]
                 end = len(buffer)
                 buffer += json
@@ -318,8 +318,8 @@ class _CumulativeFrames(_BytesAggregator):
         last in its object, as SGLang's ``_coalesce_streaming_chunks`` puts it.
         msgspec writes the frame with numbered NUL-delimited marks where the
         buffers go (JSON text holds no raw NUL): each stored byte is copied
-        once, into the result. The buffers hold every chunk read
-        (`_add_payloads` ends with them).
+        once, into the result. The buffers hold every frame read: reading a
+        chunk ends with no delta left as objects (`_flush`).
         """
         read, self._read = self._read, None  # its fields are ours to write over
         fields: dict[str, Any] | None
