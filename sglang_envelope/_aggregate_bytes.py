@@ -9,11 +9,11 @@ with placeholders where the delta fields go, and the texts are spliced in
 (`splice`), written piece by piece as the store lets go of each piece
 (`_written`), so that the store and the answer are never both whole.
 
-The same store serves `relay_sse` to a cumulative client, which writes each
-frame it sends from it (`_BytesAggregator._write`; with ``as_received`` a
-field's store is one growing buffer, and a chunk's last frame keeps its
-deltas' JSON as it came), and, counting only, `relay_sse` while it detects
-the mode of a stream relayed in the client's mode.
+`relay_sse` to a cumulative client writes each frame it sends from a
+variant of that store (`_CumulativeFrames`: one growing buffer a field, a
+chunk's last frame keeping its deltas' JSON as it came), and, counting only,
+`relay_sse` while it detects the mode of a stream relayed in the client's
+mode.
 """
 
 from __future__ import annotations
@@ -52,9 +52,16 @@ _MARKS: Final = {
     path: msgspec.Raw(b"%b%d%b" % (_MARK, n, _MARK)) for n, (path, _) in enumerate(DELTA_FIELDS)
 }
 _MARKED: Final = {b"%d" % n: path for n, (path, _) in enumerate(DELTA_FIELDS)}
+# `_CumulativeFrames`' row of each delta field: path, key, whether in meta_info, the
+# number of its mark, and the mark followed by the field's closing quote or bracket.
+_OPEN_ROWS: Final = tuple(
+    (path, key, in_meta, b"%d" % n, msgspec.Raw(b"%b%d%b%b" % (_MARK, n, _MARK, closing)))
+    for n, (path, key, in_meta, kind) in enumerate(DELTA_ROWS)
+    for closing in [b'"' if kind is str else b"]"]
+)
+_NUMBERS: Final = {path: number for path, _, _, number, _ in _OPEN_ROWS}
 _PLACES: Final = {path: (in_meta, key) for path, key, in_meta, _ in DELTA_ROWS}
 _TEXT: Final = "text"  # the one string field of DELTA_FIELDS: its pieces join without commas
-_KEYS: Final = tuple((path, key, in_meta) for path, key, in_meta, _ in DELTA_ROWS)
 
 
 class _BytesAggregator(StreamAggregator):
@@ -64,30 +71,24 @@ class _BytesAggregator(StreamAggregator):
     chunk of the stream brought are then encoded at once and the objects
     dropped, so only the JSON text of the deltas lives to the end. With
     ``keep=False`` only their counts are kept (a relay to a client of the
-    engine's own mode needs no more for aggregation's final checks). With
-    ``as_received`` (a relay writing a frame a chunk) see `_add_as_received`
-    and `_keep_json`.
+    engine's own mode needs no more for aggregation's final checks).
     """
 
-    __slots__ = ("_as_received", "_counts", "_keep", "_stores", "last_fields")
+    __slots__ = ("_counts", "_keep", "_stores")
 
-    def __init__(
-        self, *, incremental: bool | None, keep: bool = True, as_received: bool = False
-    ) -> None:
+    def __init__(self, *, incremental: bool | None, keep: bool = True) -> None:
         super().__init__(incremental=incremental)
         self._keep = keep
-        self._as_received = as_received
-        # Per path: the JSON inside its quotes or brackets so far, in pieces (no commas
-        # between): one exact-size piece a chunk read, or, for a relay that writes a frame a
-        # chunk, one growing buffer (`_keep_json`).
+        # Per path: the JSON inside its quotes or brackets so far, in exact-size pieces
+        # (no commas between), one a chunk read.
         self._stores: dict[str, list[BytesLike]] = {path: [] for path, _ in DELTA_FIELDS}
         self._counts = dict.fromkeys(self._stores, 0)
-        # With as_received: the payload last read, and its keys (meta_info's too) as Raw.
-        self.last_fields: tuple[Payload, dict[str, Any]] | None = None
 
     def _add_payloads(self, payloads: list[Payload]) -> None:
-        super()._add_payloads(payloads)
-        self._flush()
+        try:
+            super()._add_payloads(payloads)
+        finally:  # the chunk's deltas as JSON, those of the frames before a fault included
+            self._flush()
 
     def _add_deltas(self, payloads: list[Payload], at: int) -> int:
         """`StreamAggregator._add_deltas`, keeping the deltas' JSON or only their counts.
@@ -95,8 +96,6 @@ class _BytesAggregator(StreamAggregator):
         Every byte is checked by the same view. When only counts are kept, the
         counted arrays are counted, and each frame is dropped at once.
         """
-        if self._as_received and self._keep:
-            return self._add_as_received(payloads, at)
         if self._keep:
             return super()._add_deltas(payloads, at)
         counts = self._counts
@@ -122,64 +121,10 @@ class _BytesAggregator(StreamAggregator):
                 self._present.add("meta_info.output_token_sampling_mask")
         return at
 
-    def _add_as_received(self, payloads: list[Payload], at: int) -> int:
-        """`_add_deltas` keeping each delta's JSON as it came, not decoded and encoded again.
-
-        For a relay that writes a frame for every chunk it reads, from the
-        chunk's last frame: that frame is read by the view, which checks every
-        byte and counts, and its keys, decoded as Raw (`frame_fields`), give its
-        deltas' JSON and the frame to write. The frames before it in the chunk
-        are read as `aggregate_sse_bytes` reads them (their deltas encoded once
-        for the chunk, which costs less than a second decoding of each).
-        """
-        last = len(payloads) - 1
-        if at < last:
-            return super()._add_deltas(payloads[:last], at)
-        self._flush()  # the deltas of frames added before, first
-        index = self._index
-        decode = middle_view(True, index)
-        counts = self._counts
-        present = self._present
-        while at < len(payloads):  # the last frame
-            payload = payloads[at]
-            at += 1
-            frame = intermediate_view(decode, payload, index)
-            fields = None if frame is None else frame_fields(payload)
-            if fields is None:
-                self.add(decode_frame(payload))
-                return at
-            self._count += 1
-            meta, raw = frame.meta_info, fields["meta_info"]
-            for path, key, in_meta in _KEYS:
-                json = (raw if in_meta else fields).get(key)
-                if json is None:
-                    continue
-                value = getattr(meta if in_meta else frame, key)
-                present.add(path)
-                counts[path] += len(value)  # entries, or characters of the text
-                if value:
-                    self._keep_json(path, memoryview(json)[1:-1])
-            self.last_fields = (payload, fields)
-        return at
-
-    def _keep_json(self, path: str, inside: memoryview) -> None:
-        """Store a delta's JSON inside its quotes or brackets (not empty).
-
-        A relay's store is one buffer a field, which each frame written copies
-        once; `aggregate_sse_bytes`'s is exact-size pieces, let go of one by
-        one as the answer is written (`_written`).
-        """
-        pieces = self._stores[path]
-        if not self._as_received:
-            pieces.append(bytes(inside))
-        elif pieces:
-            store = pieces[0]
-            assert type(store) is bytearray
-            if path != _TEXT:
-                store += b","
-            store += inside
-        else:
-            pieces.append(bytearray(inside))
+    def _keep_json(self, path: str, json: bytes) -> None:
+        """Store a delta's JSON (not empty) inside its quotes or brackets, as an exact-size
+        piece, let go of once written (`_written`)."""
+        self._stores[path].append(json[1:-1])
 
     def _flush(self) -> None:
         """Move the deltas collected so far from objects to JSON text."""
@@ -191,7 +136,7 @@ class _BytesAggregator(StreamAggregator):
             value: Any = "".join(pieces) if path == _TEXT else pieces
             self._counts[path] += len(value)  # entries, or characters of the text
             if value and self._keep:
-                self._keep_json(path, memoryview(_ENCODE(value))[1:-1])
+                self._keep_json(path, _ENCODE(value))
             pieces.clear()
 
     def _total(self, path: str) -> int:
@@ -247,14 +192,6 @@ class _BytesAggregator(StreamAggregator):
             if path in self._present
         }
 
-    def _write(self, frame: dict[str, Any], prefix: bytes = b"", suffix: bytes = b"") -> bytes:
-        """`frame` with every delta field so far holding all its deltas, as JSON.
-
-        `frame` may hold `msgspec.Raw` values. Each stored byte is copied once,
-        into the result.
-        """
-        return splice(frame, self._values(), prefix, suffix)
-
     def _check_counts(self, meta: dict[str, Any]) -> None:
         """`check_consistency` on the answer, with the arrays' lengths for the arrays."""
         for count_key, path, unless in CONSISTENCY:
@@ -279,6 +216,137 @@ class _BytesAggregator(StreamAggregator):
             if value is not UNSET and self._counts[path] != len(value):
                 return False  # an earlier frame added to it
         return True
+
+
+class _CumulativeFrames(_BytesAggregator):
+    """The store of a relay that sends a cumulative client a frame for each chunk it reads.
+
+    A field's JSON so far is one growing buffer (its opening quote or bracket,
+    then the deltas), which each frame sent copies once (`write`). A chunk's
+    last frame keeps its deltas' JSON as it came: the view checks every byte
+    and counts, and its keys, decoded as Raw (`frame_fields`), give its
+    deltas' JSON and the frame to write, a mark in place of each. The frames
+    before it in the chunk are read as `aggregate_sse_bytes` reads them (their
+    deltas encoded once for the chunk, which costs less than a second decoding
+    of each).
+    """
+
+    __slots__ = ("_buffers", "_read")
+
+    def __init__(self, *, incremental: bool | None) -> None:
+        super().__init__(incremental=incremental)
+        # Per delta field, by its mark's number: its JSON so far, without the closing byte.
+        self._buffers = _open_buffers()
+        # The payload last read through the view, its keys (meta_info's too) as Raw with
+        # its delta fields marked (`write`), and how many it marked.
+        self._read: tuple[Payload, dict[str, Any], int] | None = None
+
+    def _add_payloads(self, payloads: list[Payload]) -> None:
+        """`_BytesAggregator._add_payloads`, the chunk's last frame read by `_add_last`."""
+        if len(payloads) > 1:
+            super()._add_payloads(payloads[:-1])
+        if payloads and not self._add_last(payloads[-1]):
+            super()._add_payloads(payloads[-1:])
+
+    def _add_last(self, payload: Payload) -> bool:
+        """Add a chunk's last frame once the stream is known incremental: a middle frame
+        through the view, its deltas' JSON kept as it came; any other decoded in full.
+
+        False, adding nothing, before that (the first frame, while the mode is
+        detected) and after the terminal frame.
+        """
+        if not (self._mode is True and self._count and self._terminal is None):
+            return False
+        index = self._index
+        frame = intermediate_view(middle_view(True, index), payload, index)
+        fields = None if frame is None else frame_fields(payload)
+        if fields is None:
+            try:
+                self.add(decode_frame(payload))
+            finally:
+                self._flush()
+            return True
+        self._count += 1
+        meta, raw_meta = frame.meta_info, fields["meta_info"]
+        present, counts, buffers = self._present, self._counts, self._buffers
+        marked = 0
+        for path, key, in_meta, number, mark in _OPEN_ROWS:
+            keys = raw_meta if in_meta else fields
+            json = keys.get(key)
+            if json is None:
+                continue
+            keys[key] = mark
+            marked += 1
+            present.add(path)
+            value = getattr(meta if in_meta else frame, key)
+            counts[path] += len(value)  # entries, or characters of the text
+            if value:  # `_keep_json`, inlined: a call a field costs 3% of a frame sent
+                buffer = buffers[number]
+                end = len(buffer)
+                buffer += json
+                del buffer[-1]
+                if end > 1 and path != _TEXT:
+                    buffer[end] = 44  # the opening bracket becomes a comma
+                else:
+                    del buffer[end]
+        self._read = (payload, fields, marked)
+        return True
+
+    def _keep_json(self, path: str, json: BytesLike) -> None:
+        """Add a delta's JSON to its field's buffer: all of it, then its closing byte is
+        dropped and its opening byte becomes the comma between two array deltas (or is
+        dropped: a first delta, or text)."""
+        buffer = self._buffers[_NUMBERS[path]]
+        end = len(buffer)
+        buffer += json
+        del buffer[-1]
+        if end > 1 and path != _TEXT:
+            buffer[end] = 44  # the opening bracket becomes a comma
+        else:
+            del buffer[end]
+
+    def _forget_deltas(self) -> None:
+        super()._forget_deltas()
+        self._buffers = _open_buffers()
+
+    def write(self, payload: Payload, prefix: bytes, suffix: bytes) -> bytes:
+        """The last frame read, `payload`, as JSON between `prefix` and `suffix`, every delta
+        field so far holding all its deltas; nothing if its JSON cannot be written again
+        (`frame_fields`).
+
+        A field keeps its place among the frame's keys; one the frame lacks goes
+        last in its object, as SGLang's ``_coalesce_streaming_chunks`` puts it.
+        msgspec writes the frame with numbered NUL-delimited marks where the
+        buffers go (JSON text holds no raw NUL): each stored byte is copied
+        once, into the result. The buffers hold every frame read: reading a
+        chunk ends with no delta left as objects (`_flush`).
+        """
+        read, self._read = self._read, None  # its fields are ours to write over
+        fields: dict[str, Any] | None
+        if read is not None and read[0] is payload:
+            _, fields, marked = read
+        else:
+            fields, marked = frame_fields(payload), 0
+            if fields is None:
+                return b""
+        if marked < len(self._present):  # a field the frame lacks, or one not marked yet
+            meta = fields["meta_info"]
+            for path, key, in_meta, _, mark in _OPEN_ROWS:
+                if path in self._present:
+                    (meta if in_meta else fields)[key] = mark
+        # The JSON around the marks, and at odd places the numbers of the buffers, in key order.
+        pieces: list[Any] = _ENCODE(fields).split(_MARK)
+        pieces[1::2] = map(self._buffers.__getitem__, pieces[1::2])
+        pieces[0] = prefix + pieces[0]
+        pieces[-1] = pieces[-1] + suffix
+        return b"".join(pieces)
+
+
+def _open_buffers() -> dict[bytes, bytearray]:
+    """Each delta field's buffer, by its mark's number, holding its opening quote or bracket."""
+    return {
+        number: bytearray(b'"' if path == _TEXT else b"[") for path, _, _, number, _ in _OPEN_ROWS
+    }
 
 
 if tuple(path for path, _ in DELTA_FIELDS) != _FAST_PATHS:  # pragma: no cover

@@ -63,7 +63,7 @@ from sglang_envelope._aggregate import (
     _iterate,
     _SseAggregation,
 )
-from sglang_envelope._aggregate_bytes import _BytesAggregator, splice
+from sglang_envelope._aggregate_bytes import _BytesAggregator, _CumulativeFrames, splice
 from sglang_envelope._async import _aiterate
 from sglang_envelope._delta_cut import cut_deltas
 from sglang_envelope._error_response import error_event
@@ -182,8 +182,10 @@ class _Relay:
                 f"client_incremental: expected a bool, got {show_value(client_incremental)}"
             )
         # Keeps the deltas' JSON only for a cumulative client; counts in any case.
-        self._aggregator = _BytesAggregator(
-            incremental=incremental, keep=not client_incremental, as_received=True
+        self._aggregator = (
+            _BytesAggregator(incremental=incremental, keep=False)
+            if client_incremental
+            else _CumulativeFrames(incremental=incremental)
         )
         self._aggregation = _SseAggregation(what, self._aggregator, max_bytes, max_event_bytes)
         self._client = client_incremental
@@ -200,7 +202,35 @@ class _Relay:
         """
         if self._passing():
             return self._pass(chunk)
-        payloads, error = self._admit(chunk)
+        chunk, limit_error = self._aggregation.bounded(chunk)
+        shaped = self._aggregation._decoder._feed_sglang_shaped(chunk)
+        if limit_error is None and shaped is not None and len(shaped[1]) == 1:
+            out = self._one_event(shaped[0])
+            if out is not None:
+                return out
+        payloads, error = self._admit(chunk, shaped)
+        return self._send(payloads, error or limit_error)
+
+    def _one_event(self, event: bytes) -> bytes | None:
+        """`feed` for a chunk of one event in SGLang's shape (SGLang writes an event at a
+        time, and a relay that keeps up reads them so) converted for a cumulative client:
+        the frame added (`_CumulativeFrames._add_last`) and written, with no more steps
+        than its checks need. None, nothing read, for a frame `_add_last` does not add."""
+        aggregator = self._aggregator
+        if not isinstance(aggregator, _CumulativeFrames):
+            return None
+        payload = event[6:-2]  # past "data: ", before the blank line
+        try:
+            if not aggregator._add_last(payload):
+                return None
+        except ResponseError as exc:
+            return self._send([], exc)
+        if aggregator.finished:  # the final checks come first
+            return self._send([payload], None)
+        return aggregator.write(payload, b"data: ", b"\n\n")
+
+    def _send(self, payloads: list[Payload], error: ResponseError | None) -> bytes:
+        """The client's bytes for the frames admitted from a chunk, and the fault after them."""
         if error is None and payloads and self._aggregator.finished:
             error = self._final_error()
             if error is not None:  # the terminal frame fails: it does not go out
@@ -219,13 +249,14 @@ class _Relay:
         aggregator = self._aggregator
         return aggregator._terminal is None and aggregator.incremental is self._client
 
-    def _admit(self, chunk: BytesLike) -> tuple[list[Payload], ResponseError | None]:
+    def _admit(
+        self, chunk: BytesLike, shaped: tuple[bytes, list[bytes]] | None
+    ) -> tuple[list[Payload], ResponseError | None]:
         """Read `chunk` through the aggregation core (events in SGLang's shape a chunk at
-        a time): the events it admitted, in order, and the fault that stopped it."""
-        chunk, limit_error = self._aggregation.bounded(chunk)
+        a time, `shaped`, when the decoder read them so): the events it admitted, in
+        order, and the fault that stopped it."""
         aggregation, aggregator = self._aggregation, self._aggregator
         count = aggregator._count
-        shaped = aggregation._decoder._feed_sglang_shaped(chunk)
         payloads: list[Payload] = []
         try:
             if shaped is None:
@@ -238,7 +269,7 @@ class _Relay:
         except ResponseError as exc:
             read = aggregation._payloads if shaped is None else payloads
             return read[: aggregator._count - count], exc
-        return payloads, limit_error
+        return payloads, None
 
     def _pass(self, chunk: BytesLike) -> bytes:
         """`feed` once frames go out unparsed: the frames the heuristic cannot vouch for are
@@ -361,19 +392,15 @@ class _Relay:
         """The client's bytes for frames that passed every check."""
         if not payloads:
             return b""
+        aggregator = self._aggregator
+        if isinstance(aggregator, _CumulativeFrames) and aggregator.incremental:
+            return aggregator.write(payloads[-1], b"data: ", b"\n\n")  # to cumulative
         if self._sends_as_received():
-            if self._aggregator.incremental is None:  # kept in case a cut follows
+            if aggregator.incremental is None:  # kept in case a cut follows
                 self._last = payloads[-1]
             return _as_received(payloads)
-        read = self._aggregator.last_fields
-        fields = (
-            read[1] if read is not None and read[0] is payloads[-1] else frame_fields(payloads[-1])
-        )
-        if fields is None:
-            return b""
-        if self._aggregator.incremental:
-            return self._aggregator._write(fields, b"data: ", b"\n\n")
-        return self._to_incremental(fields)
+        fields = frame_fields(payloads[-1])
+        return b"" if fields is None else self._to_incremental(fields)
 
     def _to_incremental(self, fields: dict[str, Any]) -> bytes:
         """The frame SGLang's incremental mode would send after the last one sent."""

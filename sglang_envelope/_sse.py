@@ -222,6 +222,16 @@ class SseDecoder:
                 return None
             self._head = None
         buffer = self._partial  # the unfinished line, which has no LF
+        if (  # a chunk that is one whole event, as a relay often reads: nothing copied
+            not buffer
+            and type(data) is bytes
+            and data.find(b"\n") == len(data) - 2
+            and data[-1] == 10  # one line, then the blank line
+            and data.startswith(_SGLANG_PREFIX)
+            and data.find(b"\r") < 0
+            and len(data) <= self._max_event_bytes
+        ):
+            return data, [data]
         start = len(buffer)
         buffer += data
         first = buffer.find(b"\n", start)  # the first LF: the line before it is complete

@@ -21,6 +21,7 @@ from sglang_envelope import (
     EnvelopeError,
     ResponseError,
     SseDecoder,
+    StreamAggregator,
     aggregate_sse,
     encode_sse,
     relay_sse,
@@ -222,6 +223,28 @@ def test_forced_incremental_matches_aggregation(
     assert aggregate_sse([out], incremental=not to_cumulative) == aggregate_sse(
         [stream], incremental=True
     )
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), response=final_responses())
+def test_an_event_a_chunk_sends_the_cumulative_frame_of_each(
+    data: st.DataObject, response: dict[str, Any]
+) -> None:
+    """An event a chunk, incremental to cumulative (the relay's shortest path): each frame
+    sent is `StreamAggregator.cumulative()` after its frame, its keys in the same order,
+    whether the view reads the frame or it is decoded in full (unknown keys)."""
+    frames = data.draw(incremental_splits(response))
+    sent = events(relay(one_event_per_chunk(sse(frames)), incremental=True))
+    assert sent[-1] == SSE_DONE
+    aggregator = StreamAggregator(incremental=True)
+    assert len(sent) - 1 == len(frames)
+    for frame, event in zip(frames, sent, strict=False):
+        aggregator.add(frame)
+        expected = msgspec.json.decode(encode_sse(aggregator.cumulative())[6:])
+        got = msgspec.json.decode(event[6:])
+        assert got == expected
+        assert list(got) == list(expected)
+        assert list(got["meta_info"]) == list(expected["meta_info"])
 
 
 @settings(max_examples=100, deadline=None)
