@@ -23,7 +23,7 @@ import contextvars
 import itertools
 import json
 from collections.abc import Iterator, Mapping
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
@@ -178,6 +178,16 @@ class RequestFields(msgspec.Struct, frozen=True, omit_defaults=True):
 _decoding: contextvars.ContextVar[bool] = contextvars.ContextVar("decoding", default=False)
 
 
+class PassedFields(NamedTuple):
+    """Keys no table knows, passed through unchanged: `(key, JSON)` pairs, in body order."""
+
+    top_level: tuple[tuple[str, Raw], ...] = ()
+    sampling_params: tuple[tuple[str, Raw], ...] = ()
+
+
+NO_PASSED_FIELDS = PassedFields()
+
+
 class ClientRequest(
     RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=True, dict=True
 ):
@@ -190,6 +200,13 @@ class ClientRequest(
     for the default target and raises `RequestRejected` for a broken rule.
     """
 
+    # Plain class attributes that a decode for another target shadows in the
+    # instance's `__dict__`: reading one calls nothing and makes no `__dict__`.
+    #: The target whose rules this request was checked against (not encoded).
+    target: ClassVar[Target] = DEFAULT_TARGET
+    #: Keys the tables do not know, kept as sent (a target with `unknown_fields="pass"`).
+    passed_fields: ClassVar[PassedFields] = NO_PASSED_FIELDS
+
     def __post_init__(self) -> None:
         if _decoding.get():
             return  # decode_with_limits checks it once decoded
@@ -197,27 +214,7 @@ class ClientRequest(
         for name in self.__struct_fields__:
             msgspec.structs.force_setattr(self, name, getattr(checked, name))
 
-    @property
-    def target(self) -> Target:
-        """The target whose rules this request was checked against (not encoded)."""
-        target: Target = self.__dict__.get("target", DEFAULT_TARGET)
-        return target
 
-    @property
-    def passed_fields(self) -> PassedFields:
-        """Keys the tables do not know, kept as sent (a target with `unknown_fields="pass"`)."""
-        passed: PassedFields = self.__dict__.get("passed", NO_PASSED_FIELDS)
-        return passed
-
-
-class PassedFields(NamedTuple):
-    """Keys no table knows, passed through unchanged: `(key, JSON)` pairs, in body order."""
-
-    top_level: tuple[tuple[str, Raw], ...] = ()
-    sampling_params: tuple[tuple[str, Raw], ...] = ()
-
-
-NO_PASSED_FIELDS = PassedFields()
 _raw_members = msgspec.json.Decoder(dict[str, Raw])
 _json = msgspec.json.Encoder()
 
@@ -547,7 +544,7 @@ def decode_with_limits(
     if contract is not _DEFAULT_CONTRACT:
         request.__dict__["target"] = contract.target
         if passed is not NO_PASSED_FIELDS:
-            request.__dict__["passed"] = passed
+            request.__dict__["passed_fields"] = passed
     return request
 
 
