@@ -214,6 +214,18 @@ class ClientRequest(
         for name in self.__struct_fields__:
             msgspec.structs.force_setattr(self, name, getattr(checked, name))
 
+    def __copy__(self) -> ClientRequest:
+        """The request itself: it is immutable, and a copy would lose its target."""
+        return self
+
+    def __deepcopy__(self, memo: object) -> ClientRequest:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its JSON and target, and decoded again for that target."""
+        body = with_passed_fields(_json.encode(self), self.passed_fields)
+        return (_decoded, (body, self.target))
+
 
 _raw_members = msgspec.json.Decoder(dict[str, Raw])
 _json = msgspec.json.Encoder()
@@ -238,6 +250,10 @@ def _raw_to_value(value: Any) -> Any:
     if isinstance(value, Raw):
         return msgspec.json.decode(value)
     raise TypeError(f"cannot encode a {type(value).__name__}")
+
+
+def _decoded(body: bytes, target: Target) -> ClientRequest:
+    return decode_client_request(body, target=target)
 
 
 def _check_made(request: ClientRequest) -> ClientRequest:
