@@ -529,6 +529,28 @@ def _decode_large(body: bytes) -> ClientRequest | None:
     return ClientRequest(**fields)  # checked by the caller, like a decoded one
 
 
+def _typed_decode(body: Any, contract: Contract) -> ClientRequest:
+    """The typed decode of a body (a large one through `_decode_large`), its checks left
+    to the caller; a failure as SGLang's refusal."""
+    token = _decoding.set(True)
+    try:
+        if len(body) <= LARGE_BODY_BYTES:
+            request: ClientRequest = _decoder.decode(body)
+        else:  # an envelope's request is a Raw: read as bytes
+            large = body if type(body) is bytes else bytes(body)
+            request = _decode_large(large) or _decoder.decode(body)
+    except DECODE_ERRORS as error:
+        raise translate_validation_error(error, data=body, contract=contract) from None
+    finally:
+        _decoding.reset(token)
+    return request
+
+
+#: A body of at most LARGE_BODY_BYTES is within every default bound: the default size,
+#: and the default count of token ids (each takes two bytes or more).
+assert LARGE_BODY_BYTES <= DEFAULT_MAX_BODY_BYTES and LARGE_BODY_BYTES // 2 < DEFAULT_MAX_INPUT_IDS
+
+
 def decode_with_limits(
     data: object, limits: Limits, contract: Contract = _DEFAULT_CONTRACT
 ) -> ClientRequest:
@@ -543,17 +565,7 @@ def decode_with_limits(
         body = _as_json(data, max_body_bytes)
         if contract.splits:
             body, passed = _split_unknown(body, limits, contract)
-    token = _decoding.set(True)
-    try:
-        if len(body) <= LARGE_BODY_BYTES:
-            request = _decoder.decode(body)
-        else:  # an envelope's request is a Raw: read as bytes
-            large = body if type(body) is bytes else bytes(body)
-            request = _decode_large(large) or _decoder.decode(body)
-    except DECODE_ERRORS as error:
-        raise translate_validation_error(error, data=body, contract=contract) from None
-    finally:
-        _decoding.reset(token)
+    request = _typed_decode(body, contract)
     if len(request.input_ids) > max_input_ids or max_token_id is not None:
         _check_input_ids(request.input_ids, limits)
     contract.check(request, limits)  # the raw fields' bounds, then the rules
@@ -589,6 +601,19 @@ def decode_client_request(
     `EnvelopeError` for a bound that is not an integer >= 0 or a `target` that
     is not a `Target`.
     """
+    if (
+        type(body) is bytes
+        and len(body) <= LARGE_BODY_BYTES
+        and max_body_bytes is DEFAULT_MAX_BODY_BYTES  # the defaults, not passed
+        and max_input_ids is DEFAULT_MAX_INPUT_IDS
+        and max_json_depth is DEFAULT_MAX_JSON_DEPTH
+        and max_json_items is DEFAULT_MAX_JSON_ITEMS
+        and max_token_id is None
+        and (target is DEFAULT_TARGET or (type(target) is Target and target == DEFAULT_TARGET))
+    ):  # the usual call: only the typed decode and the checks are left to do
+        request = _typed_decode(body, _DEFAULT_CONTRACT)
+        _DEFAULT_CONTRACT.check(request, DEFAULT_LIMITS)
+        return request
     contract = contract_of(target)
     if (
         max_body_bytes is DEFAULT_MAX_BODY_BYTES  # the defaults, not passed: nothing to check
