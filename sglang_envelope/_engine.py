@@ -351,6 +351,12 @@ _TRACE_HEADER_AT = _FIELD_INDEX["external_trace_header"]
 _CUSTOM_LABELS_AT = _FIELD_INDEX["custom_labels"]
 
 
+#: The role of `build_engine_request`'s short path, read once (an enum member read costs a
+#: call on Python 3.11), and the plan that path follows.
+_DECODE = Role.DECODE
+assert ROLE_PLANS[_DECODE] == (True, False, False)  # bootstrap, streams unless output-flat
+
+
 def _describe(target: Target) -> str:
     return (
         f"SGLang {target.sglang} over {target.transport} (unknown fields: {target.unknown_fields})"
@@ -391,6 +397,19 @@ def build_engine_request(
     that are not token ids, a `routing.dp_rank` that differs from the prefill
     rank on the prefill leg.
     """
+    if (
+        (role is _DECODE or role == "decode")
+        and type(envelope) is WorkerEnvelope
+        and type(bootstrap) is Bootstrap
+        and routing is None
+        and target is None
+        and input_ids is envelope.request.input_ids
+    ):  # a decode worker's usual call: the steps below that it takes, and no others
+        request = envelope.request
+        values = [*_astuple(request), *_astuple(bootstrap), None, None, None]
+        values[_RID_AT] = envelope.rid
+        values[_STREAM_AT] = not values[_OUTPUT_FLAT_AT]
+        return _made(_DECODE, EngineBody(*values), request.passed_fields)
     try:
         role, plan = _PLANS_BY_NAME[role]
     except (KeyError, TypeError):  # TypeError: an unhashable role

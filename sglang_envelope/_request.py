@@ -23,7 +23,7 @@ import contextvars
 import itertools
 import json
 from collections.abc import Iterator, Mapping
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
@@ -178,6 +178,16 @@ class RequestFields(msgspec.Struct, frozen=True, omit_defaults=True):
 _decoding: contextvars.ContextVar[bool] = contextvars.ContextVar("decoding", default=False)
 
 
+class PassedFields(NamedTuple):
+    """Keys no table knows, passed through unchanged: `(key, JSON)` pairs, in body order."""
+
+    top_level: tuple[tuple[str, Raw], ...] = ()
+    sampling_params: tuple[tuple[str, Raw], ...] = ()
+
+
+NO_PASSED_FIELDS = PassedFields()
+
+
 class ClientRequest(
     RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=True, dict=True
 ):
@@ -190,6 +200,13 @@ class ClientRequest(
     for the default target and raises `RequestRejected` for a broken rule.
     """
 
+    # Plain class attributes that a decode for another target shadows in the
+    # instance's `__dict__`: reading one calls nothing and makes no `__dict__`.
+    #: The target whose rules this request was checked against (not encoded).
+    target: ClassVar[Target] = DEFAULT_TARGET
+    #: Keys the tables do not know, kept as sent (a target with `unknown_fields="pass"`).
+    passed_fields: ClassVar[PassedFields] = NO_PASSED_FIELDS
+
     def __post_init__(self) -> None:
         if _decoding.get():
             return  # decode_with_limits checks it once decoded
@@ -197,27 +214,19 @@ class ClientRequest(
         for name in self.__struct_fields__:
             msgspec.structs.force_setattr(self, name, getattr(checked, name))
 
-    @property
-    def target(self) -> Target:
-        """The target whose rules this request was checked against (not encoded)."""
-        target: Target = self.__dict__.get("target", DEFAULT_TARGET)
-        return target
+    def __copy__(self) -> ClientRequest:
+        """The request itself: it is immutable, and a copy would lose its target."""
+        return self
 
-    @property
-    def passed_fields(self) -> PassedFields:
-        """Keys the tables do not know, kept as sent (a target with `unknown_fields="pass"`)."""
-        passed: PassedFields = self.__dict__.get("passed", NO_PASSED_FIELDS)
-        return passed
+    def __deepcopy__(self, memo: object) -> ClientRequest:
+        return self
 
-
-class PassedFields(NamedTuple):
-    """Keys no table knows, passed through unchanged: `(key, JSON)` pairs, in body order."""
-
-    top_level: tuple[tuple[str, Raw], ...] = ()
-    sampling_params: tuple[tuple[str, Raw], ...] = ()
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its JSON and target, and decoded again for that target."""
+        body = with_passed_fields(_json.encode(self), self.passed_fields)
+        return (_decoded, (body, self.target))
 
 
-NO_PASSED_FIELDS = PassedFields()
 _raw_members = msgspec.json.Decoder(dict[str, Raw])
 _json = msgspec.json.Encoder()
 
@@ -241,6 +250,10 @@ def _raw_to_value(value: Any) -> Any:
     if isinstance(value, Raw):
         return msgspec.json.decode(value)
     raise TypeError(f"cannot encode a {type(value).__name__}")
+
+
+def _decoded(body: bytes, target: Target) -> ClientRequest:
+    return decode_client_request(body, target=target)
 
 
 def _check_made(request: ClientRequest) -> ClientRequest:
@@ -516,6 +529,28 @@ def _decode_large(body: bytes) -> ClientRequest | None:
     return ClientRequest(**fields)  # checked by the caller, like a decoded one
 
 
+def _typed_decode(body: Any, contract: Contract) -> ClientRequest:
+    """The typed decode of a body (a large one through `_decode_large`), its checks left
+    to the caller; a failure as SGLang's refusal."""
+    token = _decoding.set(True)
+    try:
+        if len(body) <= LARGE_BODY_BYTES:
+            request: ClientRequest = _decoder.decode(body)
+        else:  # an envelope's request is a Raw: read as bytes
+            large = body if type(body) is bytes else bytes(body)
+            request = _decode_large(large) or _decoder.decode(body)
+    except DECODE_ERRORS as error:
+        raise translate_validation_error(error, data=body, contract=contract) from None
+    finally:
+        _decoding.reset(token)
+    return request
+
+
+#: A body of at most LARGE_BODY_BYTES is within every default bound: the default size,
+#: and the default count of token ids (each takes two bytes or more).
+assert LARGE_BODY_BYTES <= DEFAULT_MAX_BODY_BYTES and LARGE_BODY_BYTES // 2 < DEFAULT_MAX_INPUT_IDS
+
+
 def decode_with_limits(
     data: object, limits: Limits, contract: Contract = _DEFAULT_CONTRACT
 ) -> ClientRequest:
@@ -530,24 +565,14 @@ def decode_with_limits(
         body = _as_json(data, max_body_bytes)
         if contract.splits:
             body, passed = _split_unknown(body, limits, contract)
-    token = _decoding.set(True)
-    try:
-        if len(body) <= LARGE_BODY_BYTES:
-            request = _decoder.decode(body)
-        else:  # an envelope's request is a Raw: read as bytes
-            large = body if type(body) is bytes else bytes(body)
-            request = _decode_large(large) or _decoder.decode(body)
-    except DECODE_ERRORS as error:
-        raise translate_validation_error(error, data=body, contract=contract) from None
-    finally:
-        _decoding.reset(token)
+    request = _typed_decode(body, contract)
     if len(request.input_ids) > max_input_ids or max_token_id is not None:
         _check_input_ids(request.input_ids, limits)
     contract.check(request, limits)  # the raw fields' bounds, then the rules
     if contract is not _DEFAULT_CONTRACT:
         request.__dict__["target"] = contract.target
         if passed is not NO_PASSED_FIELDS:
-            request.__dict__["passed"] = passed
+            request.__dict__["passed_fields"] = passed
     return request
 
 
@@ -576,6 +601,19 @@ def decode_client_request(
     `EnvelopeError` for a bound that is not an integer >= 0 or a `target` that
     is not a `Target`.
     """
+    if (
+        type(body) is bytes
+        and len(body) <= LARGE_BODY_BYTES
+        and max_body_bytes is DEFAULT_MAX_BODY_BYTES  # the defaults, not passed
+        and max_input_ids is DEFAULT_MAX_INPUT_IDS
+        and max_json_depth is DEFAULT_MAX_JSON_DEPTH
+        and max_json_items is DEFAULT_MAX_JSON_ITEMS
+        and max_token_id is None
+        and (target is DEFAULT_TARGET or (type(target) is Target and target == DEFAULT_TARGET))
+    ):  # the usual call: only the typed decode and the checks are left to do
+        request = _typed_decode(body, _DEFAULT_CONTRACT)
+        _DEFAULT_CONTRACT.check(request, DEFAULT_LIMITS)
+        return request
     contract = contract_of(target)
     if (
         max_body_bytes is DEFAULT_MAX_BODY_BYTES  # the defaults, not passed: nothing to check

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import pytest
@@ -271,6 +271,25 @@ def test_engine_request_follows_the_role_table(
     untouched = set(body) - {"rid", "input_ids", "stream", "sampling_params", OUTPUT_FLAT, B64}
     for key in untouched:
         assert out.get(key, body[key]) == body[key], key
+
+
+@given(client_requests(), bootstraps, request_ids, st.sampled_from([Role.DECODE, "decode"]))
+def test_a_decode_workers_usual_call_builds_what_any_call_builds(
+    body: dict[str, Any], bootstrap: Bootstrap, rid: str, role: Role | Literal["decode"]
+) -> None:
+    envelope = to_worker_envelope(decode_client_request(body), rid=rid)
+    ids = envelope.request.input_ids
+    usual = build_engine_request(envelope, input_ids=ids, role=role, bootstrap=bootstrap)
+    spelled_out = build_engine_request(
+        envelope,
+        input_ids=list(ids),
+        role=Role.DECODE,
+        bootstrap=bootstrap,
+        target=envelope.target,
+    )
+    assert usual == spelled_out
+    assert usual.role is Role.DECODE
+    assert usual.to_json() == spelled_out.to_json()
 
 
 @given(

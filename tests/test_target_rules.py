@@ -212,3 +212,25 @@ def test_the_installed_sglang_gives_the_exact_fields(
         == "unknown field `stream`: SGLang 0.5.23's GenerateReqInput has no such field"
     )
     assert _refusal(_body(other=1), target).code == "unknown_field"
+
+
+@pytest.mark.parametrize(
+    ("target", "body"),
+    [
+        (NEW_ENGINE, {"input_ids": [1, 2], "sampling_params": {"ebnf_full_assistant": True}}),
+        (PASS, {"input_ids": [1], "new_thing": [1], "sampling_params": {"new_key": {"a": 1}}}),
+    ],
+)
+def test_a_copied_or_pickled_request_keeps_its_target(target: Target, body: Any) -> None:
+    import copy
+    import pickle
+
+    request = decode_client_request(msgspec.json.encode(body), target=target)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        copies = [copy.copy(request), copy.deepcopy(request)]
+        copies.append(pickle.loads(pickle.dumps(request, protocol)))
+        copies.append(pickle.loads(pickle.dumps(to_worker_envelope(request, rid="r"))).request)
+        for same in copies:
+            assert same == request
+            assert same.target == target
+            assert same.passed_fields == request.passed_fields
