@@ -601,19 +601,6 @@ def decode_client_request(
     `EnvelopeError` for a bound that is not an integer >= 0 or a `target` that
     is not a `Target`.
     """
-    if (
-        type(body) is bytes
-        and len(body) <= LARGE_BODY_BYTES
-        and max_body_bytes is DEFAULT_MAX_BODY_BYTES  # the defaults, not passed
-        and max_input_ids is DEFAULT_MAX_INPUT_IDS
-        and max_json_depth is DEFAULT_MAX_JSON_DEPTH
-        and max_json_items is DEFAULT_MAX_JSON_ITEMS
-        and max_token_id is None
-        and (target is DEFAULT_TARGET or (type(target) is Target and target == DEFAULT_TARGET))
-    ):  # the usual call: only the typed decode and the checks are left to do
-        request = _typed_decode(body, _DEFAULT_CONTRACT)
-        _DEFAULT_CONTRACT.check(request, DEFAULT_LIMITS)
-        return request
     contract = contract_of(target)
     if (
         max_body_bytes is DEFAULT_MAX_BODY_BYTES  # the defaults, not passed: nothing to check
@@ -622,6 +609,11 @@ def decode_client_request(
         and max_json_items is DEFAULT_MAX_JSON_ITEMS
         and max_token_id is None
     ):
+        if contract is _DEFAULT_CONTRACT and type(body) is bytes and len(body) <= LARGE_BODY_BYTES:
+            # The usual call: only the typed decode and the checks are left to do.
+            request = _typed_decode(body, contract)
+            contract.check(request, DEFAULT_LIMITS)
+            return request
         return decode_with_limits(body, DEFAULT_LIMITS, contract)
     limits = make_limits(
         max_body_bytes, max_input_ids, max_json_depth, max_json_items, max_token_id
