@@ -34,9 +34,9 @@ def _on_sampling(rule: Rule) -> bool:
 
 
 _Check = Callable[[Any], "dict[str, object] | None"]
-#: (code, field, message, check, guard, holds): guard is the index of the one guarding
-#: field, a tuple of indices, or None; holds is the rule's `holds`.
-_Entry = tuple[str, "str | None", str, _Check, "int | tuple[int, ...] | None", "str | None"]
+#: (code, field, message, check, guards, holds): guards are the indices of the guarding
+#: fields (none: the check always runs); holds is the rule's `holds`.
+_Entry = tuple[str, "str | None", str, _Check, "tuple[int, ...]", "str | None"]
 
 
 class _Checks(NamedTuple):
@@ -49,16 +49,15 @@ class _Checks(NamedTuple):
 def _checks(rules: list[tuple[Rule, str]]) -> _Checks:
     """`rules` (each with its message for the target), compiled to run in order."""
     guards = sorted({name for rule, _ in rules for name in _names(rule.when)})
-
-    def at(when: str | tuple[str, ...] | None) -> int | tuple[int, ...] | None:
-        if when is None:
-            return None
-        if isinstance(when, str):
-            return guards.index(when)
-        return tuple(guards.index(name) for name in when)
-
     entries = tuple(
-        (rule.code, rule.field, message, rule.check, at(rule.when), rule.holds)
+        (
+            rule.code,
+            rule.field,
+            message,
+            rule.check,
+            tuple(guards.index(name) for name in _names(rule.when)),
+            rule.holds,
+        )
         for rule, message in rules
         if rule.check is not None
     )
@@ -92,8 +91,7 @@ def _group_guards(checks: _Checks) -> list[tuple[int, ...]]:
     groups: list[tuple[int, ...]] = []
     previous: tuple[int, ...] | None = None
     for entry in checks.rules:
-        at = entry[4]
-        indices = () if at is None else (at,) if isinstance(at, int) else at
+        indices = entry[4]
         if indices != previous:
             groups.append(indices)
             previous = indices
@@ -148,8 +146,7 @@ def _scope_source(
     previous: tuple[int, ...] | None = None
     for k, entry in enumerate(checks.rules):
         namespace[f"e{tag}{k}"], namespace[f"c{tag}{k}"] = entry, entry[3]
-        at = entry[4]
-        indices = () if at is None else (at,) if isinstance(at, int) else at
+        indices = entry[4]
         tests = []
         for i in indices:
             name = checks.guards[i]
