@@ -63,8 +63,8 @@ class ErrorStatus(NamedTuple):
 
     #: The HTTP status, unless the exception has its own (`OWN_STATUSES`).
     status: int
-    #: The ``type`` of the error object; None: the exception's rule code.
-    type: str | None
+    #: The ``type`` of the error object (a `RequestRejected`'s rule code with ``detail``).
+    type: str
 
 
 #: SGLang's type for every error its /generate writes in a stream.
@@ -198,8 +198,12 @@ def error_response(
     ``application/json`` body ``{"error": {"message", "type", "code",
     "retryable", "param"}}`` with the rule's code as ``type`` and its field as
     ``param`` (a `RequestRejected`'s; the others' as the frame). Raises
-    `EnvelopeError` when `exc` is not a library exception.
+    `EnvelopeError` when `exc` is not a library exception, or `stream` or
+    `detail` is not a bool.
     """
+    for name, flag in (("stream", False if stream is None else stream), ("detail", detail)):
+        if type(flag) is not bool:
+            raise EnvelopeError(f"{name}: expected a bool, got {type(flag).__name__}")
     status, error = _status_and_error(exc, detail)
     if detail:
         return ErrorAnswer(status, JSON, _ENCODER.encode({"error": error}))
@@ -244,9 +248,10 @@ def stream_requested(body: bytes | str | Mapping[str, Any]) -> bool:
     """True when a client's /generate body asks for a stream as SGLang reads it: ``"stream": true``.
 
     Read leniently, for answering a request that may not have decoded: False
-    for a body that is not a JSON object, or whose ``"stream"`` is anything but
-    ``true``. SGLang answers in the client's mode only in the engine's layer,
-    which a body reaches with ``"stream"`` true, false, null or absent. Never raises.
+    for a body that is not a JSON object (or is nested too deeply to read), or
+    whose ``"stream"`` is anything but ``true``. SGLang answers in the client's
+    mode only in the engine's layer, which a body reaches with ``"stream"``
+    true, false, null or absent. Never raises.
     """
     if isinstance(body, Mapping):
         return body.get("stream") is True

@@ -27,6 +27,7 @@ from live.record_refusals import (
 )
 from sglang_envelope import (
     EngineError,
+    EnvelopeError,
     ErrorAnswer,
     RequestRejected,
     decode_client_request,
@@ -148,3 +149,9 @@ def test_detail_gives_the_rule_and_its_field_in_either_mode() -> None:
 )
 def test_stream_requested_reads_the_mode_leniently(body: Any, stream: bool) -> None:
     assert stream_requested(body) is stream
+
+
+@pytest.mark.parametrize("flags", [{"stream": "yes"}, {"stream": 1}, {"detail": None}])
+def test_the_mode_and_detail_must_be_bools(flags: dict[str, Any]) -> None:
+    with pytest.raises(EnvelopeError, match=r"^(stream|detail): expected a bool, got "):
+        error_response(EngineError("busy", 503), **flags)
