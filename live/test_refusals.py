@@ -50,7 +50,7 @@ def test_the_library_answers_a_refusal_as_the_server_does(
     assert rejected.code == case.code
     got = error_response(rejected, stream=stream_requested(sent))
     if case.name in OTHER_LAYER:
-        assert refusal_layer(rejected) == "pydantic" != live["layer"]
+        assert refusal_layer(rejected) != live["layer"]
         return
     if live["layer"] in ("pydantic", "gate", "engine"):
         assert (message_of(live) != rejected.message) is (case.code in OWN_WORDS)

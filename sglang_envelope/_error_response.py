@@ -100,12 +100,10 @@ REFUSAL_LAYERS: Final[Mapping[str, Layer]] = {
 
 #: For the rules in `FIELD_RULES`, the layer by the field at fault, where it is not the
 #: rule's: the field's path with its indices left out; ``x.*`` is any field inside ``x``.
-#: The longest match wins. pydantic types the top-level fields only; the gate types
-#: `sampling_params` and its keys; three fields are typed by neither.
+#: The longest match wins. pydantic types the top-level fields but `watermark`; the
+#: gate types what is inside `sampling_params`; only the engine reads `watermark`.
 FIELD_LAYERS: Final[Mapping[str, Layer]] = {
     "sampling_params.*": "gate",
-    "sampling_params.logit_bias.*": "engine",
-    "sampling_params.custom_params.*": "engine",
     "max_thinking_tokens": "gate",  # an int to pydantic, a u64 to the gate
     "watermark": "engine",
     "watermark.*": "engine",

@@ -74,7 +74,7 @@ def test_error_response_is_sglang_s_answer(line: dict[str, Any]) -> None:
     got = error_response(rejected, stream=stream)
     assert isinstance(got, ErrorAnswer)
     if line["case"] in OTHER_LAYER:
-        assert refusal_layer(rejected) == "pydantic" != line["layer"]
+        assert refusal_layer(rejected) != line["layer"]
         return
     own = line["code"] in OWN_WORDS
     if line["layer"] in ("pydantic", "gate", "engine"):
@@ -155,3 +155,27 @@ def test_stream_requested_reads_the_mode_leniently(body: Any, stream: bool) -> N
 def test_the_mode_and_detail_must_be_bools(flags: dict[str, Any]) -> None:
     with pytest.raises(EnvelopeError, match=r"^(stream|detail): expected a bool, got "):
         error_response(EngineError("busy", 503), **flags)
+
+
+@pytest.mark.parametrize(
+    ("code", "field", "layer"),
+    [
+        ("wrong_type", "sampling_params", "pydantic"),
+        ("wrong_type", "sampling_params.stop[0]", "gate"),
+        ("wrong_type", "sampling_params.watermark.enabled", "gate"),
+        ("invalid_value", "max_thinking_tokens", "gate"),
+        ("wrong_type", "watermark", "engine"),
+        ("wrong_type", "watermark.key", "engine"),
+        ("wrong_type", "input_ids[0]", "pydantic"),
+        ("wrong_type", None, "pydantic"),
+        ("not_json", None, "pydantic"),
+        ("unknown_sampling_param", "sampling_params.max_tokens", "gate"),
+        ("empty_input_ids", "input_ids", "engine"),
+        ("orchestrator_field", "sampling_params.x", "engine"),  # fields matter for two rules only
+        ("a rule of a later release", None, "engine"),
+    ],
+)
+def test_the_layer_is_read_from_the_rule_and_its_field(
+    code: str, field: str | None, layer: str
+) -> None:
+    assert refusal_layer(RequestRejected(code, field, "m")) == layer
