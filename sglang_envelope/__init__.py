@@ -11,7 +11,12 @@ from sglang_envelope._errors import (
     RequestRejected,
     ResponseError,
 )
-from sglang_envelope._error_response import error_event, error_response
+from sglang_envelope._error_response import (
+    ErrorAnswer,
+    error_event,
+    error_response,
+    stream_requested,
+)
 
 # --- request side ---
 from sglang_envelope._engine import (
@@ -80,8 +85,10 @@ __all__ = [
     "RequestRejected",
     "ResponseError",
     "__version__",
+    "ErrorAnswer",
     "error_event",
     "error_response",
+    "stream_requested",
     # request side
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_INPUT_IDS",

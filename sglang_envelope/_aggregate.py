@@ -27,7 +27,13 @@ from typing import Any, Final, cast
 
 from msgspec import UNSET
 
-from sglang_envelope._errors import EnvelopeError, LimitExceeded, ResponseError, show_value
+from sglang_envelope._errors import (
+    EngineError,
+    EnvelopeError,
+    LimitExceeded,
+    ResponseError,
+    show_value,
+)
 from sglang_envelope._frame import (
     CONSISTENCY,
     abort_error,
@@ -554,20 +560,34 @@ def aggregate_sse(
     return aggregator._finish(said_done=aggregation.close())
 
 
-def parse_unary(body: BytesLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> GenerateResponse:
+def parse_unary(
+    body: BytesLike, *, status: int = 200, max_bytes: int = DEFAULT_MAX_BYTES
+) -> GenerateResponse:
     """The response of a non-streaming /generate, returned as sent.
 
-    An SGLang error body raises `EngineError`. A JSON array (SGLang's answer to
-    a batch, n > 1 included) or any value but an object with a ``meta_info``
-    object raises `ResponseError`; a body over `max_bytes` raises
-    `LimitExceeded` before it is parsed.
+    `status` is the HTTP status SGLang answered with. An SGLang error body
+    raises `EngineError` whose `code` is `status` when that is an error status
+    (>= 400; SGLang's unary error body carries none), else the body's own
+    ``code``; a body that is not one under an error status raises
+    `ResponseError`. A JSON array (SGLang's answer to a batch, n > 1 included)
+    or any value but an object with a ``meta_info`` object raises
+    `ResponseError`; a body over `max_bytes` raises `LimitExceeded` before it
+    is parsed.
     """
     _check_bound("max_bytes", max_bytes)
+    if type(status) is not int or not 100 <= status < 600:
+        shown = show_value(status)
+        raise EnvelopeError(f"status: expected an HTTP status in [100, 600), got {shown}")
     if not isinstance(body, bytes):
         body = _as_bytes(body, "parse_unary body")
     if len(body) > max_bytes:
         raise _too_big(max_bytes, "the response body")
     response = decode_json(body, "the response body")
+    error = engine_error(response) if type(response) is dict else None
+    if error is not None:
+        raise EngineError(error.message, status) if status >= 400 else error
+    if status >= 400:
+        raise ResponseError(f"the response has HTTP status {status} but no SGLang error body")
     if type(response) is list:
         raise ResponseError(
             "the response body is a JSON array, SGLang's answer to a batch or n > 1; "
@@ -575,9 +595,6 @@ def parse_unary(body: BytesLike, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Gener
         )
     if type(response) is not dict:
         raise expected("the response body", "an object", response)
-    error = engine_error(response)
-    if error is not None:
-        raise error
     meta = response.get("meta_info", UNSET)
     if meta is UNSET:
         raise ResponseError("the response body has no meta_info")

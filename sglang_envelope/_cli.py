@@ -330,8 +330,10 @@ def _demo_rejection() -> None:
     except RequestRejected as error:
         _say(f"  rejected: code {error.code}, field {error.field}")
         _say(f"  {error.message}")
-        status, body = error_response(error)
-        _say(f"  the client's answer (error_response): {status} {body.decode()}")
+        status, content_type, body = error_response(error, stream=True)
+        _say(f"  the client's answer (error_response, stream=True): {status} {content_type}")
+        for event in body.decode().split("\n\n")[:-1]:
+            _say(f"    {event}")
     else:  # pragma: no cover -- the rule table says otherwise
         raise AssertionError("the streaming request was accepted")
 

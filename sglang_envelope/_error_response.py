@@ -1,22 +1,29 @@
-"""Errors as SGLang's /generate writes them: an HTTP status and body, or one SSE frame.
+"""Errors answered as SGLang 0.5.23's /generate answers them: status, content type and body.
 
-SGLang's ``srt/entrypoints/http_server.py`` writes a failed streaming request
-as one ``data: {"error": {"message", "type", "code", "retryable"}}`` frame
-(``stream_results``: ``type`` is ``"invalid_request_error"``, ``code`` the
-HTTP status, ``retryable`` false), then ``data: [DONE]``; a failed
-non-streaming request as that status and ``{"error": {"message"}}``
-(``_create_error_response``). `error_response` and `error_event` write every
-library exception the same way, with the status `ERROR_STATUSES` gives it. The
-unary body carries the same four keys as the frame (SGLang's own has only
-``message``), so a client reads the same object either way and the status
-survives a relay; a `RequestRejected` adds its field as ``param`` (the name
-SGLang's OpenAI-style ``ErrorResponse`` gives it) and its rule code as ``type``.
+SGLang refuses a body in one of three layers of ``srt/entrypoints/http_server.py``,
+each with its own answer (recorded live: ``tests/fixtures/live_refusals.jsonl``):
+
+- FastAPI's parse of `GenerateReqInput` (pydantic): 400 ``application/json``
+  ``{"object": "error", "message", "type": "Bad Request", "param": null, "code": 400}``;
+- the API contract gate (``generate_contract_error``): 400 ``application/json``
+  ``{"error": "<text>"}``;
+- a ValueError of the tokenizer manager (the engine): for a unary client 400
+  ``application/json`` ``{"error": {"message"}}`` (``_create_error_response``);
+  for a streaming client 200 ``text/event-stream; charset=utf-8``, one frame
+  ``data: {"error": {"message", "type": "invalid_request_error", "code", "retryable": false}}``
+  and ``data: [DONE]`` (``stream_results``).
+
+The first two answer both modes alike. `REFUSAL_LAYERS` and `FIELD_LAYERS`
+say which layer refuses a body that breaks each rule; a rule the library keeps
+on purpose where SGLang would serve the body (or fail on it) is answered in
+the engine's shape. Every other library exception takes the engine's shape,
+with the status `ERROR_STATUSES` gives it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Final, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal, NamedTuple
 
 import msgspec
 
@@ -28,7 +35,27 @@ from sglang_envelope._errors import (
     ResponseError,
 )
 
-__all__ = ["ERROR_STATUSES", "ErrorStatus", "error_event", "error_response"]
+__all__ = [
+    "ERROR_STATUSES",
+    "FIELD_LAYERS",
+    "REFUSAL_LAYERS",
+    "ErrorAnswer",
+    "ErrorStatus",
+    "error_event",
+    "error_response",
+    "stream_requested",
+]
+
+#: The layer of SGLang's /generate that refuses a body.
+Layer = Literal["pydantic", "gate", "engine"]
+
+
+class ErrorAnswer(NamedTuple):
+    """The HTTP answer to a failed request: what to write to the client, as is."""
+
+    status: int
+    content_type: str
+    body: bytes
 
 
 class ErrorStatus(NamedTuple):
@@ -36,24 +63,52 @@ class ErrorStatus(NamedTuple):
 
     #: The HTTP status, unless the exception has its own (`OWN_STATUSES`).
     status: int
-    #: The ``type`` of the error object; None: the exception's rule code.
-    type: str | None
+    #: The ``type`` of the error object (a `RequestRejected`'s rule code with ``detail``).
+    type: str
 
 
 #: SGLang's type for every error its /generate writes in a stream.
 SGLANG_ERROR_TYPE: Final = "invalid_request_error"
+JSON: Final = "application/json"
+#: What Starlette's StreamingResponse(media_type="text/event-stream") sends.
+EVENT_STREAM: Final = "text/event-stream; charset=utf-8"
+_DONE: Final = b"data: [DONE]\n\n"
 
 #: Exception class -> its answer; a class not listed takes its nearest listed base's.
 ERROR_STATUSES: Final[dict[type[EnvelopeError], ErrorStatus]] = {
-    RequestRejected: ErrorStatus(400, None),  # 413 for body_too_large
+    RequestRejected: ErrorStatus(400, SGLANG_ERROR_TYPE),  # 413 for body_too_large
     EngineError: ErrorStatus(500, SGLANG_ERROR_TYPE),  # SGLang's own status when it gave one
     LimitExceeded: ErrorStatus(502, "limit_exceeded"),
     ResponseError: ErrorStatus(502, "response_error"),
     EnvelopeError: ErrorStatus(500, "envelope_error"),
 }
 
-#: Rule codes answered with a status other than 400.
+#: Rule codes answered with a status other than 400, in both modes and the engine's unary shape.
 REJECTION_STATUSES: Final[dict[str, int]] = {"body_too_large": 413}
+
+#: Rule code -> the layer of SGLang 0.5.23's /generate (over HTTP) that refuses a body
+#: breaking it. A code not listed is refused by the engine, or served by SGLang where
+#: the library refuses it on purpose: both are answered in the engine's shape.
+REFUSAL_LAYERS: Final[Mapping[str, Layer]] = {
+    "not_json": "pydantic",
+    "not_object": "pydantic",
+    "wrong_type": "pydantic",
+    "invalid_value": "pydantic",
+    "unknown_nested_field": "gate",
+    "unknown_sampling_param": "gate",
+}
+
+#: For the rules in `FIELD_RULES`, the layer by the field at fault, where it is not the
+#: rule's: the field's path with its indices left out; ``x.*`` is any field inside ``x``.
+#: The longest match wins. pydantic types the top-level fields but `watermark`; the
+#: gate types what is inside `sampling_params`; only the engine reads `watermark`.
+FIELD_LAYERS: Final[Mapping[str, Layer]] = {
+    "sampling_params.*": "gate",
+    "max_thinking_tokens": "gate",  # an int to pydantic, a u64 to the gate
+    "watermark": "engine",
+    "watermark.*": "engine",
+}
+FIELD_RULES: Final = frozenset(("wrong_type", "invalid_value"))
 
 _ENCODER: Final = msgspec.json.Encoder()
 
@@ -75,7 +130,27 @@ OWN_STATUSES: Final[dict[type[EnvelopeError], Callable[[Any], int]]] = {
 }
 
 
-def _answer(exc: EnvelopeError) -> tuple[int, dict[str, Any]]:
+def refusal_layer(exc: RequestRejected) -> Layer:
+    """The layer of SGLang that refuses what `exc` refuses (`REFUSAL_LAYERS`, `FIELD_LAYERS`)."""
+    code: object = exc.code
+    if type(code) is not str:  # a hand-built rejection
+        return "engine"
+    layer = REFUSAL_LAYERS.get(code, "engine")
+    field: object = exc.field
+    if code in FIELD_RULES and type(field) is str:
+        parts = field.split("[", 1)[0].split(".")
+        exact = FIELD_LAYERS.get(".".join(parts))
+        if exact is not None:
+            return exact
+        for end in range(len(parts) - 1, 0, -1):
+            inside = FIELD_LAYERS.get(".".join(parts[:end]) + ".*")
+            if inside is not None:
+                return inside
+    return layer
+
+
+def _status_and_error(exc: EnvelopeError, detail: bool) -> tuple[int, dict[str, Any]]:
+    """The status, and the error object of SGLang's stream frame (`detail`: with the rule)."""
     if not isinstance(exc, EnvelopeError):
         raise EnvelopeError(f"exc must be an EnvelopeError, got {type(exc).__name__}")
     cls = next(cls for cls in type(exc).__mro__ if cls in ERROR_STATUSES)
@@ -83,7 +158,8 @@ def _answer(exc: EnvelopeError) -> tuple[int, dict[str, Any]]:
     own_status = OWN_STATUSES.get(cls)
     if own_status is not None:
         status = own_status(exc)
-    if kind is None:
+    rejected = isinstance(exc, RequestRejected)
+    if rejected and detail:
         kind = _json_text(str(getattr(exc, "code", "")))
     error: dict[str, Any] = {
         "message": _json_text(str(exc)),
@@ -91,9 +167,10 @@ def _answer(exc: EnvelopeError) -> tuple[int, dict[str, Any]]:
         "code": status,
         "retryable": False,
     }
-    if isinstance(exc, RequestRejected):
-        error["param"] = None if exc.field is None else _json_text(str(exc.field))
-    return status, {"error": error}
+    if rejected and detail:
+        field = getattr(exc, "field", None)
+        error["param"] = None if field is None else _json_text(str(field))
+    return status, error
 
 
 def _json_text(text: str) -> str:
@@ -105,23 +182,78 @@ def _json_text(text: str) -> str:
     return text
 
 
-def error_response(exc: EnvelopeError) -> tuple[int, bytes]:
-    """The HTTP status and JSON body that answer a non-streaming request failed with `exc`.
+def error_response(
+    exc: EnvelopeError, *, stream: bool | None = None, detail: bool = False
+) -> ErrorAnswer:
+    """What SGLang's /generate would have sent a client whose request failed with `exc`.
 
-    The body is ``{"error": {"message", "type", "code", "retryable"}}`` (plus
-    ``param`` for a `RequestRejected`), ``code`` being the status; see
-    `ERROR_STATUSES`. Raises `EnvelopeError` when `exc` is not a library exception.
+    `stream` is the client's mode (None: unary; see `stream_requested`). A
+    `RequestRejected` is answered as the layer of SGLang that refuses that rule
+    (`REFUSAL_LAYERS`); every other exception, and a rule only the library
+    keeps, in the engine's shape: ``{"error": {"message"}}`` with its status for
+    a unary client, 200 and SGLang's error frame then ``data: [DONE]`` for a
+    streaming one. `detail` gives, in either mode, the status and
+    ``application/json`` body ``{"error": {"message", "type", "code",
+    "retryable", "param"}}`` with the rule's code as ``type`` and its field as
+    ``param`` (a `RequestRejected`'s; the others' as the frame). Raises
+    `EnvelopeError` when `exc` is not a library exception, or `stream` or
+    `detail` is not a bool.
     """
-    status, body = _answer(exc)
-    return status, _ENCODER.encode(body)
+    for name, flag in (("stream", False if stream is None else stream), ("detail", detail)):
+        if type(flag) is not bool:
+            raise EnvelopeError(f"{name}: expected a bool, got {type(flag).__name__}")
+    status, error = _status_and_error(exc, detail)
+    if detail:
+        return ErrorAnswer(status, JSON, _ENCODER.encode({"error": error}))
+    layer = refusal_layer(exc) if isinstance(exc, RequestRejected) else "engine"
+    message = error["message"]
+    if layer == "gate":
+        return ErrorAnswer(400, JSON, _ENCODER.encode({"error": message}))
+    if layer == "pydantic":
+        body = {"object": "error", "message": message, "type": "Bad Request", "param": None}
+        return ErrorAnswer(400, JSON, _ENCODER.encode({**body, "code": 400}))
+    kept_status = isinstance(exc, RequestRejected) and status != 400  # body_too_large: 413
+    if stream and not kept_status:
+        return ErrorAnswer(200, EVENT_STREAM, _frame(error) + _DONE)
+    return ErrorAnswer(status, JSON, _ENCODER.encode({"error": {"message": message}}))
 
 
-def error_event(exc: EnvelopeError) -> bytes:
+def _frame(error: dict[str, Any]) -> bytes:
+    return b"data: " + _ENCODER.encode({"error": error}) + b"\n\n"
+
+
+def error_event(exc: EnvelopeError, *, detail: bool = False) -> bytes:
     """The SSE error frame for a streaming request failed with `exc`, as SGLang writes one.
 
-    ``data: {"error": {...}}\\n\\n``, the same object as `error_response`'s
-    body. SGLang ends its stream with ``data: [DONE]`` after it: send
-    `SSE_DONE` next. Raises `EnvelopeError` when `exc` is not a library exception.
+    ``data: {"error": {"message", "type", "code", "retryable"}}\\n\\n``: for
+    an `EngineError` and a `RequestRejected` SGLang's own frame (``type``
+    ``invalid_request_error``, ``code`` the status); `detail` gives a
+    `RequestRejected`'s rule code as ``type`` and adds its field as ``param``.
+    SGLang ends its stream with ``data: [DONE]`` after it: send `SSE_DONE` next.
+    Raises `EnvelopeError` when `exc` is not a library exception.
     """
-    _, body = _answer(exc)
-    return b"data: " + _ENCODER.encode(body) + b"\n\n"
+    return _frame(_status_and_error(exc, detail)[1])
+
+
+class _Mode(msgspec.Struct):
+    stream: msgspec.Raw = msgspec.Raw(b"false")
+
+
+_MODE: Final = msgspec.json.Decoder(_Mode)
+
+
+def stream_requested(body: bytes | str | Mapping[str, Any]) -> bool:
+    """True when a client's /generate body asks for a stream as SGLang reads it: ``"stream": true``.
+
+    Read leniently, for answering a request that may not have decoded: False
+    for a body that is not a JSON object (or is nested too deeply to read), or
+    whose ``"stream"`` is anything but ``true``. SGLang answers in the client's
+    mode only in the engine's layer, which a body reaches with ``"stream"``
+    true, false, null or absent. Never raises.
+    """
+    if isinstance(body, Mapping):
+        return body.get("stream") is True
+    try:
+        return bytes(_MODE.decode(body).stream) == b"true"
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError, TypeError):
+        return False

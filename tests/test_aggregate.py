@@ -512,6 +512,46 @@ def test_parse_unary_raises_sglangs_error_bodies(
 
 
 @pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        # a prefill/decode leg's unary refusal, as SGLang 0.5.23 sent it
+        (b'{"error":{"message":"routed_dp_rank=1 out of range [0, 1)"}}', 400, 400),
+        (b'{"error":{"message":"routed_dp_rank=1 out of range [0, 1)"}}', 200, None),
+        (b'{"error":"invalid type: string \\"a\\", expected i64"}', 400, 400),
+        (b'{"error": {"message": "m", "code": 429}}', 503, 503),  # the HTTP status wins
+        (b'{"error": {"message": "m", "code": 429}}', 200, 429),
+        (
+            b'{"object":"error","message":"m","type":"Bad Request","param":null,"code":400}',
+            400,
+            400,
+        ),
+    ],
+)
+def test_parse_unary_gives_the_error_the_http_status_sglang_sent(
+    body: bytes, status: int, code: int | None
+) -> None:
+    with pytest.raises(EngineError) as caught:
+        parse_unary(body, status=status)
+    assert caught.value.code == code
+
+
+def test_parse_unary_under_an_error_status_needs_an_error_body() -> None:
+    with pytest.raises(ResponseError, match="HTTP status 502 but no SGLang error body"):
+        parse_unary(b'{"meta_info": {}}', status=502)
+    with pytest.raises(ResponseError, match="not valid JSON"):
+        parse_unary(b"Internal Server Error", status=500)  # Starlette's answer to a crash
+    assert parse_unary(b'{"meta_info": {}}', status=201) == cast(
+        GenerateResponse, {"meta_info": {}}
+    )
+
+
+@pytest.mark.parametrize("bad", [99, 600, "400", None, 400.0, True])
+def test_parse_unary_refuses_a_status_that_is_not_one(bad: Any) -> None:
+    with pytest.raises(EnvelopeError, match=r"status: expected an HTTP status in \[100, 600\)"):
+        parse_unary(b'{"meta_info": {}}', status=bad)
+
+
+@pytest.mark.parametrize(
     ("body", "message"),
     [
         (

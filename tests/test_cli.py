@@ -73,7 +73,9 @@ def test_demo_shows_the_whole_job() -> None:
     assert final["text"] == " The answer."
     assert final["output_ids"] == [791, 3363, 13]
     # The rejection as the client gets it, and the stream relayed in cumulative frames.
-    assert '(error_response): 400 {"error":{' in out
+    answer = "(error_response, stream=True): 200 text/event-stream; charset=utf-8\n"
+    assert answer + '    data: {"error":{"message":"return_flat_raw_output_top_logprobs' in out
+    assert "    data: [DONE]\n" in out.split(answer)[1]
     relayed = out.split("7. The same stream relayed")[1].splitlines()[1:]
     texts = [json.loads(line.strip()[len("data: ") :])["text"] for line in relayed[:-1]]
     assert texts == [" The", " The answer", " The answer."]

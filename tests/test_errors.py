@@ -29,7 +29,7 @@ from sglang_envelope import (
     error_response,
     parse_unary,
 )
-from sglang_envelope._error_response import ERROR_STATUSES
+from sglang_envelope._error_response import ERROR_STATUSES, FIELD_LAYERS, REFUSAL_LAYERS
 from sglang_envelope._rules import RULES
 from tests.strategies import error_statuses, error_texts
 
@@ -137,17 +137,17 @@ def test_error_objects_read_as_sglang_reads_them(case: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", WRITTEN, ids=lambda c: f"{c['status_code']}-{c['message'][:9]}")
 def test_an_engine_error_is_written_as_sglang_writes_it(case: dict[str, Any]) -> None:
-    """SGLang's own handler, driven with the same message and status: byte-equal SSE
-    frame; unary status equal and SGLang's unary body a subset of ours."""
+    """SGLang's own handlers, driven with the same message and status: byte-equal answers."""
     status = case["status_code"] if case["status_code"] is not None else 400
     exc = EngineError(case["message"], status)
     assert error_event(exc) + SSE_DONE == case["sse"].encode()
-    got_status, got_body = error_response(exc)
-    assert got_status == case["unary_status"]
-    ours = msgspec.json.decode(got_body)["error"]
-    theirs = json.loads(case["unary_body"])["error"]
-    assert ours | theirs == ours
-    assert ours == json.loads(case["sse"].split("\n\n")[0].removeprefix("data: "))["error"]
+    assert error_response(exc, stream=True) == (
+        200, "text/event-stream; charset=utf-8", case["sse"].encode()
+    )  # fmt: skip
+    for unary in (None, False):
+        assert error_response(exc, stream=unary) == (
+            case["unary_status"], "application/json", case["unary_body"].encode()
+        )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -173,11 +173,19 @@ def test_an_engine_error_is_written_as_sglang_writes_it(case: dict[str, Any]) ->
     ],
 )
 def test_the_status_table(exc: EnvelopeError, status: int, error: dict[str, Any]) -> None:
-    got_status, body = error_response(exc)
+    got = error_response(exc, detail=True)
     expected = {"message": str(exc), **error, "code": status, "retryable": False}
-    assert got_status == status
-    assert msgspec.json.decode(body) == {"error": expected}
-    assert error_event(exc) == b"data: " + body + b"\n\n"
+    assert (got.status, got.content_type) == (status, "application/json")
+    assert msgspec.json.decode(got.body) == {"error": expected}
+    assert error_event(exc, detail=True) == b"data: " + got.body + b"\n\n"
+    plain = error_response(exc, stream=False)
+    assert plain.status == status and plain.content_type == "application/json"
+    assert msgspec.json.decode(plain.body) == {"error": {"message": str(exc)}}
+    streamed = error_response(exc, stream=True)
+    if isinstance(exc, RequestRejected) and status != 400:  # body_too_large
+        assert streamed == plain
+    else:
+        assert streamed == (200, "text/event-stream; charset=utf-8", error_event(exc) + SSE_DONE)
 
 
 class MyRejection(RequestRejected):
@@ -185,20 +193,25 @@ class MyRejection(RequestRejected):
 
 
 def test_a_subclass_is_answered_as_its_base() -> None:
-    status, body = error_response(MyRejection("body_too_large", None, "x"))
-    assert status == 413 and msgspec.json.decode(body)["error"]["type"] == "body_too_large"
+    answer = error_response(MyRejection("body_too_large", None, "x"), detail=True)
+    assert answer.status == 413
+    assert msgspec.json.decode(answer.body)["error"]["type"] == "body_too_large"
 
 
 @pytest.mark.parametrize("exc", EXAMPLES, ids=repr)
 def test_a_relayed_error_reads_back_as_an_engine_error(exc: EnvelopeError) -> None:
-    """A worker's answer read by the frontend: the message and status survive."""
-    status, body = error_response(exc)
+    """A worker's answer read by the frontend: the message and status survive, in both modes."""
+    status, _, body = error_response(exc)
     with pytest.raises(EngineError) as raised:
-        parse_unary(body)
+        parse_unary(body, status=status)
     assert (raised.value.message, raised.value.code) == (str(exc), status)
+    status, content_type, stream = error_response(exc, stream=True)
     with pytest.raises(EngineError) as streamed:
-        aggregate_sse([error_event(exc), SSE_DONE])
-    assert (streamed.value.message, streamed.value.code) == (str(exc), status)
+        if content_type.startswith("text/event-stream"):
+            aggregate_sse([stream])
+        else:  # body_too_large: 413 in both modes
+            parse_unary(stream, status=status)
+    assert (streamed.value.message, streamed.value.code) == (str(exc), error_response(exc).status)
 
 
 def test_hand_built_fields_of_any_type_still_give_json() -> None:
@@ -208,9 +221,11 @@ def test_hand_built_fields_of_any_type_still_give_json() -> None:
         LimitExceeded(None, None),  # type: ignore[arg-type]
     ]
     for exc in weird:
-        status, body = error_response(exc)
-        assert msgspec.json.decode(body)["error"]["code"] == status
-    assert [error_response(exc)[0] for exc in weird] == [400, 500, 502]
+        for detail in (False, True):
+            status, _, body = error_response(exc, detail=detail)
+            assert "message" in msgspec.json.decode(body)["error"]
+        assert msgspec.json.decode(error_response(exc, detail=True).body)["error"]["code"] == status
+    assert [error_response(exc).status for exc in weird] == [400, 500, 502]
 
 
 @pytest.mark.parametrize("exc", [ValueError("x"), None, "error", KeyError("k")])
@@ -224,35 +239,54 @@ def test_only_library_exceptions_are_answered(exc: Any) -> None:
 def test_any_fields_give_json(message: str, code: str, field: str | None, status: Any) -> None:
     """Hand-built exceptions with any text (lone surrogates included) still give JSON."""
     for exc in (RequestRejected(code, field, message), EngineError(message, status)):
-        got_status, body = error_response(exc)
+        for stream in (None, False, True):
+            got_status, _, body = error_response(exc, stream=stream)
+            assert 200 <= got_status < 600
+            assert body.startswith(b"data: {" if got_status == 200 else b"{")
+        got_status, _, body = error_response(exc, detail=True)
         assert 400 <= got_status < 600
         assert msgspec.json.decode(body)["error"]["code"] == got_status
         assert error_event(exc).startswith(b"data: {")
 
 
-def test_the_documented_table_is_the_code_s() -> None:
+def _table(name: str) -> list[list[str]]:
     page = (Path(__file__).parent.parent / "docs" / "errors.md").read_text(encoding="utf-8")
-    table = page.split("<!-- error-statuses:start -->")[1].split("<!-- error-statuses:end -->")[0]
-    rows = {
-        name.strip().strip("`"): (status.strip(), kind.strip())
-        for name, status, kind, _ in (
-            line.strip("|").split("|") for line in table.strip().splitlines()[2:]
-        )
-    }
+    table = page.split(f"<!-- {name}:start -->")[1].split(f"<!-- {name}:end -->")[0]
+    lines = table.strip().splitlines()[2:]
+    return [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines]
+
+
+def test_the_documented_table_is_the_code_s() -> None:
+    rows = {name.strip("`"): (status, kind) for name, status, kind, _ in _table("error-statuses")}
     assert list(rows) == [cls.__name__ for cls in ERROR_STATUSES]
-    assert rows["RequestRejected"] == ("400; 413 for `body_too_large`", "its `code`")
+    assert rows["RequestRejected"] == (
+        "400; 413 for `body_too_large`",
+        "`invalid_request_error`; its `code` with `detail=True`",
+    )
     assert rows["EngineError"] == (
         "its `code` when in [400, 600), else 500",
         f"`{ERROR_STATUSES[EngineError].type}`",
     )
     for exc in EXAMPLES:
         status, kind = rows[type(exc).__name__]
-        got_status, body = error_response(exc)
+        got_status, _, body = error_response(exc, detail=True)
         got_kind = msgspec.json.decode(body)["error"]["type"]
+        frame_kind = msgspec.json.decode(error_event(exc)[6:])["error"]["type"]
         if isinstance(exc, RequestRejected):
-            assert got_kind == exc.code
+            assert got_kind == exc.code and frame_kind == "invalid_request_error"
             assert got_status == (413 if exc.code == "body_too_large" else 400)
         elif isinstance(exc, EngineError):
-            assert f"`{got_kind}`" == kind
+            assert f"`{got_kind}`" == kind == f"`{frame_kind}`"
         else:
             assert (str(got_status), f"`{got_kind}`") == (status, kind)
+
+
+def test_the_documented_layers_are_the_code_s() -> None:
+    rows = _table("refusal-layers")
+    documented = {name.replace("`", ""): layer.replace("`", "") for name, layer, _ in rows}
+    listed: dict[str, str] = dict(REFUSAL_LAYERS)
+    listed |= {
+        f"wrong_type, invalid_value at {field}": layer for field, layer in FIELD_LAYERS.items()
+    }
+    listed["every other rule"] = "engine"
+    assert documented == listed

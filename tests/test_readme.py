@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 
 from sglang_envelope import SSE_DONE, Bootstrap, encode_sse
 
@@ -19,6 +20,7 @@ SEED = (
     b'"return_flat_raw_output_top_logprobs": true}'
 )
 BOOTSTRAP = Bootstrap("10.0.0.7", 8998, 1)
+SSE, JSON = "text/event-stream; charset=utf-8", "application/json"
 
 
 def _examples() -> dict[str, Any]:
@@ -35,15 +37,18 @@ def _response(text: str, ids: list[int], tokens: int, finish: Any = None) -> dic
 
 
 class Engine:
-    """A stand-in transport: records each post and answers with `answer`, in 5-byte chunks."""
+    """A stand-in transport: records each post; answers `status` and `answer` in 5-byte chunks."""
 
-    def __init__(self, answer: bytes) -> None:
+    def __init__(self, answer: bytes, status: int = 200) -> None:
         self.answer = answer
+        self.status = status
         self.sent: list[tuple[str, dict[str, Any], str]] = []
 
-    def post(self, path: str, body: bytes, *, accept: str) -> AsyncIterator[bytes]:
+    async def post(
+        self, path: str, body: bytes, *, accept: str
+    ) -> tuple[int, AsyncIterator[bytes]]:
         self.sent.append((path, msgspec.json.decode(body), accept))
-        return self._chunks()
+        return self.status, self._chunks()
 
     async def _chunks(self) -> AsyncIterator[bytes]:
         for at in range(0, len(self.answer), 5):
@@ -51,14 +56,21 @@ class Engine:
 
 
 def _serve(body: bytes, engine: Engine) -> tuple[int, Any]:
+    status, media, answer = _answer(body, engine)
+    assert media == ("text/event-stream; charset=utf-8" if b"data: " in answer[:6] else JSON)
+    return status, answer
+
+
+def _answer(body: bytes, engine: Engine) -> tuple[int, str, bytes]:
+    """What the client reads: the status, the content type and the body's bytes."""
     examples = _examples()
     worker = functools.partial(examples["worker"], post=engine.post, bootstrap=BOOTSTRAP)
 
-    async def run() -> tuple[int, Any]:
-        status, answer = await examples["frontend"](body, worker)
+    async def run() -> tuple[int, str, bytes]:
+        status, media, answer = await examples["frontend"](body, worker)
         if not isinstance(answer, bytes):  # a stream: what the client would read
             answer = b"".join([chunk async for chunk in answer])
-        return status, answer
+        return status, media, answer
 
     return asyncio.run(run())
 
@@ -97,17 +109,49 @@ def test_a_streaming_client_gets_cumulative_frames() -> None:
     assert (last["text"], last["output_ids"]) == ("hi!", [7, 8])
 
 
-def test_a_rejected_request_gets_sglang_s_400_and_reaches_no_engine() -> None:
+def test_a_rejected_streaming_request_gets_sglang_s_answer_and_reaches_no_engine() -> None:
+    """SGLang refuses output-flat with stream=true after dispatch: a 200 stream of one frame."""
     engine = Engine(b"")
     streaming = SEED.replace(b'"stream": false', b'"stream": true')
-    status, answer = _serve(streaming, engine)
-    error = msgspec.json.decode(answer)["error"]
-    assert status == 400 and engine.sent == []
-    assert error["param"] == "return_flat_raw_output_top_logprobs"
+    message = (
+        "return_flat_raw_output_top_logprobs is only set on the finished response "
+        "and does not support stream=True."
+    )
+    error = {"message": message, "type": "invalid_request_error", "code": 400, "retryable": False}
+    frame = b"data: " + msgspec.json.encode({"error": error}) + b"\n\n"
+    assert _answer(streaming, engine) == (200, SSE, frame + SSE_DONE)
+    assert engine.sent == []
+
+
+@pytest.mark.parametrize(
+    ("body", "answer"),
+    [  # the engine's refusal, pydantic's and the gate's, as SGLang 0.5.23 writes them
+        (
+            b'{"input_ids": [], "stream": false}',
+            b'{"error":{"message":"input_ids cannot be empty."}}',
+        ),
+        (
+            b'{"input_ids": [1], "rid": 5, "stream": true}',
+            b'{"object":"error","message":"rid: expected str | null, got int",'
+            b'"type":"Bad Request","param":null,"code":400}',
+        ),
+        (
+            b'{"input_ids": [1], "stream": true, "sampling_params": {"max_tokens": 5}}',
+            b'{"error":"unknown field `max_tokens`, expected one of `max_new_tokens`, ',
+        ),
+    ],
+)
+def test_a_rejected_unary_answer_is_sglang_s_400_in_its_layer_s_shape(
+    body: bytes, answer: bytes
+) -> None:
+    status, media, got = _answer(body, Engine(b""))
+    assert (status, media) == (400, JSON) and got.startswith(answer)
 
 
 def test_an_engine_error_body_gets_the_engine_s_status() -> None:
-    engine = Engine(b'{"error": {"message": "busy", "code": 503}}')
-    status, answer = _serve(SEED, engine)
-    assert status == 503
-    assert msgspec.json.decode(answer)["error"]["message"] == "busy"
+    engine = Engine(b'{"error": {"message": "routed_dp_rank=1 out of range [0, 1)"}}', status=400)
+    assert _answer(SEED, engine) == (
+        400, JSON, b'{"error":{"message":"routed_dp_rank=1 out of range [0, 1)"}}'
+    )  # fmt: skip
+    busy = Engine(b'{"error": {"message": "busy"}}', status=503)
+    assert _answer(SEED, busy) == (503, JSON, b'{"error":{"message":"busy"}}')
