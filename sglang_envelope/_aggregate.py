@@ -72,6 +72,9 @@ __all__ = [
 ]
 
 DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
+#: `meta_info` keys SGLang sends only on a stream's first frame and at the end of its
+#: unary answer: the aggregated answer ends with them too, as SGLang's unary one does.
+FIRST_FRAME_KEYS: Final = ("response_sent_to_client_ts",)
 """The default bound on a whole stream or body: 64 MiB."""
 
 _READINGS: Final = {
@@ -100,6 +103,7 @@ class StreamAggregator:
 
     __slots__ = (
         "_count",
+        "_first_meta",
         "_fits",
         "_index",
         "_last",
@@ -113,6 +117,7 @@ class StreamAggregator:
     def __init__(self, *, incremental: bool | None = None) -> None:
         self._mode: bool | None = None if incremental is None else bool(incremental)
         self._count = 0  # frames added
+        self._first_meta: dict[str, Any] = {}  # the first frame's meta_info
         self._index: Any = UNSET  # the first frame's "index" (UNSET when it has none)
         self._last: dict[str, Any] | None = None
         self._terminal: dict[str, Any] | None = None
@@ -214,6 +219,7 @@ class StreamAggregator:
         index = frame.get("index", UNSET)
         if number == 1:
             self._index = index
+            self._first_meta = meta
         elif not same_json(index, self._index):
             raise ResponseError(
                 f"its index {show_value(index)} differs from the first frame's "
@@ -416,10 +422,15 @@ class StreamAggregator:
                 f"the stream {end} after {self._count} frames without a terminal frame "
                 "(one whose meta_info.finish_reason is not null)"
             )
-        finish = terminal["meta_info"]["finish_reason"]
+        meta = terminal["meta_info"]
+        finish = meta["finish_reason"]
         aborted = finish.get("type") == "abort"
         if aborted and (error := abort_error(finish)) is not None:
             raise error
+        first = self._first_meta
+        kept = {key: first[key] for key in FIRST_FRAME_KEYS if key in first and key not in meta}
+        if kept:  # a new terminal frame: the caller's stays as it came
+            terminal = {**terminal, "meta_info": {**meta, **kept}}
         return terminal, aborted
 
     def _ambiguous(self) -> ResponseError:

@@ -86,8 +86,10 @@ def merge_prefill_logprobs(
     logprob keys is not missing, null or empty, or when it counts positions it
     covers (`POSITION_COUNTS`). When a group was copied, the `UNAVAILABLE_MARKER`
     key is dropped. Output-side keys and every other key are the decode
-    response's. Returns a new response; the inputs are not changed (values are
-    shared, not copied).
+    response's, and so is the order of the keys (a decode response carries the
+    prompt-side keys empty, where SGLang puts them), so the merged answer is an
+    aggregated server's, key order included. Returns a new response; the inputs
+    are not changed (values are shared, not copied).
     """
     prefill_meta = _meta(prefill_response, "prefill_response")
     decode_meta = _meta(decode_response, "decode_response")
@@ -99,9 +101,10 @@ def merge_prefill_logprobs(
         ):
             continue
         for key in logprob_keys + described_by:
-            meta.pop(key, None)
-            if key in prefill_meta:
+            if key in prefill_meta:  # in place where decode has the key: SGLang's order
                 meta[key] = prefill_meta[key]
+            else:
+                meta.pop(key, None)
         copied = True
     if copied:
         meta.pop(UNAVAILABLE_MARKER, None)

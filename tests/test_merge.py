@@ -15,6 +15,8 @@ from sglang_envelope import EnvelopeError, ResponseError, merge_prefill_logprobs
 from sglang_envelope._merge import PROMPT_LOGPROB_GROUPS, UNAVAILABLE_MARKER, has_prompt_logprobs
 from tests.strategies import final_responses, near_final_responses
 
+LIVE = Path(__file__).parent / "fixtures" / "live_answers.jsonl"
+LIVE_ANSWERS = [json.loads(line) for line in LIVE.read_text(encoding="utf-8").splitlines()]
 PROMPT_KEYS = frozenset(
     key for data, described in PROMPT_LOGPROB_GROUPS for key in data + described
 )
@@ -207,3 +209,30 @@ def test_any_json_raises_only_envelope_errors(prefill: Any, decode: Any) -> None
     except EnvelopeError:
         return
     assert isinstance(merged["meta_info"], dict)
+
+
+def _as_decode_leg(meta: dict[str, Any]) -> dict[str, Any]:
+    """`meta` with the prompt-side keys as a decode leg carries them: present, but empty."""
+    emptied = dict(meta)
+    for logprob_keys, described_by in PROMPT_LOGPROB_GROUPS:
+        for key in (*logprob_keys, *described_by):
+            value = meta.get(key)
+            if isinstance(value, (list, str)):
+                emptied[key] = value[:0]
+            if key == "input_top_logprobs_shape" and value is not None:
+                emptied[key] = [0, value[1]]
+            if key == "input_top_logprobs_null_prefix" and value is not None:
+                emptied[key] = 0
+    return emptied
+
+
+@pytest.mark.parametrize("name", ["logprobs", "prompt_flat", "prompt_flat_b64"])
+def test_the_merged_answer_is_an_aggregated_server_s_key_order_included(name: str) -> None:
+    """A live aggregated answer, its prompt side emptied as a decode leg's is, merged with
+    itself as the prefill leg's: byte for byte the aggregated answer."""
+    case = next(c for c in LIVE_ANSWERS if c["name"] == name and not c["incremental"])
+    aggregated = json.loads(case["unary"])
+    decode = {**aggregated, "meta_info": _as_decode_leg(aggregated["meta_info"])}
+    assert decode != aggregated
+    merged = merge_prefill_logprobs(aggregated, decode)
+    assert json.dumps(merged) == json.dumps(aggregated)
