@@ -60,6 +60,7 @@ sys.path.insert(0, str(ROOT))  # the library from this working tree, not an inst
 
 from sglang_envelope import (  # noqa: E402
     Bootstrap,
+    Deployment,
     EnvelopeError,
     RequestRejected,
     Role,
@@ -346,7 +347,7 @@ ORCHESTRATOR_VALUES: Body = {
 NOT_TOKEN_INPUT_VALUES: Body = {
     "text": "Hello",
     "input_embeds": [[0.1, 0.2]],
-    "positional_embed_overrides": None,
+    "positional_embed_overrides": [[0.1, 0.2]],
     "image_data": "https://example.com/a.png",
     "video_data": "https://example.com/a.mp4",
     "audio_data": "https://example.com/a.wav",
@@ -649,6 +650,16 @@ def corpus() -> list[tuple[str, Body]]:
         bodies.append(("orchestrator-field", {"input_ids": IDS, key: value}))
     for key, value in NOT_TOKEN_INPUT_VALUES.items():
         bodies.append(("not-token-input", {"input_ids": IDS, key: value}))
+    for key in (
+        "text",
+        "image_data",
+        "video_data",
+        "audio_data",
+        "positional_embed_overrides",
+        "bootstrap_host",
+        "routed_dp_rank",
+    ):  # read as absent, as SGLang reads them
+        bodies.append(("null-as-absent", {"input_ids": IDS, key: None}))  # fmt: skip
     bodies.extend(EDGE_CASES)
     seen: set[str] = set()
     unique: list[tuple[str, Body]] = []
@@ -705,6 +716,7 @@ def engine_requests(
         try:
             engine = build_engine_request(
                 envelope,
+                deployment=Deployment(vocab_size=None),
                 input_ids=request.input_ids,
                 role=role,
                 bootstrap=None if role is Role.AGGREGATED else bootstrap,

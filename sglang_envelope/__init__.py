@@ -19,6 +19,7 @@ from sglang_envelope._error_response import (
 )
 
 # --- request side ---
+from sglang_envelope._deployment import DEPLOYMENT_RULES, Deployment
 from sglang_envelope._engine import (
     Bootstrap,
     EngineBody,
@@ -95,8 +96,10 @@ __all__ = [
     "DEFAULT_MAX_JSON_DEPTH",
     "DEFAULT_MAX_JSON_ITEMS",
     "KNOWN_RELEASES",
+    "DEPLOYMENT_RULES",
     "Bootstrap",
     "ClientRequest",
+    "Deployment",
     "EngineBody",
     "EngineRequest",
     "Role",

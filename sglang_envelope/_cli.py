@@ -24,6 +24,7 @@ from sglang_envelope import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_NESTED_POSITIONS,
     Bootstrap,
+    Deployment,
     EngineError,
     EnvelopeError,
     LimitExceeded,
@@ -44,6 +45,7 @@ from sglang_envelope import (
 )
 from sglang_envelope._demo import (
     DEMO_BOOTSTRAP,
+    DEMO_DEPLOYMENT,
     DEMO_RID,
     DEMO_SSE_TRANSCRIPT,
     SEED_REQUEST,
@@ -185,6 +187,19 @@ def _as_options(error: EnvelopeError) -> EnvelopeError:
     return EnvelopeError(text)
 
 
+def _vocab_size(text: str) -> int | None:
+    """`--vocab-size`: a positive integer, or ``none`` to check no id."""
+    if text == "none":
+        return None
+    try:
+        size = int(text)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or none, got {text!r}")
+    return size
+
+
 def _bootstrap(role: Role, args: argparse.Namespace) -> Bootstrap | None:
     parts = (args.bootstrap_host, args.bootstrap_port, args.bootstrap_room)
     if not ROLE_PLANS[role].needs_bootstrap:
@@ -219,7 +234,12 @@ def cmd_normalize(args: argparse.Namespace) -> int:
         rid = args.rid if args.rid is not None else (request.rid or uuid.uuid4().hex)
         envelope = to_worker_envelope(request, rid=rid)
         engine = build_engine_request(
-            envelope, input_ids=request.input_ids, role=role, bootstrap=bootstrap, routing=routing
+            envelope,
+            input_ids=request.input_ids,
+            role=role,
+            deployment=Deployment(vocab_size=args.vocab_size),
+            bootstrap=bootstrap,
+            routing=routing,
         )
     except RequestRejected:
         raise
@@ -315,7 +335,11 @@ def _demo_request() -> None:
     for role in Role:
         bootstrap = DEMO_BOOTSTRAP if ROLE_PLANS[role].needs_bootstrap else None
         engine = build_engine_request(
-            envelope, input_ids=request.input_ids, role=role, bootstrap=bootstrap
+            envelope,
+            input_ids=request.input_ids,
+            role=role,
+            deployment=DEMO_DEPLOYMENT,
+            bootstrap=bootstrap,
         )
         _say(f"  {role.value}: stream {_json(engine.stream)}, Accept: {engine.accept}")
         _say(f"    {engine.to_json().decode()}")
@@ -481,8 +505,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--dp-rank",
         metavar="N",
         type=int,
-        help="the data-parallel rank to route to (routed_dp_rank); for prefill it must "
-        "equal --prefill-dp-rank",
+        help="the data-parallel rank to route to (routed_dp_rank); prefill routes to "
+        "--prefill-dp-rank when it is given",
+    )
+    normalize.add_argument(
+        "--vocab-size",
+        metavar="N|none",
+        type=_vocab_size,
+        required=True,
+        help="the model's vocabulary: input ids, token_ids_logprob and logit_bias keys "
+        "outside [0, N) are refused (one such id stops every SGLang process); "
+        "none: no id is checked",
     )
     normalize.add_argument(
         "--max-token-id",

@@ -12,11 +12,13 @@ from typing import Any
 
 import msgspec
 
+from sglang_envelope._deployment import Deployment
 from sglang_envelope._engine import Bootstrap
 from sglang_envelope._flat import encode_flat_top_logprobs
 
 __all__ = [
     "DEMO_BOOTSTRAP",
+    "DEMO_DEPLOYMENT",
     "DEMO_OUTPUT_TOP_LOGPROBS",
     "DEMO_RID",
     "DEMO_SSE_TRANSCRIPT",
@@ -33,6 +35,8 @@ SEED_REQUEST = (
 DEMO_RID = "req-7"
 #: Where the disaggregated pair meets.
 DEMO_BOOTSTRAP = Bootstrap(host="10.0.0.7", port=8998, room=4242)
+#: The SGLang server the demo's worker serves: a model of 151,936 ids and 32,768 tokens.
+DEMO_DEPLOYMENT = Deployment(vocab_size=151_936, context_length=32_768)
 
 #: The top-2 logprobs of the three output tokens, SGLang's nested form.
 DEMO_OUTPUT_TOP_LOGPROBS: list[list[tuple[float, int, None]] | None] = [

@@ -17,6 +17,7 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 from msgspec import UNSET, Raw
 
+from sglang_envelope._deployment import Deployment, check_engine_body
 from sglang_envelope._envelope import WorkerEnvelope, _is_utf8
 from sglang_envelope._errors import EnvelopeError, show_value
 from sglang_envelope._request import (
@@ -241,6 +242,12 @@ class EngineRequest(msgspec.Struct, frozen=True):
         """The `Accept` header for this request's answer."""
         return ACCEPT_SSE if self.stream else ACCEPT_JSON
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """The HTTP headers for `POST /generate` with `to_json()` as the body (a new dict):
+        SGLang refuses a body sent without ``Content-Type: application/json``."""
+        return {"Content-Type": ACCEPT_JSON, "Accept": self.accept}
+
     def to_dict(self) -> dict[str, Any]:
         """The keyword arguments of SGLang's `GenerateReqInput`, as plain data (a new copy)."""
         result: dict[str, Any] = _decoder.decode(self.to_json())
@@ -312,15 +319,11 @@ def _check_input_ids(input_ids: Sequence[int]) -> tuple[int, ...]:
 
 
 def _prefill_dp_rank(bootstrap: Bootstrap | None, routing: Routing | None) -> int | None:
-    """The prefill leg's `routed_dp_rank`: the rank decode fetches the KV cache from."""
+    """The prefill leg's `routed_dp_rank`, as Dynamo picks it: the rank decode fetches the
+    KV cache from (`bootstrap.prefill_dp_rank`), else the router's `routing.dp_rank`."""
     rank = None if bootstrap is None else bootstrap.prefill_dp_rank
-    asked = None if routing is None else routing.dp_rank
-    if asked is not None and asked != rank:
-        raise EnvelopeError(
-            f"routing.dp_rank {asked} differs from bootstrap.prefill_dp_rank {rank}: "
-            "the prefill leg runs on the rank decode fetches the KV cache from, "
-            "which is bootstrap.prefill_dp_rank"
-        )
+    if rank is None and routing is not None:
+        return routing.dp_rank
     return rank
 
 
@@ -381,6 +384,7 @@ def build_engine_request(
     *,
     input_ids: Sequence[int],
     role: Role | RoleName,
+    deployment: Deployment,
     bootstrap: Bootstrap | None = None,
     routing: Routing | None = None,
     target: Target | None = None,
@@ -391,12 +395,24 @@ def build_engine_request(
     envelope's request was checked for (`envelope.target`). A request checked
     for another target is refused with `EnvelopeError`: decode it for this one.
 
+    `deployment` is the SGLang server the request goes to: the request is
+    refused, as `RequestRejected` in SGLang's words, where that server would
+    refuse it after dispatch (`DEPLOYMENT_RULES`: ids outside its vocabulary,
+    the context length, its flags); the engine request is the one a server of
+    that deployment accepts.
+
     `routing` carries what the router decided (see `Routing`); its `lora_path`
-    and `priority` replace the client's. Raises `EnvelopeError` for the caller's
-    mistakes: an unknown role, a missing or unexpected `bootstrap`, `input_ids`
-    that are not token ids, a `routing.dp_rank` that differs from the prefill
-    rank on the prefill leg.
+    and `priority` replace the client's. On the prefill leg the rank is
+    `bootstrap.prefill_dp_rank`, else `routing.dp_rank` (as Dynamo does).
+    Raises `EnvelopeError` for the caller's mistakes: an unknown role, a
+    missing or unexpected `bootstrap`, a `deployment` that is not a
+    `Deployment`, `input_ids` that are not token ids.
     """
+    if type(deployment) is not Deployment:
+        raise EnvelopeError(
+            f"deployment must be a Deployment, got {type(deployment).__name__}: describe the "
+            "SGLang server with Deployment.from_server_info(...) or Deployment(vocab_size=...)"
+        )
     if (
         (role is _DECODE or role == "decode")
         and type(envelope) is WorkerEnvelope
@@ -409,7 +425,9 @@ def build_engine_request(
         values = [*_astuple(request), *_astuple(bootstrap), None, None, None]
         values[_RID_AT] = envelope.rid
         values[_STREAM_AT] = not values[_OUTPUT_FLAT_AT]
-        return _made(_DECODE, EngineBody(*values), request.passed_fields)
+        body = EngineBody(*values)
+        check_engine_body(deployment, body)
+        return _made(_DECODE, body, request.passed_fields)
     try:
         role, plan = _PLANS_BY_NAME[role]
     except (KeyError, TypeError):  # TypeError: an unhashable role
@@ -443,7 +461,9 @@ def build_engine_request(
         values[_ROUTED_DP_RANK_AT] = _prefill_dp_rank(bootstrap, routing)
     if routing is not None:
         _route(values, role, routing)
-    return _made(role, EngineBody(*values), request.passed_fields)
+    body = EngineBody(*values)
+    check_engine_body(deployment, body)
+    return _made(role, body, request.passed_fields)
 
 
 def _route(values: list[Any], role: Role, routing: Routing) -> None:

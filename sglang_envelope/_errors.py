@@ -92,8 +92,25 @@ RejectionCode = Literal[
     "logit_bias_key_not_integer",
     "sampling_seed_out_of_range",
     "several_grammars",
+    "logprob_start_len_below_minus_one",
+    "logprob_start_len_past_prompt",
+    # the deployment's rules (`DEPLOYMENT_RULES`) that `RULES` has not named above
+    "thinking_needs_strict_thinking",
+    "routed_dp_rank_out_of_range",
+    "input_too_long",
+    "total_tokens_too_many",
+    "token_ids_logprob_out_of_vocab",
+    "hidden_states_over_server_mode",
+    "hidden_states_not_enabled",
+    "custom_logit_processor_not_enabled",
+    "stop_needs_tokenizer",
+    "stop_regex_needs_tokenizer",
+    "min_new_tokens_needs_tokenizer",
+    "logit_bias_out_of_vocab",
+    "input_over_max_req_input_len",
 ]
-"""Every `RequestRejected.code`: the codes of the rules in `docs/contract.md`, in order."""
+"""Every `RequestRejected.code`: the codes of the rules in `docs/contract.md`, in order
+(`RULES`, then the deployment's rules that `RULES` does not have)."""
 
 
 class EnvelopeError(ValueError):

@@ -55,6 +55,7 @@ from sglang_envelope._limits import (
 from sglang_envelope._rules import (
     DEFAULT_TARGET,
     FIELD_OWNERS,
+    NULL_AS_ABSENT,
     reject,
 )
 from sglang_envelope._target import Target
@@ -540,10 +541,31 @@ def _typed_decode(body: Any, contract: Contract) -> ClientRequest:
             large = body if type(body) is bytes else bytes(body)
             request = _decode_large(large) or _decoder.decode(body)
     except DECODE_ERRORS as error:
-        raise translate_validation_error(error, data=body, contract=contract) from None
+        without = _without_null_fields(body)
+        if without is None:
+            raise translate_validation_error(error, data=body, contract=contract) from None
+        return _typed_decode(without, contract)
     finally:
         _decoding.reset(token)
     return request
+
+
+_NULL = b"null"
+
+
+def _without_null_fields(body: Any) -> bytes | None:
+    """The body without the top-level nulls SGLang reads as absent (`NULL_AS_ABSENT`),
+    or None when it has none: they are dropped, as if the client had left them out."""
+    try:
+        members = _raw_members.decode(body)
+    except DECODE_ERRORS:
+        return None
+    nulls = [k for k, v in members.items() if k in NULL_AS_ABSENT and bytes(v) == _NULL]
+    if not nulls:
+        return None
+    for key in nulls:
+        del members[key]
+    return _json.encode(members)
 
 
 #: A body of at most LARGE_BODY_BYTES is within every default bound: the default size,

@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_TARGET",
     "FIELD_OWNERS",
     "GENERATE_REQ_INPUT_FIELDS",
+    "NULL_AS_ABSENT",
     "RULES",
     "RULES_BY_CODE",
     "SAMPLING_PARAMS_FIELDS",
@@ -112,6 +113,12 @@ FIELD_OWNERS: Mapping[str, str] = {
     "custom_labels": ORCHESTRATOR_FIELD,
 }
 
+
+#: The fields of `FIELD_OWNERS` that SGLang types as booleans: a null one is refused.
+#: Every other one defaults to None in SGLang, which reads a null as absent, and so
+#: does the library (AReaL sends ``"image_data": null`` with every request).
+OWNED_BOOLEANS = ("use_audio_in_video", "log_metrics", "return_bytes", "background")
+NULL_AS_ABSENT = frozenset(FIELD_OWNERS).difference(OWNED_BOOLEANS)
 
 _NULL = msgspec.Raw(b"null")
 
@@ -323,6 +330,20 @@ def _seed_out_of_range(p: SamplingParams) -> dict[str, object] | None:
     )
 
 
+def _start_below_minus_one(r: ClientRequest) -> dict[str, object] | None:
+    start = r.logprob_start_len
+    return {"start": start} if r.return_logprob and start is not None and start < -1 else None
+
+
+def logprobs_past_prompt(r: Any) -> dict[str, object] | None:
+    """SGLang's scheduler's check of a request (or an engine body, which has the same
+    fields) that asks for logprobs from past its prompt."""
+    start, size = r.logprob_start_len, len(r.input_ids)
+    if not r.return_logprob or start is None or start <= size:
+        return None
+    return {"start": start, "tokens": size}
+
+
 def _grammars(p: SamplingParams) -> dict[str, object] | None:
     given = sum(1 for g in (p.json_schema, p.regex, p.ebnf, p.structural_tag) if g)
     return {} if given > 1 else None
@@ -526,6 +547,16 @@ RULES: tuple[Rule, ...] = (
     _sglang("several_grammars", "sampling_params",
             "Only one of json_schema, regex, ebnf, or structural_tag can be set.",
             _grammars, ("json_schema", "regex", "ebnf", "structural_tag")),
+    # SGLang's scheduler asserts on it: the assertion stops every SGLang process.
+    Rule("logprob_start_len_below_minus_one", "logprob_start_len",
+         "logprob_start_len must be -1 (output logprobs only) or at least 0, got {start}",
+         _start_below_minus_one, ("return_logprob", "logprob_start_len")),
+    # The scheduler's, after the deployment's checks (`DEPLOYMENT_RULES`), which repeat it
+    # on the ids an engine request sends.
+    Rule("logprob_start_len_past_prompt", "logprob_start_len",
+         "req.logprob_start_len={start} is higher than the number of input tokens "
+         "len(req.origin_input_ids)={tokens}. Please use a smaller logprob_start_len.",
+         logprobs_past_prompt, ("return_logprob", "logprob_start_len")),
 )  # fmt: skip
 
 RULES_BY_CODE = {rule.code: rule for rule in RULES}

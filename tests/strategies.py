@@ -6,7 +6,7 @@ defining strategies inside a test module.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from hypothesis import strategies as st
 
@@ -14,6 +14,7 @@ from sglang_envelope import (
     AbortPolicy,
     Bootstrap,
     ClientRequest,
+    Deployment,
     EngineRequest,
     Role,
     SamplingParams,
@@ -23,6 +24,10 @@ from sglang_envelope import (
 )
 
 # --- request side ---
+
+#: The deployment of tests about the request contract: no vocabulary stated (ids up to
+#: 2^32 are the typed decode's to refuse) and no server flag known.
+DEPLOYMENT = Deployment(vocab_size=None)
 
 token_ids = st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=64)
 request_ids = st.text(
@@ -99,6 +104,9 @@ def client_requests(draw: st.DrawFn) -> dict[str, Any]:
             },
         )
     )
+    if "logprob_start_len" in body:  # SGLang refuses a start past the prompt
+        ids = cast(list[int], body["input_ids"])
+        body["logprob_start_len"] = min(cast(int, body["logprob_start_len"]), len(ids))
     flat_flags = ("return_flat_raw_top_logprobs", "return_flat_raw_output_top_logprobs")
     if any(body.get(flag) for flag in flat_flags) and draw(st.booleans()):
         body["return_flat_raw_top_logprobs_b64"] = True
@@ -683,7 +691,11 @@ def engine_requests_to_abort(
     envelope = to_worker_envelope(decode_client_request(body), rid=draw(request_ids))
     bootstrap = None if role is Role.AGGREGATED else draw(bootstraps)
     return build_engine_request(
-        envelope, input_ids=envelope.request.input_ids, role=role, bootstrap=bootstrap
+        envelope,
+        deployment=DEPLOYMENT,
+        input_ids=envelope.request.input_ids,
+        role=role,
+        bootstrap=bootstrap,
     )
 
 

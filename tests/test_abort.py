@@ -26,7 +26,7 @@ from sglang_envelope import (
 )
 from sglang_envelope._abort import ABORT_RULES
 from sglang_envelope._engine import EngineBody
-from tests.strategies import abort_policies, engine_requests_to_abort
+from tests.strategies import DEPLOYMENT, abort_policies, engine_requests_to_abort
 
 
 def _total(plan: AbortPlan) -> float:
@@ -133,7 +133,11 @@ def test_default_policy() -> None:
     assert policy.deadline_s == 10.0
     envelope = to_worker_envelope(decode_client_request({"input_ids": [1]}), rid="r-1")
     request = build_engine_request(
-        envelope, input_ids=[1], role=Role.DECODE, bootstrap=Bootstrap("h", 1, 1)
+        envelope,
+        deployment=DEPLOYMENT,
+        input_ids=[1],
+        role=Role.DECODE,
+        bootstrap=Bootstrap("h", 1, 1),
     )
     plan = plan_abort(request, first_token_seen=False)
     assert plan == AbortPlan(
@@ -173,7 +177,9 @@ def test_policy_is_frozen() -> None:
 def _decode_request(role: Role | RoleName = Role.DECODE) -> EngineRequest:
     envelope = to_worker_envelope(decode_client_request(b'{"input_ids": [1]}'), rid="r-1")
     bootstrap = Bootstrap("10.0.0.7", 8998, 1)
-    return build_engine_request(envelope, input_ids=[1], role=role, bootstrap=bootstrap)
+    return build_engine_request(
+        envelope, deployment=DEPLOYMENT, input_ids=[1], role=role, bootstrap=bootstrap
+    )
 
 
 BY_HAND: Any = EngineRequest

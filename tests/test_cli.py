@@ -87,7 +87,9 @@ def test_demo_shows_the_whole_job() -> None:
 
 def test_normalize_file_for_decode(tmp_path: Path) -> None:
     path = write(tmp_path, "request.json", SEED_REQUEST)
-    code, out, _ = run("normalize", path, "--role", "decode", "--rid", "r-1", *BOOTSTRAP)
+    code, out, _ = run(
+        "normalize", "--vocab-size", "151936", path, "--role", "decode", "--rid", "r-1", *BOOTSTRAP
+    )
     assert code == 0
     assert out == {
         "accept": "application/json",
@@ -106,7 +108,9 @@ def test_normalize_file_for_decode(tmp_path: Path) -> None:
 
 
 def test_normalize_stdin_for_prefill_makes_a_fresh_rid() -> None:
-    code, out, _ = run("normalize", "--role", "prefill", *BOOTSTRAP, stdin=SEED_REQUEST)
+    code, out, _ = run(
+        "normalize", "--vocab-size", "151936", "--role", "prefill", *BOOTSTRAP, stdin=SEED_REQUEST
+    )
     assert code == 0
     assert out["accept"] == "text/event-stream"
     body = out["body"]
@@ -118,14 +122,16 @@ def test_normalize_stdin_for_prefill_makes_a_fresh_rid() -> None:
 
 def test_normalize_keeps_the_client_rid() -> None:
     request = b'{"input_ids": [5], "rid": "client-9"}'
-    code, out, _ = run("normalize", "-", "--role", "aggregated", stdin=request)
+    code, out, _ = run(
+        "normalize", "--vocab-size", "151936", "-", "--role", "aggregated", stdin=request
+    )
     assert code == 0
     assert out["body"]["rid"] == "client-9"
 
 
 def test_normalize_rejected_request(tmp_path: Path) -> None:
     path = write(tmp_path, "streaming.json", STREAMING_SEED)
-    code, out, err = run("normalize", path, "--role", "aggregated")
+    code, out, err = run("normalize", "--vocab-size", "151936", path, "--role", "aggregated")
     assert code == 2
     assert out["error"]["code"] == "output_flat_with_stream"
     assert out["error"]["field"] == "return_flat_raw_output_top_logprobs"
@@ -134,7 +140,9 @@ def test_normalize_rejected_request(tmp_path: Path) -> None:
 
 
 def test_normalize_missing_bootstrap() -> None:
-    code, out, err = run("normalize", "--role", "decode", stdin=SEED_REQUEST)
+    code, out, err = run(
+        "normalize", "--vocab-size", "151936", "--role", "decode", stdin=SEED_REQUEST
+    )
     assert code == 2
     assert "--bootstrap-host" in out["error"]["message"]
     assert "decode" in err
@@ -142,7 +150,7 @@ def test_normalize_missing_bootstrap() -> None:
 
 def test_unreadable_file(tmp_path: Path) -> None:
     missing = str(tmp_path / "missing.json")
-    code, out, err = run("normalize", missing, "--role", "aggregated")
+    code, out, err = run("normalize", "--vocab-size", "151936", missing, "--role", "aggregated")
     assert code == 2
     assert out["error"]["type"] == "unreadable_input"
     assert "missing.json" in err

@@ -37,6 +37,7 @@ from sglang_envelope import (
     to_worker_envelope,
 )
 from sglang_envelope._rules import FIELD_OWNERS, RULES
+from tests.strategies import DEPLOYMENT
 
 FIXTURE = Path(__file__).parent / "fixtures" / "request_conformance.jsonl"
 REGENERATE = (
@@ -286,6 +287,7 @@ def test_corpus_is_varied() -> None:
         "session",
         "multi-item",
         "two-rules",
+        "null-as-absent",
     }
     assert len(CASES) >= 300
     assert len(ACCEPTED) >= 200
@@ -341,6 +343,7 @@ def test_engine_requests_are_rebuilt_exactly(case_id: str) -> None:
         for source in (envelope, received):
             built = build_engine_request(
                 source,
+                deployment=DEPLOYMENT,
                 input_ids=source.request.input_ids,
                 role=role,
                 bootstrap=role_bootstrap,
@@ -417,7 +420,11 @@ def test_prefill_is_routed_to_the_prefill_rank_as_sglang_routes_it() -> None:
             prefill_dp_rank=decode["disagg_prefill_dp_rank"],
         )
         prefill = build_engine_request(
-            envelope, input_ids=request.input_ids, role=Role.PREFILL, bootstrap=bootstrap
+            envelope,
+            deployment=DEPLOYMENT,
+            input_ids=request.input_ids,
+            role=Role.PREFILL,
+            bootstrap=bootstrap,
         ).to_dict()
         keys = [
             *("rid", "bootstrap_host", "bootstrap_port", "bootstrap_room"),
@@ -548,3 +555,11 @@ def test_no_accepted_body_is_refused_by_sampling_params_later() -> None:
         sampling = case["sglang"]["sampling"]
         if _live_verdict(case["id"])["accepted"] and sampling is not None:
             assert sampling["ok"], f"{case['id']}: SamplingParams refuses {case['body']}"
+
+
+def test_nulls_sglang_reads_as_absent_are_accepted_as_sglang_accepts_them() -> None:
+    cases = [case for case in CASES if case["kind"] == "null-as-absent"]
+    assert len(cases) >= 5
+    for case in cases:
+        assert case["library"] == {"accepted": True}, case["id"]
+        assert case["sglang"]["normalize"]["ok"] and case["sglang"]["gate"]["ok"], case["id"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from sglang_envelope._deployment import DEPLOYMENT_RULES
 from sglang_envelope._engine import ROLE_PLANS
 from sglang_envelope._rules import FIELD_OWNERS, RULES, TARGET_RULES
 
@@ -81,3 +82,8 @@ def targets_table() -> list[list[str]]:
 def test_targets_table_matches_the_compiled_contracts() -> None:
     documented = [[cell.replace("`", "") for cell in row] for row in _table("targets")]
     assert documented == targets_table()
+
+
+def test_deployment_rules_table_matches_the_code() -> None:
+    documented = [tuple(row) for row in _table("deployment-rules")]
+    assert documented == [(r.code, r.field, r.message) for r in DEPLOYMENT_RULES]

@@ -24,6 +24,7 @@ from sglang_envelope import (
 from sglang_envelope._envelope import _is_utf8
 from sglang_envelope._merge import PROMPT_LOGPROB_GROUPS, UNAVAILABLE_MARKER
 from tests.strategies import (
+    DEPLOYMENT,
     HOSTILE_KINDS,
     final_responses,
     hostile_objects,
@@ -40,7 +41,7 @@ def engine(role: Role, **body: Any) -> EngineRequest:
     envelope = to_worker_envelope(request, rid="worker-7")
     bootstrap = None if role is Role.AGGREGATED else BOOT
     return build_engine_request(
-        envelope, input_ids=request.input_ids, role=role, bootstrap=bootstrap
+        envelope, deployment=DEPLOYMENT, input_ids=request.input_ids, role=role, bootstrap=bootstrap
     )
 
 

@@ -55,6 +55,7 @@ from sglang_envelope._cli import main
 from sglang_envelope._demo import DEMO_SSE_TRANSCRIPT, SEED_REQUEST, demo_unary_body
 from tests.strategies import (
     ABSENT,
+    DEPLOYMENT,
     HOSTILE_BASES,
     HOSTILE_KINDS,
     HOSTILE_VALUES,
@@ -168,14 +169,16 @@ def check_decode_envelope(kind: str, cli: Cli) -> None:
 def check_build_engine_request(kind: str, cli: Cli) -> None:
     values = [h.value for h in HOSTILE_VALUES[kind] if h.value is not ABSENT]
     values += [h.text for h in HOSTILE_VALUES[kind]]  # bytes: a Sequence[int] of the wrong kind
-    build = partial(build_engine_request, ENVELOPE)
+    build = partial(build_engine_request, ENVELOPE, deployment=DEPLOYMENT)
     for value in values:
         calls = [
             partial(build, input_ids=value, role="aggregated"),
             partial(build, input_ids=[1, value], role="aggregated"),
             partial(build, input_ids=[1], role=value),
             partial(build, input_ids=[1], role="decode", bootstrap=value),
-            partial(build_engine_request, value, input_ids=[1], role="aggregated"),
+            partial(
+                build_engine_request, value, input_ids=[1], role="aggregated", deployment=DEPLOYMENT
+            ),
         ]
         for fields in ((value, 1, 1), ("h", value, 1), ("h", 1, value), ("h", 1, 1, value)):
             calls.append(partial(_build_with_bootstrap, fields))
@@ -203,6 +206,7 @@ def _build_from_hand_built(fields: dict[str, Any], rid: Any = "r") -> EngineRequ
     envelope = WorkerEnvelope(rid=rid, request=ClientRequest(**fields))
     return build_engine_request(
         envelope,
+        deployment=DEPLOYMENT,
         input_ids=envelope.request.input_ids,
         role="prefill",
         bootstrap=Bootstrap("h", 1, 1),
@@ -212,13 +216,20 @@ def _build_from_hand_built(fields: dict[str, Any], rid: Any = "r") -> EngineRequ
 def _build_with_routing(fields: dict[str, Any]) -> EngineRequest:
     routing = Routing(**fields)
     return build_engine_request(
-        ENVELOPE, input_ids=[1], role="decode", bootstrap=Bootstrap("h", 1, 1), routing=routing
+        ENVELOPE,
+        deployment=DEPLOYMENT,
+        input_ids=[1],
+        role="decode",
+        bootstrap=Bootstrap("h", 1, 1),
+        routing=routing,
     )
 
 
 def _build_with_bootstrap(fields: tuple[Any, ...]) -> EngineRequest:
     bootstrap = Bootstrap(*fields)  # may refuse the fields itself
-    return build_engine_request(ENVELOPE, input_ids=[1], role="prefill", bootstrap=bootstrap)
+    return build_engine_request(
+        ENVELOPE, deployment=DEPLOYMENT, input_ids=[1], role="prefill", bootstrap=bootstrap
+    )
 
 
 def _feed_and_close(chunks: list[bytes]) -> list[dict[str, Any]]:
@@ -280,7 +291,7 @@ def check_merge_prefill_logprobs(kind: str, cli: Cli) -> None:
 
 def check_cli_normalize(kind: str, cli: Cli) -> None:
     for document in hostile_documents("request", kind):
-        code, _ = cli(["normalize", "--role", "aggregated"], document)
+        code, _ = cli(["normalize", "--vocab-size", "none", "--role", "aggregated"], document)
         assert code == 2 or kind not in ALWAYS_REFUSED
 
 
@@ -382,7 +393,9 @@ def test_free_form_nesting_at_any_depth_is_refused(
             partial(decode_envelope, b'{"rid": "r", "request": ' + body + b"}"),
         ):
             expect(survive(call), object, refused=True)
-        code, _ = stdin_cli(monkeypatch, capsysbinary)(["normalize", "--role", "aggregated"], body)
+        code, _ = stdin_cli(monkeypatch, capsysbinary)(
+            ["normalize", "--vocab-size", "none", "--role", "aggregated"], body
+        )
         assert code == 2
 
 
@@ -412,7 +425,10 @@ def test_cli_bounds(
     monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
 ) -> None:
     cli = stdin_cli(monkeypatch, capsysbinary)
-    code, out = cli(["normalize", "--role", "aggregated"], b" " * (DEFAULT_MAX_BODY_BYTES + 1))
+    code, out = cli(
+        ["normalize", "--vocab-size", "none", "--role", "aggregated"],
+        b" " * (DEFAULT_MAX_BODY_BYTES + 1),
+    )
     assert (code, out["error"]["code"]) == (2, "body_too_large")
     monkeypatch.setattr(_cli, "FLAT_MAX_BYTES", 100)
     code, out = cli(["flat"], b"[" * 101)  # not JSON, but never parsed
@@ -448,7 +464,11 @@ def _decode_and_build(body: Any) -> None:
     envelope = to_worker_envelope(request, rid="r")
     for role, bootstrap in ROLES_AND_BOOTSTRAPS:
         engine = build_engine_request(
-            envelope, input_ids=request.input_ids, role=role, bootstrap=bootstrap
+            envelope,
+            deployment=DEPLOYMENT,
+            input_ids=request.input_ids,
+            role=role,
+            bootstrap=bootstrap,
         )
         assert msgspec.json.decode(engine.to_json()) == engine.to_dict()
 
@@ -473,7 +493,7 @@ def test_build_engine_request_with_hostile_values(value: Any, other: Any, where:
     arguments[where] = value
     if where != "bootstrap":
         arguments["bootstrap"] = survive(partial(Bootstrap, "h", other, 1))
-    outcome = survive(partial(build_engine_request, ENVELOPE, **arguments))
+    outcome = survive(partial(build_engine_request, ENVELOPE, deployment=DEPLOYMENT, **arguments))
     expect(outcome, EngineRequest, refused=False)
 
 
@@ -542,8 +562,9 @@ def test_merge_with_hostile_values(prefill: Any, decode: Any) -> None:
 # --- the command line, in-process ---
 
 CLI_COMMANDS = [
-    ["normalize", "--role", "aggregated"],
-    ["normalize", "--role", "prefill", "--bootstrap-host", "h", "--bootstrap-port", "1",
+    ["normalize", "--vocab-size", "none", "--role", "aggregated"],
+    ["normalize", "--vocab-size", "none", "--role", "prefill", "--bootstrap-host", "h",
+     "--bootstrap-port", "1",
      "--bootstrap-room", "2"],
     ["aggregate"],
     ["aggregate", "--cumulative", "--max-bytes", "4096"],
@@ -576,7 +597,11 @@ def test_cli_reads_files_as_it_reads_stdin(
             argv = [
                 command,
                 str(path),
-                *(["--role", "aggregated"] if command == "normalize" else []),
+                *(
+                    ["--vocab-size", "none", "--role", "aggregated"]
+                    if command == "normalize"
+                    else []
+                ),
             ]
             code, out = run_cli(argv, capsysbinary)
             assert code == 2
@@ -670,7 +695,7 @@ def test_cli_reads_a_unary_body_under_any_max_bytes(
 @pytest.mark.parametrize(
     "argv",
     [
-        ["normalize", "--role", "aggregated", "--rid", "\udcff"],
+        ["normalize", "--vocab-size", "none", "--role", "aggregated", "--rid", "\udcff"],
         [
             "normalize",
             "--role",
@@ -716,7 +741,9 @@ def test_input_ids_holding_text_with_lone_surrogates(input_ids: Any) -> None:
     envelope = to_worker_envelope(decode_client_request({"input_ids": [1]}), rid="r")
     words = r"input_ids(: .*surrogates not allowed| must be a sequence of token ids, got str)"
     with pytest.raises(EnvelopeError, match=words):
-        build_engine_request(envelope, input_ids=input_ids, role="aggregated")
+        build_engine_request(
+            envelope, deployment=DEPLOYMENT, input_ids=input_ids, role="aggregated"
+        )
 
 
 def test_a_count_too_long_to_print_is_shown_by_its_size() -> None:
@@ -730,4 +757,4 @@ def test_a_count_too_long_to_print_is_shown_by_its_size() -> None:
 def test_an_envelope_of_the_wrong_type_is_the_callers_mistake(envelope: Any) -> None:
     # Was AttributeError: envelope.request.
     with pytest.raises(EnvelopeError, match="envelope must be a WorkerEnvelope, got"):
-        build_engine_request(envelope, input_ids=[1], role="aggregated")
+        build_engine_request(envelope, deployment=DEPLOYMENT, input_ids=[1], role="aggregated")

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from sglang_envelope import SSE_DONE, Bootstrap, encode_sse
+from sglang_envelope import SSE_DONE, Bootstrap, Deployment, encode_sse
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 SEED = (
@@ -20,6 +20,9 @@ SEED = (
     b'"return_flat_raw_output_top_logprobs": true}'
 )
 BOOTSTRAP = Bootstrap("10.0.0.7", 8998, 1)
+#: The live suite's model: 320 ids, a context of 1,024 tokens.
+DEPLOYMENT = Deployment(vocab_size=320, context_length=1024, num_reserved_tokens=0,
+                        allow_auto_truncate=False)  # fmt: skip
 SSE, JSON = "text/event-stream; charset=utf-8", "application/json"
 
 
@@ -45,9 +48,10 @@ class Engine:
         self.sent: list[tuple[str, dict[str, Any], str]] = []
 
     async def post(
-        self, path: str, body: bytes, *, accept: str
+        self, path: str, body: bytes, *, headers: dict[str, str]
     ) -> tuple[int, AsyncIterator[bytes]]:
-        self.sent.append((path, msgspec.json.decode(body), accept))
+        assert headers["Content-Type"] == "application/json"  # SGLang refuses a body without
+        self.sent.append((path, msgspec.json.decode(body), headers["Accept"]))
         return self.status, self._chunks()
 
     async def _chunks(self) -> AsyncIterator[bytes]:
@@ -64,7 +68,9 @@ def _serve(body: bytes, engine: Engine) -> tuple[int, Any]:
 def _answer(body: bytes, engine: Engine) -> tuple[int, str, bytes]:
     """What the client reads: the status, the content type and the body's bytes."""
     examples = _examples()
-    worker = functools.partial(examples["worker"], post=engine.post, bootstrap=BOOTSTRAP)
+    worker = functools.partial(
+        examples["worker"], post=engine.post, bootstrap=BOOTSTRAP, deployment=DEPLOYMENT
+    )
 
     async def run() -> tuple[int, str, bytes]:
         status, media, answer = await examples["frontend"](body, worker)
@@ -155,3 +161,31 @@ def test_an_engine_error_body_gets_the_engine_s_status() -> None:
     )  # fmt: skip
     busy = Engine(b'{"error": {"message": "busy"}}', status=503)
     assert _answer(SEED, busy) == (503, JSON, b'{"error":{"message":"busy"}}')
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_id_outside_the_vocabulary_never_reaches_the_engine(stream: bool) -> None:
+    """One such id stops every SGLang process: the worker refuses it, in the client's mode."""
+    engine = Engine(b"")
+    body = b'{"input_ids": [1, 320], "stream": %s}' % (b"true" if stream else b"false")
+    status, media, answer = _answer(body, engine)
+    message = "input_ids[1] is 320, outside the model's vocabulary [0, 320)"
+    assert engine.sent == []
+    if stream:
+        assert (status, media) == (200, SSE)
+        assert msgspec.json.decode(answer.split(b"\n\n")[0][6:])["error"]["message"] == message
+    else:
+        assert (status, media) == (400, JSON)
+        assert msgspec.json.decode(answer) == {"error": {"message": message}}
+
+
+def test_a_request_longer_than_the_context_is_refused_in_sglang_words() -> None:
+    engine = Engine(b"")
+    body = msgspec.json.encode({"input_ids": [5] * 1000, "stream": False,
+                                "sampling_params": {"max_new_tokens": 100}})  # fmt: skip
+    status, _, answer = _answer(body, engine)
+    assert engine.sent == [] and status == 400
+    assert msgspec.json.decode(answer)["error"]["message"].startswith(
+        "Requested token count exceeds the model's maximum context length of 1024 tokens. "
+        "You requested a total of 1100 tokens"
+    )

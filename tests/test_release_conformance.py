@@ -29,6 +29,7 @@ from sglang_envelope import (
 )
 from sglang_envelope._engine import Bootstrap
 from sglang_envelope._rules import RULES, SGLANG_CHECKS_LEFT
+from tests.strategies import DEPLOYMENT
 
 FIXTURE = Path(__file__).parent / "fixtures" / "release_conformance.jsonl"
 _LINES = FIXTURE.read_text(encoding="utf-8").splitlines()
@@ -161,7 +162,11 @@ def test_no_engine_request_built_for_a_target_is_refused_by_its_own_checks(
         envelope = to_worker_envelope(request, rid="r-1")
         bootstrap = None if role is Role.AGGREGATED else _BOOTSTRAP
         engine = build_engine_request(
-            envelope, input_ids=request.input_ids, role=role, bootstrap=bootstrap
+            envelope,
+            deployment=DEPLOYMENT,
+            input_ids=request.input_ids,
+            role=role,
+            bootstrap=bootstrap,
         )
         body = engine.to_dict()
         assert set(body) <= set(tables.generate_req_input_fields), case["id"]

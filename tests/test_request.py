@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 import msgspec
@@ -24,6 +25,7 @@ from sglang_envelope import (
 )
 from sglang_envelope._rules import FIELD_OWNERS, GENERATE_REQ_INPUT_FIELDS
 from tests.strategies import (
+    DEPLOYMENT,
     ORCHESTRATOR_VALUES,
     bootstraps,
     client_requests,
@@ -51,7 +53,11 @@ def _engine(body: dict[str, Any], role: Role, rid: str = "rid-1") -> dict[str, A
     envelope = to_worker_envelope(decode_client_request(body), rid=rid)
     bootstrap = None if role is Role.AGGREGATED else BOOTSTRAP
     request = build_engine_request(
-        envelope, input_ids=envelope.request.input_ids, role=role, bootstrap=bootstrap
+        envelope,
+        deployment=DEPLOYMENT,
+        input_ids=envelope.request.input_ids,
+        role=role,
+        bootstrap=bootstrap,
     )
     return request.to_dict()
 
@@ -234,7 +240,20 @@ def test_engine_request_follows_the_role_table(
 ) -> None:
     envelope = to_worker_envelope(decode_client_request(body), rid=rid)
     given_bootstrap = None if role is Role.AGGREGATED else bootstrap
-    engine = build_engine_request(envelope, input_ids=ids, role=role, bootstrap=given_bootstrap)
+    build = functools.partial(
+        build_engine_request,
+        envelope,
+        deployment=DEPLOYMENT,
+        input_ids=ids,
+        role=role,
+        bootstrap=given_bootstrap,
+    )
+    start = body.get("logprob_start_len")
+    if body.get("return_logprob") and start is not None and start > len(ids):
+        with pytest.raises(RequestRejected, match="logprob_start_len="):  # the ids sent
+            build()
+        return
+    engine = build()
     out = engine.to_dict()
     assert out == msgspec.json.decode(engine.to_json())
     assert (out["rid"], out["input_ids"], engine.rid) == (rid, ids, rid)
@@ -279,9 +298,12 @@ def test_a_decode_workers_usual_call_builds_what_any_call_builds(
 ) -> None:
     envelope = to_worker_envelope(decode_client_request(body), rid=rid)
     ids = envelope.request.input_ids
-    usual = build_engine_request(envelope, input_ids=ids, role=role, bootstrap=bootstrap)
+    usual = build_engine_request(
+        envelope, deployment=DEPLOYMENT, input_ids=ids, role=role, bootstrap=bootstrap
+    )
     spelled_out = build_engine_request(
         envelope,
+        deployment=DEPLOYMENT,
         input_ids=list(ids),
         role=Role.DECODE,
         bootstrap=bootstrap,
@@ -326,13 +348,19 @@ def test_a_client_never_injects_serving_system_fields(
 def test_disaggregated_roles_need_a_bootstrap(role: Role) -> None:
     envelope = to_worker_envelope(decode_client_request(SEED), rid="r")
     with pytest.raises(EnvelopeError, match="needs a Bootstrap"):
-        build_engine_request(envelope, input_ids=[1], role=role)
+        build_engine_request(envelope, deployment=DEPLOYMENT, input_ids=[1], role=role)
 
 
 def test_aggregated_takes_no_bootstrap() -> None:
     envelope = to_worker_envelope(decode_client_request(SEED), rid="r")
     with pytest.raises(EnvelopeError, match="takes no Bootstrap"):
-        build_engine_request(envelope, input_ids=[1], role=Role.AGGREGATED, bootstrap=BOOTSTRAP)
+        build_engine_request(
+            envelope,
+            deployment=DEPLOYMENT,
+            input_ids=[1],
+            role=Role.AGGREGATED,
+            bootstrap=BOOTSTRAP,
+        )
 
 
 @pytest.mark.parametrize(
@@ -349,7 +377,7 @@ def test_caller_mistakes_raise_envelope_error(kwargs: dict[str, Any], words: str
     envelope = to_worker_envelope(decode_client_request(SEED), rid="r")
     arguments: dict[str, Any] = {"input_ids": [1], "role": "decode", "bootstrap": BOOTSTRAP}
     with pytest.raises(EnvelopeError, match=words):
-        build_engine_request(envelope, **{**arguments, **kwargs})
+        build_engine_request(envelope, deployment=DEPLOYMENT, **{**arguments, **kwargs})
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from sglang_envelope import (
     decode_envelope,
     to_worker_envelope,
 )
-from tests.strategies import HOSTILE_BODIES, client_requests, json_values
+from tests.strategies import DEPLOYMENT, HOSTILE_BODIES, client_requests, json_values
 
 
 def _decode_or_reject(body: Any) -> None:
@@ -32,7 +32,11 @@ def _decode_or_reject(body: Any) -> None:
     for role in Role:
         bootstrap = None if role is Role.AGGREGATED else Bootstrap("h", 1, 1)
         engine = build_engine_request(
-            envelope, input_ids=request.input_ids, role=role, bootstrap=bootstrap
+            envelope,
+            deployment=DEPLOYMENT,
+            input_ids=request.input_ids,
+            role=role,
+            bootstrap=bootstrap,
         )
         assert msgspec.json.decode(engine.to_json()) == engine.to_dict()
 
@@ -99,6 +103,8 @@ def test_build_engine_request_with_hostile_arguments(
     envelope = to_worker_envelope(decode_client_request({"input_ids": [1]}), rid="r")
     try:
         bootstrap = Bootstrap("h", port, room)
-        build_engine_request(envelope, input_ids=input_ids, role=role, bootstrap=bootstrap)
+        build_engine_request(
+            envelope, deployment=DEPLOYMENT, input_ids=input_ids, role=role, bootstrap=bootstrap
+        )
     except EnvelopeError as error:
         assert str(error)

@@ -35,7 +35,8 @@ from sglang_envelope import (
     to_worker_envelope,
 )
 from sglang_envelope._cli import main
-from tests.strategies import hand_built_fields, hostile_python_values
+from sglang_envelope._rules import NULL_AS_ABSENT, OWNED_BOOLEANS
+from tests.strategies import DEPLOYMENT, hand_built_fields, hostile_python_values
 
 FIXTURE = Path(__file__).parent / "fixtures" / "request_conformance.jsonl"
 CASES = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines()[1:]]
@@ -58,7 +59,12 @@ def _build(envelope: WorkerEnvelope, role: Role, **kwargs: Any) -> EngineRequest
     bootstrap = kwargs.pop("bootstrap", BOOTSTRAP)
     bootstrap = None if role is Role.AGGREGATED else bootstrap
     return build_engine_request(
-        envelope, input_ids=envelope.request.input_ids, role=role, bootstrap=bootstrap, **kwargs
+        envelope,
+        deployment=DEPLOYMENT,
+        input_ids=envelope.request.input_ids,
+        role=role,
+        bootstrap=bootstrap,
+        **kwargs,
     )
 
 
@@ -148,6 +154,7 @@ def test_an_engine_request_is_made_only_by_build_engine_request() -> None:
         (
             lambda: build_engine_request(
                 _envelope(OUTPUT_FLAT),
+                deployment=DEPLOYMENT,
                 input_ids=[1],
                 role="aggregated",
                 routing={"dp_rank": 1},  # type: ignore[arg-type]
@@ -335,11 +342,19 @@ def test_prefill_is_routed_to_the_prefill_rank() -> None:
 
 
 @pytest.mark.parametrize("bootstrap", [BOOTSTRAP, Bootstrap("h", 1, 1)])
-def test_prefill_refuses_another_rank(bootstrap: Bootstrap) -> None:
-    with pytest.raises(EnvelopeError, match=r"routing\.dp_rank 2 differs from bootstrap"):
-        _build(
-            _envelope(OUTPUT_FLAT), Role.PREFILL, bootstrap=bootstrap, routing=Routing(dp_rank=2)
-        )
+def test_prefill_routes_as_dynamo_does(bootstrap: Bootstrap) -> None:
+    """The prefill leg runs on the bootstrap's prefill rank; without one, on the router's
+    rank (Dynamo's `prefill_uses_selected_prefill_dp_rank`)."""
+    routing = Routing(dp_rank=7)
+    with_rank = msgspec.structs.replace(bootstrap, prefill_dp_rank=3)
+    without = msgspec.structs.replace(bootstrap, prefill_dp_rank=None)
+    body = _build(_envelope(OUTPUT_FLAT), Role.PREFILL, bootstrap=with_rank, routing=routing)
+    assert body.to_dict()["routed_dp_rank"] == 3
+    body = _build(_envelope(OUTPUT_FLAT), Role.PREFILL, bootstrap=without, routing=routing)
+    assert body.to_dict()["routed_dp_rank"] == 7
+    assert "disagg_prefill_dp_rank" not in body.to_dict()
+    body = _build(_envelope(OUTPUT_FLAT), Role.AGGREGATED, routing=routing)
+    assert body.to_dict()["routed_dp_rank"] == 7
 
 
 def test_a_client_may_not_set_metric_labels() -> None:
@@ -548,7 +563,7 @@ def _normalize(argv: list[str], body: bytes, capsysbinary: Any, monkeypatch: Any
     import sys
 
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(body)))
-    code = main(["normalize", *argv])
+    code = main(["normalize", "--vocab-size", "151936", *argv])
     return code, json.loads(capsysbinary.readouterr().out)
 
 
@@ -560,10 +575,6 @@ PREFILL = ["--role", "prefill", "--bootstrap-host", "h", "--bootstrap-room", "1"
     [
         ([*PREFILL, "--bootstrap-port", "0"], "--bootstrap-port must be an integer in [1, 65535]"),
         ([*PREFILL, "--bootstrap-port", "1", "--prefill-dp-rank", "-1"], "--prefill-dp-rank must"),
-        (
-            [*PREFILL, "--bootstrap-port", "1", "--prefill-dp-rank", "1", "--dp-rank", "2"],
-            "--dp-rank 2 differs from --prefill-dp-rank 1",
-        ),
         (["--role", "aggregated", "--max-token-id", "-1"], "--max-token-id must be an integer"),
         (["--role", "aggregated", "--prefill-dp-rank", "1"], "role 'aggregated' takes no"),
     ],
@@ -619,3 +630,72 @@ def test_what_is_built_survives_pickle_and_copy() -> None:
         assert pickle.loads(pickle.dumps(value)) == value
         assert copy.deepcopy(value) == value
     assert pickle.loads(pickle.dumps(engine)).to_json() == engine.to_json()
+
+
+# --- what SGLang reads as absent, and what stops it ---------------------------------------
+
+
+@pytest.mark.parametrize("field", sorted(NULL_AS_ABSENT))
+def test_a_null_sglang_reads_as_absent_is_absent(field: str) -> None:
+    """SGLang 0.5.23 serves `{field: null}` for each of these (checked live): so does the
+    library, and the engine request leaves the field out."""
+    request = decode_client_request({"input_ids": [1, 2], field: None})
+    assert request == decode_client_request({"input_ids": [1, 2]})
+    assert field not in _build(to_worker_envelope(request, rid="r"), Role.AGGREGATED).to_dict()
+    with pytest.raises(RequestRejected) as caught:
+        decode_client_request({"input_ids": [1, 2], field: "x"})
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize("field", OWNED_BOOLEANS)
+def test_a_null_boolean_sglang_types_is_refused(field: str) -> None:
+    with pytest.raises(RequestRejected) as caught:
+        decode_client_request({"input_ids": [1], field: None})
+    assert caught.value.field == field
+
+
+def test_areal_s_body_is_served() -> None:
+    body = b'{"input_ids": [1, 2], "image_data": null, "sampling_params": {"max_new_tokens": 4}}'
+    assert decode_client_request(body).input_ids == (1, 2)
+    wire = msgspec.json.encode({"rid": "r", "request": msgspec.json.decode(body)})
+    assert decode_envelope(wire).request.input_ids == (1, 2)
+
+
+@pytest.mark.parametrize("start", [-2, -100])
+def test_a_logprob_start_that_stops_the_scheduler_is_refused(start: int) -> None:
+    with pytest.raises(RequestRejected) as caught:
+        decode_client_request({"input_ids": [1, 2], "return_logprob": True,
+                               "logprob_start_len": start})  # fmt: skip
+    assert (caught.value.code, caught.value.field) == (
+        "logprob_start_len_below_minus_one",
+        "logprob_start_len",
+    )
+    # Without logprobs SGLang ignores it, and so does the library.
+    decode_client_request({"input_ids": [1, 2], "logprob_start_len": start})
+
+
+def test_a_logprob_start_past_the_prompt_is_refused_in_sglang_words() -> None:
+    body = {"input_ids": [1, 2, 3], "return_logprob": True, "logprob_start_len": 4}
+    with pytest.raises(RequestRejected) as caught:
+        decode_client_request(body)
+    assert caught.value.message == (
+        "req.logprob_start_len=4 is higher than the number of input tokens "
+        "len(req.origin_input_ids)=3. Please use a smaller logprob_start_len."
+    )
+    request = decode_client_request({**body, "logprob_start_len": 3})  # the prompt's length
+    with pytest.raises(RequestRejected, match="logprob_start_len=3 is higher"):
+        build_engine_request(  # the ids a worker sends are checked again
+            to_worker_envelope(request, rid="r"), input_ids=[1, 2], role="aggregated",
+            deployment=DEPLOYMENT,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "accept"),
+    [(OUTPUT_FLAT, "application/json"), ({"input_ids": [1]}, "text/event-stream")],
+)
+def test_the_engine_request_says_which_headers_to_send(body: Any, accept: str) -> None:
+    engine = _build(_envelope(body), Role.AGGREGATED)
+    assert engine.headers == {"Content-Type": "application/json", "Accept": accept}
+    engine.headers["Accept"] = "x"  # a new dict each time
+    assert engine.headers["Accept"] == accept

@@ -32,7 +32,7 @@ from sglang_envelope import (
     run_abort,
     to_worker_envelope,
 )
-from tests.strategies import abort_statuses, run_abort_delays
+from tests.strategies import DEPLOYMENT, abort_statuses, run_abort_delays
 
 MAX_REQUESTS = 32
 TEST_TIMEOUT_S = 20.0
@@ -112,7 +112,11 @@ def engine(role: Role, *, stream: bool) -> Any:
     envelope = to_worker_envelope(decode_client_request(body), rid=RID)
     bootstrap = None if role is Role.AGGREGATED else Bootstrap("127.0.0.1", 8998, 5)
     request = build_engine_request(
-        envelope, input_ids=envelope.request.input_ids, role=role, bootstrap=bootstrap
+        envelope,
+        deployment=DEPLOYMENT,
+        input_ids=envelope.request.input_ids,
+        role=role,
+        bootstrap=bootstrap,
     )
     assert request.stream is stream
     return request

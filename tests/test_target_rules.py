@@ -24,6 +24,7 @@ from sglang_envelope import (
 )
 from sglang_envelope._contract import contract_for
 from sglang_envelope._rules import DEFAULT_TARGET
+from tests.strategies import DEPLOYMENT
 from tests.test_target import _fake_sglang
 
 OLD_HTTP, OLD_ENGINE = Target(sglang="0.5.21"), Target(sglang="0.5.21", transport="engine")
@@ -71,7 +72,10 @@ def test_an_unset_field_the_release_lacks_is_no_refusal() -> None:
         b'{"input_ids": [1], "return_flat_raw_output_top_logprobs": false}', target=OLD_ENGINE
     )
     engine = build_engine_request(
-        to_worker_envelope(request, rid="r"), input_ids=[1], role="aggregated"
+        to_worker_envelope(request, rid="r"),
+        deployment=DEPLOYMENT,
+        input_ids=[1],
+        role="aggregated",
     )
     assert "return_flat_raw_output_top_logprobs" not in engine.to_dict()
 
@@ -131,12 +135,22 @@ def test_a_request_goes_only_where_it_was_checked() -> None:
     request = decode_client_request(b'{"input_ids": [1]}', target=OLD_ENGINE)
     envelope = to_worker_envelope(request, rid="r")
     assert envelope.target == OLD_ENGINE
-    build_engine_request(envelope, input_ids=[1], role="aggregated")
-    build_engine_request(envelope, input_ids=[1], role="aggregated", target=OLD_ENGINE)
+    build_engine_request(envelope, deployment=DEPLOYMENT, input_ids=[1], role="aggregated")
+    build_engine_request(
+        envelope, deployment=DEPLOYMENT, input_ids=[1], role="aggregated", target=OLD_ENGINE
+    )
     with pytest.raises(EnvelopeError, match=r"checked for SGLang 0\.5\.21 over engine"):
-        build_engine_request(envelope, input_ids=[1], role="aggregated", target=Target())
+        build_engine_request(
+            envelope, deployment=DEPLOYMENT, input_ids=[1], role="aggregated", target=Target()
+        )
     with pytest.raises(EnvelopeError, match="target must be a Target"):
-        build_engine_request(envelope, input_ids=[1], role="aggregated", target="0.5.21")  # type: ignore[arg-type]
+        build_engine_request(
+            envelope,
+            deployment=DEPLOYMENT,
+            input_ids=[1],
+            role="aggregated",
+            target="0.5.21",  # type: ignore[arg-type]
+        )
 
 
 def test_a_worker_checks_the_envelope_for_its_own_target() -> None:
@@ -173,6 +187,7 @@ def test_pass_lets_unknown_keys_through_unchanged_to_the_engine() -> None:
     for role, bootstrap in (("aggregated", None), ("prefill", Bootstrap("h", 1, 2))):
         body = build_engine_request(
             envelope,
+            deployment=DEPLOYMENT,
             input_ids=[1],
             role=role,  # type: ignore[arg-type]
             bootstrap=bootstrap,
@@ -202,7 +217,10 @@ def test_the_installed_sglang_gives_the_exact_fields(
         target=target,
     )
     engine = build_engine_request(
-        to_worker_envelope(request, rid="r"), input_ids=[1], role=Role.AGGREGATED
+        to_worker_envelope(request, rid="r"),
+        deployment=DEPLOYMENT,
+        input_ids=[1],
+        role=Role.AGGREGATED,
     )
     assert msgspec.json.decode(engine.to_json())["brand_new_field"] == 7
     error = _refusal(_body(stream=True), target)  # the installed GenerateReqInput lacks it

@@ -39,6 +39,7 @@ from sglang_envelope import (
     DEFAULT_MAX_JSON_ITEMS,
     SSE_DONE,
     Bootstrap,
+    Deployment,
     RequestRejected,
     Role,
     SseDecoder,
@@ -60,6 +61,22 @@ from sglang_envelope import (
 )
 
 CHUNK = 64 * 1024
+
+#: A deployment with every check the library makes before dispatch known, as
+#: `Deployment.from_server_info` describes a server: the benchmark pays for all of them.
+DEPLOYMENT = Deployment(
+    vocab_size=151_936,
+    context_length=2**20 + 64,
+    max_req_input_len=2**20 + 58,
+    num_reserved_tokens=0,
+    allow_auto_truncate=False,
+    dp_size=1,
+    skip_tokenizer_init=False,
+    enable_custom_logit_processor=False,
+    enable_strict_thinking=False,
+    hidden_states="off",
+    incremental_streaming_output=False,
+)
 
 
 def timed(fn: Callable[[], object]) -> float:
@@ -121,7 +138,11 @@ def request_path(bodies: list[bytes], target: Target | None = None) -> Callable[
             request = decode_client_request(body, target=target)
             envelope = to_worker_envelope(request, rid=request.rid or "rid")
             build_engine_request(
-                envelope, input_ids=request.input_ids, role=Role.DECODE, bootstrap=bootstrap
+                envelope,
+                deployment=DEPLOYMENT,
+                input_ids=request.input_ids,
+                role=Role.DECODE,
+                bootstrap=bootstrap,
             ).to_json()
 
     return run
@@ -199,6 +220,7 @@ def request_peak_memory(body: bytes) -> tuple[int, str]:
         for role in Role:
             build_engine_request(
                 envelope,
+                deployment=DEPLOYMENT,
                 input_ids=envelope.request.input_ids,
                 role=role,
                 bootstrap=None if role is Role.AGGREGATED else bootstrap,

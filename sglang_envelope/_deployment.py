@@ -1,0 +1,346 @@
+"""The deployment a worker serves: what SGLang checks only after dispatch, known before it.
+
+SGLang refuses some requests only once they reach its tokenizer manager or its
+scheduler, because the answer depends on the server: the model's vocabulary,
+its context length, its flags. One id outside the vocabulary does worse: it
+stops every SGLang process. A worker describes its deployment once, at start,
+from SGLang's own answers (`Deployment.from_server_info`), and
+`build_engine_request` makes these checks before dispatch, in SGLang's order
+and words (`DEPLOYMENT_RULES`).
+
+A field left None is not known: its checks are left to SGLang. `vocab_size`
+has no default: a worker states its vocabulary, or opts out in plain sight
+with ``vocab_size=None``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple, cast
+
+import msgspec
+from msgspec import UNSET
+
+from sglang_envelope._errors import EnvelopeError, RequestRejected, show_value
+from sglang_envelope._rules import RULES_BY_CODE, logprobs_past_prompt
+
+__all__ = ["DEPLOYMENT_RULES", "Deployment", "DeploymentRule", "check_engine_body"]
+
+HiddenStates = Literal["off", "last", "full"]
+
+
+def _optional(kind: type, low: int | None = None) -> Callable[[str, Any], None]:
+    """The check of a field that is a `kind` (at least `low`), or None: not known."""
+
+    def check(name: str, value: Any) -> None:
+        if value is None or (type(value) is kind and (low is None or low <= cast(int, value))):
+            return
+        bound = "" if low is None else f" >= {low}"
+        raise EnvelopeError(
+            f"deployment.{name} must be {kind.__name__}{bound} or None, got {show_value(value)}"
+        )
+
+    return check
+
+
+#: Each field's check, in field order; a field is None when it is not known.
+_FIELD_CHECKS: dict[str, Callable[[str, Any], None]] = {
+    "vocab_size": _optional(int, 1),
+    "context_length": _optional(int, 1),
+    "max_req_input_len": _optional(int, 0),
+    "num_reserved_tokens": _optional(int, 0),
+    "allow_auto_truncate": _optional(bool),
+    "dp_size": _optional(int, 1),
+    "skip_tokenizer_init": _optional(bool),
+    "enable_custom_logit_processor": _optional(bool),
+    "enable_strict_thinking": _optional(bool),
+    "incremental_streaming_output": _optional(bool),
+}
+
+
+class Deployment(msgspec.Struct, frozen=True, kw_only=True):
+    """The SGLang server a worker sends its engine requests to. Checked when made.
+
+    - `vocab_size`: the model's vocabulary (required; None opts out of every id check).
+    - `context_length`, `max_req_input_len`, `num_reserved_tokens`,
+      `allow_auto_truncate`: SGLang's prompt-length checks.
+    - `dp_size`: data-parallel ranks, for `routed_dp_rank`.
+    - `skip_tokenizer_init`, `enable_custom_logit_processor`, `enable_strict_thinking`,
+      `hidden_states`: server flags that refuse some requests.
+    - `incremental_streaming_output`: the stream mode of the server's SSE frames,
+      for the readers (`aggregate_sse(..., incremental=...)`).
+    """
+
+    vocab_size: int | None
+    context_length: int | None = None
+    max_req_input_len: int | None = None
+    num_reserved_tokens: int | None = None
+    allow_auto_truncate: bool | None = None
+    dp_size: int | None = None
+    skip_tokenizer_init: bool | None = None
+    enable_custom_logit_processor: bool | None = None
+    enable_strict_thinking: bool | None = None
+    #: The largest hidden-states mode the server returns (``off``, ``last``, ``full``).
+    hidden_states: HiddenStates | None = None
+    incremental_streaming_output: bool | None = None
+
+    def __post_init__(self) -> None:
+        for name, check in _FIELD_CHECKS.items():
+            check(name, getattr(self, name))
+        if self.hidden_states not in (None, "off", "last", "full"):
+            raise EnvelopeError(
+                "deployment.hidden_states must be 'off', 'last', 'full' or None, got "
+                f"{show_value(self.hidden_states)}"
+            )
+
+    @classmethod
+    def from_server_info(cls, server_info: bytes, *, model_config: bytes) -> Deployment:
+        """The deployment SGLang describes: the body of its ``GET /get_server_info``
+        (or ``/server_info``) and the model's ``config.json``.
+
+        Raises `EnvelopeError` naming the key when either is not what SGLang writes.
+        """
+        info = _json_object(server_info, "server_info")
+        config = _json_object(model_config, "model_config")
+        text_config = config.get("text_config")
+        vocab = config.get("vocab_size")
+        if vocab is None and isinstance(text_config, dict):  # a multimodal model's
+            vocab = text_config.get("vocab_size")
+        if vocab is None:
+            raise EnvelopeError("model_config has no vocab_size (nor text_config.vocab_size)")
+        return cls(
+            vocab_size=vocab,
+            context_length=info.get("context_length"),
+            max_req_input_len=info.get("max_req_input_len"),
+            num_reserved_tokens=_reserved_tokens(info),
+            allow_auto_truncate=info.get("allow_auto_truncate"),
+            dp_size=info.get("dp_size"),
+            skip_tokenizer_init=info.get("skip_tokenizer_init"),
+            enable_custom_logit_processor=info.get("enable_custom_logit_processor"),
+            enable_strict_thinking=info.get("enable_strict_thinking"),
+            hidden_states=_hidden_states(info),
+            incremental_streaming_output=info.get("incremental_streaming_output"),
+        )
+
+
+def _json_object(data: bytes, name: str) -> dict[str, Any]:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise EnvelopeError(f"{name} must be JSON bytes, got {type(data).__name__}")
+    try:
+        value = msgspec.json.decode(data)
+    except msgspec.DecodeError as error:
+        raise EnvelopeError(f"{name} is not valid JSON: {error}") from None
+    if type(value) is not dict:
+        raise EnvelopeError(f"{name} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _reserved_tokens(info: dict[str, Any]) -> int | None:
+    """SGLang's `compute_num_reserved_tokens`: 0 without speculative decoding; with it,
+    a count this library does not derive, so the length checks are left to SGLang."""
+    return 0 if info.get("speculative_algorithm") in (None, "", "null") else None
+
+
+def _hidden_states(info: dict[str, Any]) -> HiddenStates | None:
+    """SGLang's `get_server_return_hidden_states_mode`."""
+    mode = info.get("return_hidden_states_mode")
+    enabled = info.get("enable_return_hidden_states")
+    if mode == "last":
+        return "last"
+    if mode == "full" or enabled is True:
+        return "full"
+    return "off" if mode is None and enabled is False else None
+
+
+class DeploymentRule(NamedTuple):
+    """One of SGLang's checks after dispatch, made by `build_engine_request` before it."""
+
+    code: str
+    field: str
+    #: SGLang's words (the library's own where SGLang has none), `{…}` filled in.
+    message: str
+    #: (deployment, engine body) -> the message's facts when the body breaks the rule.
+    check: Callable[[Deployment, Any], dict[str, object] | None]
+
+
+def _sampling(body: Any, name: str) -> Any:
+    params = body.sampling_params
+    value = UNSET if params is None or params is UNSET else getattr(params, name)
+    return None if value is UNSET else value
+
+
+def _json(raw: Any) -> Any:
+    return None if raw is None or raw is UNSET else msgspec.json.decode(raw)
+
+
+def _input_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
+    ids = body.input_ids
+    if d.vocab_size is None or not ids or max(ids) < d.vocab_size:
+        return None
+    index = next(i for i, token in enumerate(ids) if token >= d.vocab_size)
+    return {"index": index, "id": ids[index], "vocab_size": d.vocab_size}
+
+
+def _thinking_without_strict(d: Deployment, body: Any) -> dict[str, object] | None:
+    asked = body.max_thinking_tokens is not None
+    return {} if asked and d.enable_strict_thinking is False else None
+
+
+def _rank_outside(d: Deployment, body: Any) -> dict[str, object] | None:
+    rank, ranks = body.routed_dp_rank, d.dp_size
+    if rank is None or ranks is None or (ranks <= 1 and rank == 0) or 0 <= rank < ranks:
+        return None
+    return {"rank": rank, "dp_size": ranks}
+
+
+def _prompt_tokens(d: Deployment, body: Any) -> int | None:
+    if d.context_length is None or d.num_reserved_tokens is None:
+        return None  # not known: SGLang checks
+    if d.allow_auto_truncate is not False:
+        return None  # SGLang truncates what is too long, or it is not known whether it does
+    return len(body.input_ids) + d.num_reserved_tokens
+
+
+def _input_too_long(d: Deployment, body: Any) -> dict[str, object] | None:
+    tokens = _prompt_tokens(d, body)
+    if tokens is None or tokens < (d.context_length or 0):
+        return None
+    return {"tokens": tokens, "context_length": d.context_length}
+
+
+def _total_too_long(d: Deployment, body: Any) -> dict[str, object] | None:
+    tokens, new = _prompt_tokens(d, body), _sampling(body, "max_new_tokens")
+    if tokens is None or new is None or new + tokens <= (d.context_length or 0):
+        return None
+    return {"total": new + tokens, "tokens": tokens, "new": new,
+            "context_length": d.context_length}  # fmt: skip
+
+
+def _logprob_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
+    ids = _json(body.token_ids_logprob)
+    if d.vocab_size is None or not isinstance(ids, list):
+        return None
+    for token in ids:
+        if type(token) is int and not 0 <= token < d.vocab_size:
+            return {"id": token, "vocab_size": d.vocab_size}
+    return None
+
+
+def _hidden_states_capped(d: Deployment, body: Any) -> dict[str, object] | None:
+    return {} if body.return_hidden_states is True and d.hidden_states == "last" else None
+
+
+def _hidden_states_off(d: Deployment, body: Any) -> dict[str, object] | None:
+    return {} if body.return_hidden_states is True and d.hidden_states == "off" else None
+
+
+def _processor_off(d: Deployment, body: Any) -> dict[str, object] | None:
+    asked = bool(body.custom_logit_processor)
+    return {} if asked and d.enable_custom_logit_processor is False else None
+
+
+def _stop_list(body: Any, name: str) -> list[str]:
+    value = _json(_sampling(body, name))
+    return [value] if isinstance(value, str) else list(value or ())
+
+
+def _needs_tokenizer(name: str) -> Callable[[Deployment, Any], dict[str, object] | None]:
+    def check(d: Deployment, body: Any) -> dict[str, object] | None:
+        stops = _stop_list(body, name)
+        return {"stops": repr(stops)} if stops and d.skip_tokenizer_init is True else None
+
+    return check
+
+
+def _min_new_needs_tokenizer(d: Deployment, body: Any) -> dict[str, object] | None:
+    low = _sampling(body, "min_new_tokens") or 0
+    return {"min_new_tokens": low} if low > 0 and d.skip_tokenizer_init is True else None
+
+
+def _bias_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
+    bias = _json(_sampling(body, "logit_bias"))
+    if d.vocab_size is None or not isinstance(bias, dict):
+        return None
+    for key in bias:  # keys are integers: `logit_bias_key_not_integer` held at decode
+        if not 0 <= int(key) < d.vocab_size:
+            return {"key": key, "largest": d.vocab_size - 1}
+    return None
+
+
+def _input_over_scheduler_limit(d: Deployment, body: Any) -> dict[str, object] | None:
+    limit, size = d.max_req_input_len, len(body.input_ids)
+    if limit is None or d.allow_auto_truncate is not False or size < limit:
+        return None
+    return {"tokens": size, "limit": limit}
+
+
+_HIDDEN_CAPPED = (
+    "The requested return_hidden_states mode exceeds the server maximum `last`. Please launch "
+    "with `--return-hidden-states-mode full` to allow return_hidden_states=True."
+)
+_HIDDEN_OFF = (
+    "The server is not configured to return hidden states. Please set "
+    "`--return-hidden-states-mode last`, `--return-hidden-states-mode full`, or the legacy "
+    "`--enable-return-hidden-states` flag."
+)
+_NO_TOKENIZER = "is unavailable when skip_tokenizer_init=True"
+
+#: SGLang's checks after dispatch, in the order it makes them: the tokenizer manager's
+#: `generate_request` and `_validate_one_request`, `SamplingParams.normalize` and
+#: `.verify`, then the scheduler's. The first is the library's own: SGLang makes none,
+#: and one id outside the vocabulary stops every SGLang process.
+DEPLOYMENT_RULES: tuple[DeploymentRule, ...] = (
+    DeploymentRule("token_out_of_vocab", "input_ids[{index}]",
+        "input_ids[{index}] is {id}, outside the model's vocabulary [0, {vocab_size})",
+        _input_id_outside),
+    DeploymentRule("thinking_needs_strict_thinking", "max_thinking_tokens",
+        "max_thinking_tokens requires the server to be launched with --enable-strict-thinking",
+        _thinking_without_strict),
+    DeploymentRule("routed_dp_rank_out_of_range", "routed_dp_rank",
+        "routed_dp_rank={rank} out of range [0, {dp_size})", _rank_outside),
+    DeploymentRule("input_too_long", "input_ids",
+        "The input ({tokens} tokens) is longer than the model's context length "
+        "({context_length} tokens).", _input_too_long),
+    DeploymentRule("total_tokens_too_many", "sampling_params.max_new_tokens",
+        "Requested token count exceeds the model's maximum context length of "
+        "{context_length} tokens. You requested a total of {total} tokens: {tokens} tokens "
+        "from the input messages and {new} tokens for the completion. Please reduce the "
+        "number of tokens in the input messages or the completion to fit within the limit.",
+        _total_too_long),
+    DeploymentRule("token_ids_logprob_out_of_vocab", "token_ids_logprob",
+        "token_ids_logprob contains out-of-vocabulary token id {id}; valid range is "
+        "[0, {vocab_size}).", _logprob_id_outside),
+    DeploymentRule("hidden_states_over_server_mode", "return_hidden_states", _HIDDEN_CAPPED,
+        _hidden_states_capped),
+    DeploymentRule("hidden_states_not_enabled", "return_hidden_states", _HIDDEN_OFF,
+        _hidden_states_off),
+    DeploymentRule("custom_logit_processor_not_enabled", "custom_logit_processor",
+        "The server is not configured to enable custom logit processor. Please set "
+        "`--enable-custom-logit-processor` to enable this feature.", _processor_off),
+    DeploymentRule("stop_needs_tokenizer", "sampling_params.stop",
+        "stop={stops} " + _NO_TOKENIZER + " (requires tokenizer to decode tokens to text "
+        "for matching).", _needs_tokenizer("stop")),
+    DeploymentRule("stop_regex_needs_tokenizer", "sampling_params.stop_regex",
+        "stop_regex={stops} " + _NO_TOKENIZER + " (requires tokenizer to decode tokens to "
+        "text for matching).", _needs_tokenizer("stop_regex")),
+    DeploymentRule("min_new_tokens_needs_tokenizer", "sampling_params.min_new_tokens",
+        "min_new_tokens={min_new_tokens} " + _NO_TOKENIZER + " (requires tokenizer for "
+        "eos_token_id).", _min_new_needs_tokenizer),
+    DeploymentRule("logit_bias_out_of_vocab", "sampling_params.logit_bias",
+        "logit_bias must has keys in [0, {largest}], got {key}.", _bias_id_outside),
+    DeploymentRule("input_over_max_req_input_len", "input_ids",
+        "Input length ({tokens} tokens) exceeds the maximum allowed length ({limit} tokens). "
+        "Use a shorter input or enable --allow-auto-truncate.", _input_over_scheduler_limit),
+    DeploymentRule("logprob_start_len_past_prompt", "logprob_start_len",
+        RULES_BY_CODE["logprob_start_len_past_prompt"].message,
+        lambda d, body: logprobs_past_prompt(body)),
+)  # fmt: skip
+
+
+def check_engine_body(deployment: Deployment, body: Any) -> None:
+    """Raise SGLang's first refusal of `body` (an `EngineBody`) on `deployment` as a
+    `RequestRejected`, before dispatch; return when SGLang would accept it."""
+    for code, field, message, check in DEPLOYMENT_RULES:
+        facts = check(deployment, body)
+        if facts is not None:
+            raise RequestRejected(code, field.format(**facts), message.format(**facts))

@@ -1,0 +1,267 @@
+"""Deployment: the server a worker serves, and the refusals SGLang makes only after dispatch.
+
+Each rule of `DEPLOYMENT_RULES` is checked here on both sides of its bound; the
+live suite (`live/test_deployment.py`) checks each against a running SGLang.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sglang_envelope import (
+    DEPLOYMENT_RULES,
+    Bootstrap,
+    Deployment,
+    EnvelopeError,
+    RequestRejected,
+    Role,
+    Routing,
+    build_engine_request,
+    decode_client_request,
+    to_worker_envelope,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SERVER_INFO = (FIXTURES / "live_server_info.json").read_bytes()
+MODEL_CONFIG = (FIXTURES / "live_model_config.json").read_bytes()
+LIVE = Deployment.from_server_info(SERVER_INFO, model_config=MODEL_CONFIG)
+SMALL = {"max_new_tokens": 2}
+BOOTSTRAP = Bootstrap("10.0.0.7", 8998, 1)
+
+
+def _build(body: dict[str, Any], deployment: Deployment = LIVE, **kwargs: Any) -> dict[str, Any]:
+    request = decode_client_request(msgspec.json.encode(body))
+    kwargs.setdefault("role", Role.AGGREGATED)
+    return build_engine_request(
+        to_worker_envelope(request, rid="r"),
+        input_ids=kwargs.pop("input_ids", request.input_ids),
+        deployment=deployment,
+        **kwargs,
+    ).to_dict()
+
+
+def _refused(body: dict[str, Any], deployment: Deployment = LIVE, **kwargs: Any) -> RequestRejected:
+    with pytest.raises(RequestRejected) as caught:
+        _build(body, deployment, **kwargs)
+    return caught.value
+
+
+def test_a_live_server_s_info_describes_it() -> None:
+    assert Deployment(
+        vocab_size=320, context_length=1024, max_req_input_len=1018, num_reserved_tokens=0,
+        allow_auto_truncate=False, dp_size=1, skip_tokenizer_init=False,
+        enable_custom_logit_processor=False, enable_strict_thinking=False,
+        hidden_states="off", incremental_streaming_output=False,
+    ) == LIVE  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"speculative_algorithm": "EAGLE"}, "num_reserved_tokens"),
+        ({"return_hidden_states_mode": "last"}, "hidden_states"),
+        ({"enable_return_hidden_states": True}, "hidden_states"),
+        ({"incremental_streaming_output": True}, "incremental_streaming_output"),
+    ],
+)
+def test_what_the_server_info_says_is_read(changes: dict[str, Any], field: str) -> None:
+    info = {**msgspec.json.decode(SERVER_INFO), **changes}
+    deployment = Deployment.from_server_info(msgspec.json.encode(info), model_config=MODEL_CONFIG)
+    expected: dict[str, Any] = {"num_reserved_tokens": None, "hidden_states": None}
+    expected["incremental_streaming_output"] = True
+    if changes == {"return_hidden_states_mode": "last"}:
+        expected["hidden_states"] = "last"
+    if changes == {"enable_return_hidden_states": True}:
+        expected["hidden_states"] = "full"
+    assert getattr(deployment, field) == expected[field]
+
+
+@pytest.mark.parametrize(
+    ("info", "config", "words"),
+    [
+        (b"[]", MODEL_CONFIG, "server_info must be a JSON object"),
+        (b"{", MODEL_CONFIG, "server_info is not valid JSON"),
+        (SERVER_INFO, b"{}", "model_config has no vocab_size"),
+        (b'{"context_length": "big"}', MODEL_CONFIG, "deployment.context_length must be int"),
+        (b'{"dp_size": 0}', MODEL_CONFIG, "deployment.dp_size must be int >= 1"),
+        (SERVER_INFO, b'{"vocab_size": true}', "deployment.vocab_size must be int"),
+        ("{}", MODEL_CONFIG, "server_info must be JSON bytes"),
+    ],
+)
+def test_a_server_info_that_is_not_sglang_s_is_refused(info: Any, config: Any, words: str) -> None:
+    with pytest.raises(EnvelopeError, match=words):
+        Deployment.from_server_info(info, model_config=config)
+
+
+def test_a_multimodal_model_s_vocabulary_is_its_text_model_s() -> None:
+    config = b'{"text_config": {"vocab_size": 1000}}'
+    assert Deployment.from_server_info(b"{}", model_config=config).vocab_size == 1000
+
+
+def test_a_worker_states_its_vocabulary() -> None:
+    with pytest.raises(TypeError):
+        Deployment()  # type: ignore[call-arg]
+    request = decode_client_request(b'{"input_ids": [1]}')
+    envelope = to_worker_envelope(request, rid="r")
+    for wrong in (None, {"vocab_size": 320}, 320):
+        with pytest.raises(EnvelopeError, match="deployment must be a Deployment"):
+            build_engine_request(
+                envelope,
+                input_ids=[1],
+                role="aggregated",
+                deployment=wrong,  # type: ignore[arg-type]
+            )
+
+
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=20))
+def test_every_id_outside_the_vocabulary_is_refused_first(ids: list[int]) -> None:
+    outside = [i for i, token in enumerate(ids) if token >= 320]
+    body = {"input_ids": ids, "sampling_params": SMALL}
+    if not outside:
+        assert _build(body)["input_ids"] == ids
+        return
+    refusal = _refused(body)
+    assert (refusal.code, refusal.field) == ("token_out_of_vocab", f"input_ids[{outside[0]}]")
+    assert refusal.message == (
+        f"input_ids[{outside[0]}] is {ids[outside[0]]}, outside the model's vocabulary [0, 320)"
+    )
+    assert _build(body, Deployment(vocab_size=None))["input_ids"] == ids  # the visible opt-out
+
+
+def test_the_ids_a_worker_sends_are_checked_not_the_client_s() -> None:
+    refusal = _refused({"input_ids": [1]}, input_ids=[1, 400])
+    assert refusal.field == "input_ids[1]"
+
+
+def _ids(count: int) -> list[int]:
+    return [5] * count
+
+
+#: rule -> (a body that breaks it, the body one step inside, build keywords)
+CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
+    "thinking_needs_strict_thinking": (
+        {"input_ids": [5], "max_thinking_tokens": 3}, {"input_ids": [5]}, {}),
+    "routed_dp_rank_out_of_range": ({"input_ids": [5]}, {"input_ids": [5]}, {}),
+    "input_too_long": ({"input_ids": _ids(1024)}, {"input_ids": _ids(1017)}, {}),
+    "total_tokens_too_many": (
+        {"input_ids": _ids(1000), "sampling_params": {"max_new_tokens": 25}},
+        {"input_ids": _ids(1000), "sampling_params": {"max_new_tokens": 24}}, {}),
+    "token_ids_logprob_out_of_vocab": (
+        {"input_ids": [5], "token_ids_logprob": [3, 320]},
+        {"input_ids": [5], "token_ids_logprob": [3, 319]}, {}),
+    "hidden_states_not_enabled": (
+        {"input_ids": [5], "return_hidden_states": True},
+        {"input_ids": [5], "return_hidden_states": False}, {}),
+    "custom_logit_processor_not_enabled": (
+        {"input_ids": [5], "custom_logit_processor": "x"},
+        {"input_ids": [5], "custom_logit_processor": ""}, {}),
+    "logit_bias_out_of_vocab": (
+        {"input_ids": [5], "sampling_params": {"logit_bias": {"7": 1, "320": 1}}},
+        {"input_ids": [5], "sampling_params": {"logit_bias": {"7": 1, "319": 1}}}, {}),
+    "input_over_max_req_input_len": ({"input_ids": _ids(1018)}, {"input_ids": _ids(1017)}, {}),
+}  # fmt: skip
+MESSAGES = {
+    "input_too_long": "The input (1024 tokens) is longer than the model's context length "
+    "(1024 tokens).",
+    "token_ids_logprob_out_of_vocab": "token_ids_logprob contains out-of-vocabulary token id "
+    "320; valid range is [0, 320).",
+    "logit_bias_out_of_vocab": "logit_bias must has keys in [0, 319], got 320.",
+    "routed_dp_rank_out_of_range": "routed_dp_rank=1 out of range [0, 1)",
+}
+
+
+@pytest.mark.parametrize("code", list(CASES))
+def test_each_rule_refuses_past_its_bound_and_accepts_inside_it(code: str) -> None:
+    broken, inside, keywords = CASES[code]
+    routing = Routing(dp_rank=1) if code == "routed_dp_rank_out_of_range" else None
+    refusal = _refused(broken, routing=routing, **keywords)
+    assert refusal.code == code
+    if code in MESSAGES:
+        assert refusal.message == MESSAGES[code]
+    inside_routing = Routing(dp_rank=0) if routing else None
+    assert _build(inside, routing=inside_routing, **keywords)["input_ids"] == inside["input_ids"]
+    # Not known: left to SGLang (the vocabulary's rules need only the vocabulary).
+    unknown = Deployment(vocab_size=None)
+    assert _build(broken, unknown, routing=routing, **keywords)["input_ids"]
+
+
+def test_the_rules_run_in_sglang_s_order() -> None:
+    """A body that breaks every rule gets SGLang's first refusal, then the next one, ..."""
+    codes = [rule.code for rule in DEPLOYMENT_RULES]
+    assert codes.index("input_too_long") < codes.index("token_ids_logprob_out_of_vocab")
+    assert codes.index("custom_logit_processor_not_enabled") < codes.index(
+        "logit_bias_out_of_vocab"
+    )
+    body = {
+        "input_ids": _ids(1100), "return_hidden_states": True, "token_ids_logprob": [999],
+        "sampling_params": {"logit_bias": {"999": 1}},
+    }  # fmt: skip
+    assert _refused(body).code == "input_too_long"
+    body["input_ids"] = [5]
+    assert _refused(body).code == "token_ids_logprob_out_of_vocab"
+
+
+def test_a_server_that_truncates_accepts_a_long_prompt() -> None:
+    truncating = msgspec.structs.replace(LIVE, allow_auto_truncate=True)
+    assert len(_build({"input_ids": _ids(1100)}, truncating)["input_ids"]) == 1100
+    not_known = msgspec.structs.replace(LIVE, allow_auto_truncate=None)
+    assert len(_build({"input_ids": _ids(1100)}, not_known)["input_ids"]) == 1100
+
+
+def test_reserved_tokens_count_with_the_prompt() -> None:
+    reserving = msgspec.structs.replace(LIVE, num_reserved_tokens=10, max_req_input_len=None)
+    assert _refused({"input_ids": _ids(1014)}, reserving).message == (
+        "The input (1024 tokens) is longer than the model's context length (1024 tokens)."
+    )
+
+
+def test_a_prefill_leg_is_checked_as_it_is_sent() -> None:
+    """Prefill asks for one new token, so only the decode leg passes the context."""
+    body = {"input_ids": _ids(1000), "sampling_params": {"max_new_tokens": 100}}
+    assert _build(body, role=Role.PREFILL, bootstrap=BOOTSTRAP)["sampling_params"] == {
+        "n": 1,
+        "max_new_tokens": 1,
+    }
+    assert _refused(body, role=Role.DECODE, bootstrap=BOOTSTRAP).code == "total_tokens_too_many"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "code", "message"),
+    [
+        ("stop", ["ab", "c"], "stop_needs_tokenizer", "stop=['ab', 'c'] is unavailable"),
+        ("stop", "ab", "stop_needs_tokenizer", "stop=['ab'] is unavailable"),
+        ("stop_regex", "a+", "stop_regex_needs_tokenizer", "stop_regex=['a+'] is unavailable"),
+        ("min_new_tokens", 1, "min_new_tokens_needs_tokenizer", "min_new_tokens=1 is unavailable"),
+    ],
+)
+def test_a_server_without_a_tokenizer_refuses_what_needs_one(
+    key: str, value: Any, code: str, message: str
+) -> None:
+    no_tokenizer = msgspec.structs.replace(LIVE, skip_tokenizer_init=True)
+    body = {"input_ids": [5], "sampling_params": {key: value}}
+    refusal = _refused(body, no_tokenizer)
+    assert refusal.code == code and refusal.message.startswith(message)
+    assert _build(body)["input_ids"] == [5]
+
+
+def test_hidden_states_above_the_server_s_mode() -> None:
+    capped = msgspec.structs.replace(LIVE, hidden_states="last")
+    refusal = _refused({"input_ids": [5], "return_hidden_states": True}, capped)
+    assert refusal.code == "hidden_states_over_server_mode"
+    full = msgspec.structs.replace(LIVE, hidden_states="full")
+    assert _build({"input_ids": [5], "return_hidden_states": True}, full)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("vocab_size", 0), ("context_length", -1), ("hidden_states", "all"), ("dp_size", True)],
+)
+def test_a_deployment_is_checked_when_made(field: str, value: Any) -> None:
+    with pytest.raises(EnvelopeError, match=f"deployment.{field}"):
+        Deployment(**{"vocab_size": 320, field: value})
