@@ -92,6 +92,7 @@ def test_what_the_server_info_says_is_read(changes: dict[str, Any], field: str) 
         (b'{"dp_size": 0}', MODEL_CONFIG, "deployment.dp_size must be int >= 1"),
         (SERVER_INFO, b'{"vocab_size": true}', "deployment.vocab_size must be int"),
         ("{}", MODEL_CONFIG, "server_info must be JSON bytes"),
+        (b"[" * 100_000, MODEL_CONFIG, "server_info is not valid JSON"),
     ],
 )
 def test_a_server_info_that_is_not_sglang_s_is_refused(info: Any, config: Any, words: str) -> None:
