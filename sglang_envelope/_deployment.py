@@ -209,7 +209,8 @@ def _input_too_long(d: Deployment, body: Any) -> dict[str, object] | None:
 
 
 def _total_too_long(d: Deployment, body: Any) -> dict[str, object] | None:
-    tokens, new = _prompt_tokens(d, body), _sampling(body, "max_new_tokens")
+    tokens = _prompt_tokens(d, body)
+    new = None if tokens is None else _sampling(body, "max_new_tokens")
     if tokens is None or new is None or new + tokens <= (d.context_length or 0):
         return None
     return {"total": new + tokens, "tokens": tokens, "new": new,
@@ -217,12 +218,34 @@ def _total_too_long(d: Deployment, body: Any) -> dict[str, object] | None:
 
 
 def _logprob_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
-    ids = _json(body.token_ids_logprob)
-    if d.vocab_size is None or not isinstance(ids, list):
+    raw = body.token_ids_logprob
+    if d.vocab_size is None or raw is UNSET or raw is None:
         return None
-    for token in ids:
-        if type(token) is int and not 0 <= token < d.vocab_size:
-            return {"id": token, "vocab_size": d.vocab_size}
+    token = _first_outside(raw, d.vocab_size)
+    return None if token is None else {"id": token, "vocab_size": d.vocab_size}
+
+
+#: How many bytes of a JSON array of integers `_first_outside` reads at a time.
+_CHUNK_BYTES = 1 << 16
+_ints = msgspec.json.Decoder(list[int])
+
+
+def _first_outside(raw: Any, size: int) -> int | None:
+    """The first integer of a JSON array of integers (`raw`, checked as one when the
+    request was decoded) outside [0, size), read a chunk at a time: the array is never
+    held as Python objects whole. None when there is none, or `raw` is not such an array
+    (null): SGLang's own check then answers."""
+    data = bytes(raw)
+    if data[:1] != b"[":
+        return None
+    start, end = 1, len(data) - 1  # past "[", and at "]"
+    while start < end:
+        cut = data.find(b",", min(start + _CHUNK_BYTES, end), end)
+        stop = end if cut < 0 else cut
+        ints = _ints.decode(b"[" + data[start:stop] + b"]")
+        if ints and (min(ints) < 0 or max(ints) >= size):
+            return next(i for i in ints if not 0 <= i < size)
+        start = stop + 1
     return None
 
 
@@ -246,20 +269,26 @@ def _stop_list(body: Any, name: str) -> list[str]:
 
 def _needs_tokenizer(name: str) -> Callable[[Deployment, Any], dict[str, object] | None]:
     def check(d: Deployment, body: Any) -> dict[str, object] | None:
+        if d.skip_tokenizer_init is not True:
+            return None
         stops = _stop_list(body, name)
-        return {"stops": repr(stops)} if stops and d.skip_tokenizer_init is True else None
+        return {"stops": repr(stops)} if stops else None
 
     return check
 
 
 def _min_new_needs_tokenizer(d: Deployment, body: Any) -> dict[str, object] | None:
+    if d.skip_tokenizer_init is not True:
+        return None
     low = _sampling(body, "min_new_tokens") or 0
-    return {"min_new_tokens": low} if low > 0 and d.skip_tokenizer_init is True else None
+    return {"min_new_tokens": low} if low > 0 else None
 
 
 def _bias_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
+    if d.vocab_size is None:
+        return None
     bias = _json(_sampling(body, "logit_bias"))
-    if d.vocab_size is None or not isinstance(bias, dict):
+    if not isinstance(bias, dict):  # its size was bounded when the request was decoded
         return None
     for key in bias:  # keys are integers: `logit_bias_key_not_integer` held at decode
         if not 0 <= int(key) < d.vocab_size:

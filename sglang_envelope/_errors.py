@@ -86,6 +86,7 @@ RejectionCode = Literal[
     "frequency_penalty_out_of_range",
     "presence_penalty_out_of_range",
     "repetition_penalty_out_of_range",
+    "repetition_penalty_overflows_logits",
     "min_new_tokens_negative",
     "max_new_tokens_negative",
     "min_new_tokens_over_max",

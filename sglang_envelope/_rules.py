@@ -310,6 +310,18 @@ def _max_negative(p: SamplingParams) -> dict[str, object] | None:
     return None if high is UNSET or high is None or high >= 0 else {"max_new_tokens": high}
 
 
+#: The smallest repetition penalty whose division of float32 logits stays finite for any
+#: logit a model gives (|logit| < 3.4e8): SGLang scales logits by it in float32.
+SMALLEST_REPETITION_PENALTY = 1e-30
+
+
+def _penalty_overflows(p: SamplingParams) -> dict[str, object] | None:
+    value = p.repetition_penalty
+    if value is UNSET or value is None or not 0 < value < SMALLEST_REPETITION_PENALTY:
+        return None
+    return {"repetition_penalty": value}
+
+
 def _min_negative(p: SamplingParams) -> dict[str, object] | None:
     low = _value(p.min_new_tokens, 0)
     return {"min_new_tokens": low} if low < 0 else None
@@ -529,6 +541,11 @@ RULES: tuple[Rule, ...] = (
     _range("repetition_penalty_out_of_range", "repetition_penalty",
            "repetition_penalty must be in (0, 2] (1.0 = no penalty), got {repetition_penalty}.",
            0.0, 2.0, open_low=True),
+    # SGLang divides float32 logits by it: a smaller one makes them inf, and sampling with
+    # top_k or top_p then stops every SGLang process (torch.multinomial on inf).
+    Rule("repetition_penalty_overflows_logits", "sampling_params.repetition_penalty",
+         "repetition_penalty must be at least 1e-30: a smaller one overflows SGLang's float32 "
+         "logits, got {repetition_penalty}", _penalty_overflows, "repetition_penalty"),
     _sglang("min_new_tokens_negative", "sampling_params.min_new_tokens",
             "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}.",
             _min_negative, "min_new_tokens"),

@@ -266,3 +266,23 @@ def test_hidden_states_above_the_server_s_mode() -> None:
 def test_a_deployment_is_checked_when_made(field: str, value: Any) -> None:
     with pytest.raises(EnvelopeError, match=f"deployment.{field}"):
         Deployment(**{"vocab_size": 320, field: value})
+
+
+@pytest.mark.parametrize("where", [0, 11_000, 29_999])
+@pytest.mark.parametrize("bad", [320, -1, 10**30])
+def test_token_ids_logprob_is_read_a_chunk_at_a_time(where: int, bad: int) -> None:
+    """An array of 30,000 ids (several chunks) with one outside the vocabulary anywhere,
+    written with spaces too: the first outside is the one named."""
+    ids = [7 + i % 300 for i in range(30_000)]
+    ids[where] = bad
+    text = b'{"input_ids": [5], "token_ids_logprob": [%s]}' % b" , ".join(
+        b"%d" % i for i in ids
+    )
+    request = decode_client_request(text)
+    with pytest.raises(RequestRejected) as caught:
+        build_engine_request(
+            to_worker_envelope(request, rid="r"), input_ids=[5], role="aggregated",
+            deployment=LIVE,
+        )  # fmt: skip
+    assert caught.value.code == "token_ids_logprob_out_of_vocab"
+    assert f"token id {bad};" in caught.value.message

@@ -699,3 +699,14 @@ def test_the_engine_request_says_which_headers_to_send(body: Any, accept: str) -
     assert engine.headers == {"Content-Type": "application/json", "Accept": accept}
     engine.headers["Accept"] = "x"  # a new dict each time
     assert engine.headers["Accept"] == accept
+
+
+@pytest.mark.parametrize("penalty", [1e-50, 1e-40, 9.9e-31])
+def test_a_repetition_penalty_that_overflows_the_logits_is_refused(penalty: float) -> None:
+    """Found by the live fuzz: SGLang divides float32 logits by it, and sampling then stops
+    every SGLang process."""
+    body = {"input_ids": [250, 275], "sampling_params": {"repetition_penalty": penalty}}
+    with pytest.raises(RequestRejected) as caught:
+        decode_client_request(body)
+    assert caught.value.code == "repetition_penalty_overflows_logits"
+    decode_client_request({**body, "sampling_params": {"repetition_penalty": 1e-30}})
