@@ -1,0 +1,172 @@
+"""The live suite's servers, as session fixtures started only when a test needs them.
+
+`server`, `incremental_server` and `skip_tokenizer_server` are aggregated SGLang
+servers (default flags, `--incremental-streaming-output`, `--skip-tokenizer-init`);
+`pd_pair` is a prefill/decode pair. `LIVE_DEFAULT_URL`, `LIVE_INCREMENTAL_URL` and
+`LIVE_SKIP_TOKENIZER_URL` name running servers to use instead of starting one.
+
+The tests run grouped by the servers they need, and a server the suite started is
+stopped as soon as no later test needs it (at the latest at the session's end), so
+that at most three run at once and two start at once. A server that is dead after a
+test fails that test, with its log's tail, and is started again for the next one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator, Iterator
+from typing import Any
+
+import pytest
+
+pytest.register_assert_rewrite("live.flow")
+
+from live.servers import LiveServer, PdPair, ServerFailed, attach, start_pd_pair, start_server
+
+#: fixture name -> (server kind, the environment variable naming a running one)
+FIXTURES: dict[str, tuple[str, str | None]] = {
+    "server": ("default", "LIVE_DEFAULT_URL"),
+    "incremental_server": ("incremental", "LIVE_INCREMENTAL_URL"),
+    "skip_tokenizer_server": ("skip_tokenizer", "LIVE_SKIP_TOKENIZER_URL"),
+    "pd_pair": ("pd", None),
+}
+#: The order the groups of tests run in (a test runs with the latest of its kinds).
+KIND_ORDER = ("default", "incremental", "skip_tokenizer", "pd")
+#: The parametrized fixture a test uses to run on each aggregated server.
+ANY_SERVER = "any_server"
+
+Live = LiveServer | PdPair
+
+
+class Pool:
+    """The servers of one session, started on demand, each stopped when no test needs it."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, Live] = {}
+        self.last_use: dict[str, int] = {}
+        self.failed: dict[str, str] = {}
+
+    def get(self, kind: str) -> Live:
+        if kind in self.failed:  # fail every test that needs it, not only the first
+            pytest.fail(self.failed[kind], pytrace=False)
+        if kind not in self.running:
+            try:
+                self.running[kind] = self._start(kind)
+            except ServerFailed as error:
+                self.failed[kind] = f"cannot start the {kind} server: {error}"
+                pytest.fail(self.failed[kind], pytrace=False)
+        return self.running[kind]
+
+    @staticmethod
+    def _start(kind: str) -> Live:
+        if kind == "pd":
+            return start_pd_pair()
+        variable = next(v for k, v in FIXTURES.values() if k == kind)
+        url = os.environ.get(variable or "")
+        return attach(kind, url) if url else start_server(kind)
+
+    def restart(self, kind: str) -> None:
+        """Stop a dead server; the next test that needs it starts it again."""
+        self.running.pop(kind).stop()
+
+    def release_after(self, index: int) -> None:
+        """Stop the servers no test after the `index`-th needs."""
+        for kind in list(self.running):
+            if self.last_use.get(kind, -1) <= index:
+                self.running.pop(kind).stop()
+
+    def stop_all(self) -> None:
+        while self.running:
+            _, live = self.running.popitem()
+            live.stop()
+
+
+_POOL = Pool()
+
+
+def kinds_of(item: pytest.Item) -> tuple[str, ...]:
+    """The server kinds a test needs, from its fixtures and its `any_server` parameter."""
+    names = getattr(item, "fixturenames", ())
+    kinds = [FIXTURES[name][0] for name in names if name in FIXTURES]
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and ANY_SERVER in callspec.params:
+        kinds.append(FIXTURES[callspec.params[ANY_SERVER]][0])
+    return tuple(sorted(set(kinds), key=KIND_ORDER.index))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Group the tests by the last server kind they need; note each kind's last user."""
+
+    def group(item: pytest.Item) -> int:
+        kinds = kinds_of(item)
+        return KIND_ORDER.index(kinds[-1]) + 1 if kinds else 0
+
+    items.sort(key=group)  # stable: a file's order is kept within a group
+    for index, item in enumerate(items):
+        for kind in kinds_of(item):
+            _POOL.last_use[kind] = index
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
+    """Fail the test whose servers are dead after it ran."""
+    result = yield
+    dead = [
+        (kind, live)
+        for kind in kinds_of(item)
+        if (live := _POOL.running.get(kind)) is not None and not live.alive()
+    ]
+    for kind, _ in dead:
+        _POOL.restart(kind)
+    if dead:
+        pytest.fail("\n".join(live.describe_death() for _, live in dead), pytrace=False)
+    return result
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    items = item.session.items
+    _POOL.release_after(items.index(item) if nextitem is not None else len(items))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    _POOL.stop_all()
+
+
+@pytest.fixture
+def server() -> LiveServer:
+    """The default aggregated server (cumulative streams)."""
+    live = _POOL.get("default")
+    assert isinstance(live, LiveServer)
+    return live
+
+
+@pytest.fixture
+def incremental_server() -> LiveServer:
+    """An aggregated server started with `--incremental-streaming-output`."""
+    live = _POOL.get("incremental")
+    assert isinstance(live, LiveServer)
+    return live
+
+
+@pytest.fixture
+def skip_tokenizer_server() -> LiveServer:
+    """An aggregated server started with `--skip-tokenizer-init` (no `text` in answers)."""
+    live = _POOL.get("skip_tokenizer")
+    assert isinstance(live, LiveServer)
+    return live
+
+
+@pytest.fixture
+def pd_pair() -> PdPair:
+    """A prefill/decode pair (Mooncake over TCP)."""
+    live = _POOL.get("pd")
+    assert isinstance(live, PdPair)
+    return live
+
+
+@pytest.fixture(params=["server", "incremental_server", "skip_tokenizer_server"])
+def any_server(request: pytest.FixtureRequest) -> Iterator[LiveServer]:
+    """Each aggregated server in turn."""
+    live = request.getfixturevalue(request.param)
+    assert isinstance(live, LiveServer)
+    yield live

@@ -1,0 +1,365 @@
+"""Real SGLang servers for the live suite: started in their own process group, stopped by it.
+
+`start_server` launches one `sglang.launch_server` on a free port (always with
+`--sleep-on-idle`, so an idle server does not busy-poll a core) and waits for
+`GET /health`; `start_pd_pair` launches a prefill and a decode server that move
+the KV cache over Mooncake's TCP transport. `LiveServer.stop` sends SIGTERM to
+the launcher (it ends its own scheduler and detokenizer), waits, then SIGKILLs
+whatever is left of its process group. `attach` wraps a server someone else
+runs: it is never stopped.
+
+The environment is the one `live/setup.sh` builds, in `$SGLANG_ENVELOPE_LIVE`
+(default ``~/.cache/sglang-envelope-live``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+PD_SHIM = HERE / "pd_shim"
+READY_TIMEOUT_S = 120.0
+PD_READY_TIMEOUT_S = 180.0
+STOP_WAIT_S = 15.0
+
+#: The launch flags every server of the suite gets (a 2-core CPU machine, the tiny model).
+COMMON_FLAGS: tuple[str, ...] = (
+    "--device", "cpu",
+    "--attention-backend", "torch_native",
+    "--sampling-backend", "pytorch",
+    "--disable-cuda-graph",
+    "--dtype", "float32",
+    "--host", "127.0.0.1",
+    "--max-total-tokens", "4096",
+    "--max-running-requests", "4",
+    "--context-length", "1024",
+    "--chunked-prefill-size", "512",
+    "--tp", "1",
+    "--sleep-on-idle",
+)  # fmt: skip
+
+#: The flags of each kind of aggregated server the suite starts.
+KIND_FLAGS: dict[str, tuple[str, ...]] = {
+    "default": (),
+    "incremental": ("--incremental-streaming-output",),
+    "skip_tokenizer": ("--skip-tokenizer-init",),
+}
+
+
+class ServerFailed(RuntimeError):
+    """A server did not start, or died: the message holds its log's tail."""
+
+
+def live_dir() -> Path:
+    """The directory `live/setup.sh` builds."""
+    default = Path.home() / ".cache" / "sglang-envelope-live"
+    return Path(os.environ.get("SGLANG_ENVELOPE_LIVE", str(default))).expanduser()
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports, held open together while chosen."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def log_tail(path: Path | None, lines: int = 40) -> str:
+    if path is None or not path.exists():
+        return "(no log)"
+    text = path.read_text(errors="replace").splitlines()
+    return "\n".join(text[-lines:])
+
+
+@dataclass
+class LiveServer:
+    """One SGLang HTTP server: ours (`process` set) or attached to (`process` None)."""
+
+    name: str
+    url: str
+    process: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+    server_info: bytes = b""
+    model_config: bytes = b""
+    command: tuple[str, ...] = field(default=(), repr=False)
+    env: dict[str, str] | None = field(default=None, repr=False)
+
+    @property
+    def owned(self) -> bool:
+        """Whether the suite runs this server (else it is attached to and never stopped)."""
+        return bool(self.command)
+
+    @property
+    def running(self) -> bool:
+        """Whether the suite's launcher process runs (False for an attached server)."""
+        return self.process is not None and self.process.poll() is None
+
+    def launch(self) -> None:
+        """Start the launcher (not waiting): its own session and process group, its log a file."""
+        assert self.log is not None and self.command, "only a server of the suite is launched"
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,  # setsid: the launcher's pid is its process group's id
+            )
+
+    def health(self, timeout: float = 5.0) -> bool:
+        """Whether `GET /health` answers 200 now."""
+        try:
+            return httpx.get(f"{self.url}/health", timeout=timeout).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def alive(self) -> bool:
+        """Whether the server's launcher still runs (ours) and it answers `/health`."""
+        if self.process is not None and self.process.poll() is not None:
+            return False
+        return self.health()
+
+    def tail(self, lines: int = 40) -> str:
+        return log_tail(self.log, lines)
+
+    def describe_death(self) -> str:
+        code = None if self.process is None else self.process.poll()
+        return f"SGLang server {self.name} at {self.url} is dead (exit {code}); log tail:\n" + (
+            self.tail()
+        )
+
+    def load_info(self) -> None:
+        """Read `/get_server_info` and the served model's config.json."""
+        self.server_info = httpx.get(f"{self.url}/get_server_info", timeout=10).content
+        model_path = json.loads(self.server_info)["model_path"]
+        self.model_config = (Path(model_path) / "config.json").read_bytes()
+
+    def stop(self) -> None:
+        """SIGTERM the launcher, wait up to STOP_WAIT_S, then SIGKILL its process group."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+        self.process = None
+
+
+def attach(name: str, url: str) -> LiveServer:
+    """A server someone else runs, at `url`; it must answer `/health`."""
+    server = LiveServer(name=name, url=url.rstrip("/"))
+    if not server.health():
+        raise ServerFailed(f"{name}: no SGLang server answers {server.url}/health")
+    server.load_info()
+    return server
+
+
+def _environment(extra_path: Sequence[Path] = ()) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("SGLANG_USE_CPU_ENGINE", None)  # its CPU kernels are not on the package index
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    if extra_path:
+        parts = [str(path) for path in extra_path]
+        if env.get("PYTHONPATH"):
+            parts.append(env["PYTHONPATH"])
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+    return env
+
+
+def launch(
+    name: str,
+    flags: Sequence[str],
+    *,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    log_dir: Path | None = None,
+    log_level: str = "warning",
+) -> LiveServer:
+    """Start a server (not waiting for it): its own session and process group, its log a file."""
+    root = live_dir()
+    python = root / "venv" / "bin" / "python"
+    if not python.exists():
+        raise ServerFailed(f"{python} is missing: run live/setup.sh first")
+    port = free_port() if port is None else port
+    logs = Path(tempfile.mkdtemp(prefix="sglang-live-")) if log_dir is None else log_dir
+    log = logs / f"{name}.log"
+    command = (
+        str(python), "-m", "sglang.launch_server",
+        "--model-path", str(root / "tiny-gpt2"),
+        *COMMON_FLAGS,
+        "--log-level", log_level,
+        "--port", str(port),
+        *flags,
+    )  # fmt: skip
+    server = LiveServer(
+        name=name,
+        url=f"http://127.0.0.1:{port}",
+        log=log,
+        command=command,
+        env=_environment() if env is None else env,
+    )
+    server.launch()
+    return server
+
+
+def wait_ready(servers: Sequence[LiveServer], timeout: float = READY_TIMEOUT_S) -> None:
+    """Wait until every server answers `/health`; stop them all and raise if one dies."""
+    deadline = time.monotonic() + timeout
+    waiting = list(servers)
+    while waiting:
+        for server in list(waiting):
+            if server.process is not None and server.process.poll() is not None:
+                message = server.describe_death()
+                for other in servers:
+                    other.stop()
+                raise ServerFailed(message)
+            if server.health(timeout=2.0):
+                waiting.remove(server)
+        if waiting and time.monotonic() > deadline:
+            names = ", ".join(server.name for server in waiting)
+            tails = "\n".join(f"--- {server.name}:\n{server.tail()}" for server in waiting)
+            for other in servers:
+                other.stop()
+            raise ServerFailed(f"not ready within {timeout:.0f} s: {names}\n{tails}")
+        if waiting:
+            time.sleep(0.5)
+    for server in servers:
+        server.load_info()
+
+
+def relaunch(live: LiveServer | PdPair) -> None:
+    """Start a stopped server (or pair) of the suite again, on the same ports, and wait for it."""
+    servers = [live.prefill, live.decode] if isinstance(live, PdPair) else [live]
+    for server in servers:
+        server.stop()
+        server.launch()
+    wait_ready(servers, timeout=PD_READY_TIMEOUT_S if isinstance(live, PdPair) else READY_TIMEOUT_S)
+
+
+def start_server(kind: str = "default", *, log_dir: Path | None = None) -> LiveServer:
+    """Start an aggregated server of `kind` (a key of KIND_FLAGS) and wait until it is ready."""
+    server = launch(kind, KIND_FLAGS[kind], log_dir=log_dir)
+    wait_ready([server])
+    return server
+
+
+@dataclass
+class PdPair:
+    """A prefill and a decode server, and the prefill's bootstrap server."""
+
+    prefill: LiveServer
+    decode: LiveServer
+    bootstrap_host: str
+    bootstrap_port: int
+
+    @property
+    def prefill_url(self) -> str:
+        return self.prefill.url
+
+    @property
+    def decode_url(self) -> str:
+        return self.decode.url
+
+    @property
+    def url(self) -> str:
+        """The decode server: where a client's answer comes from."""
+        return self.decode.url
+
+    @property
+    def server_info(self) -> bytes:
+        return self.decode.server_info
+
+    @property
+    def model_config(self) -> bytes:
+        return self.decode.model_config
+
+    def alive(self) -> bool:
+        return self.prefill.alive() and self.decode.alive()
+
+    @property
+    def running(self) -> bool:
+        return self.prefill.running and self.decode.running
+
+    def describe_death(self) -> str:
+        return "\n".join(s.describe_death() for s in (self.prefill, self.decode) if not s.alive())
+
+    def stop(self) -> None:
+        self.decode.stop()
+        self.prefill.stop()
+
+
+def pd_environment() -> dict[str, str]:
+    """The environment of both PD servers: Mooncake over TCP on loopback, the CPU shim."""
+    env = _environment([PD_SHIM, live_dir() / "mooncake"])
+    env.update(
+        SGLANG_HOST_IP="127.0.0.1",
+        HOST_IP="127.0.0.1",
+        MC_FORCE_TCP="1",
+        MOONCAKE_PROTOCOL="tcp",
+        SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX="false",
+    )
+    return env
+
+
+def start_pd_pair(*, log_dir: Path | None = None) -> PdPair:
+    """Start a prefill and a decode server (both at once) and wait until both are ready."""
+    prefill_port, decode_port, bootstrap_port = free_ports(3)
+    env = pd_environment()
+    logs = Path(tempfile.mkdtemp(prefix="sglang-live-pd-")) if log_dir is None else log_dir
+    common = (
+        "--disaggregation-transfer-backend", "mooncake_tcp",
+        "--disaggregation-bootstrap-port", str(bootstrap_port),
+    )  # fmt: skip
+    prefill = launch(
+        "prefill",
+        (*common, "--disaggregation-mode", "prefill"),
+        port=prefill_port,
+        env=env,
+        log_dir=logs,
+    )
+    decode = launch(
+        "decode",
+        (
+            *common,
+            "--disaggregation-mode", "decode",
+            # The inferred host_pool backup pins memory through CUDA.
+            "--disaggregation-decode-retraction-backup", "cpu_tensor",
+        ),
+        port=decode_port,
+        env=env,
+        log_dir=logs,
+    )  # fmt: skip
+    wait_ready([prefill, decode], timeout=PD_READY_TIMEOUT_S)
+    return PdPair(prefill, decode, "127.0.0.1", bootstrap_port)
