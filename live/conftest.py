@@ -3,7 +3,8 @@
 `server`, `incremental_server` and `skip_tokenizer_server` are aggregated SGLang
 servers (default flags, `--incremental-streaming-output`, `--skip-tokenizer-init`);
 `pd_pair` is a prefill/decode pair. `LIVE_DEFAULT_URL`, `LIVE_INCREMENTAL_URL` and
-`LIVE_SKIP_TOKENIZER_URL` name running servers to use instead of starting one.
+`LIVE_SKIP_TOKENIZER_URL` name running servers to use instead of starting one, and
+`LIVE_PD` a running pair ("PREFILL_URL DECODE_URL BOOTSTRAP_PORT").
 
 The tests run grouped by the servers they need, and a server the suite started is
 stopped as soon as no later test needs it (at the latest at the session's end), so
@@ -60,7 +61,13 @@ class Pool:
     @staticmethod
     def _start(kind: str) -> Live:
         if kind == "pd":
-            return start_pd_pair()
+            urls = os.environ.get("LIVE_PD", "").split()
+            if not urls:
+                return start_pd_pair()
+            prefill, decode, port = urls  # "PREFILL_URL DECODE_URL BOOTSTRAP_PORT"
+            return PdPair(
+                attach("prefill", prefill), attach("decode", decode), "127.0.0.1", int(port)
+            )
         variable = next(v for k, v in FIXTURES.values() if k == kind)
         url = os.environ.get(variable or "")
         return attach(kind, url) if url else start_server(kind)

@@ -11,9 +11,12 @@ its order.
 
 from __future__ import annotations
 
+import array
+import asyncio
+import base64
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,7 +88,9 @@ async def post_chunks(
 ) -> AsyncIterator[bytes]:
     """The README's `post`: the engine request's answer as it arrives."""
     headers = {"Content-Type": "application/json", "Accept": engine.accept}
-    request = http.build_request("POST", f"{url}/generate", content=engine.to_json(), headers=headers)
+    request = http.build_request(
+        "POST", f"{url}/generate", content=engine.to_json(), headers=headers
+    )
     answer = await http.send(request, stream=True)
     try:
         async for chunk in answer.aiter_bytes():
@@ -189,15 +194,116 @@ def key_order(response: dict[str, Any]) -> tuple[list[str], list[str]]:
     return list(response), list(response.get("meta_info") or {})
 
 
-def assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
-    """Equal values but the volatile ones, and equal keys in equal order at both levels."""
+def _floats(text: str) -> list[float]:
+    values = array.array("f")
+    values.frombytes(base64.b64decode(text))
+    return values.tolist()
+
+
+def differences(got: Any, want: Any, *, tolerance: float, path: str = "") -> list[str]:
+    """Where `got` differs from `want` (floats within `tolerance`, relative or absolute;
+    a Base64 float32 array is compared as its numbers)."""
+    if isinstance(want, float) and isinstance(got, float):
+        close = abs(got - want) <= tolerance * max(1.0, abs(want))
+        return [] if close else [f"{path}: {got!r} != {want!r}"]
+    if isinstance(want, dict) and isinstance(got, dict):
+        if list(got) != list(want):
+            return [f"{path}: keys {list(got)} != {list(want)}"]
+        found = []
+        for key, value in want.items():
+            mine = got[key]
+            if key.endswith("_val_flat_b64") and isinstance(value, str) and isinstance(mine, str):
+                mine, value = _floats(mine), _floats(value)
+            found += differences(mine, value, tolerance=tolerance, path=f"{path}.{key}")
+        return found
+    if isinstance(want, list) and isinstance(got, list) and len(got) == len(want):
+        found = []
+        for index, (mine, value) in enumerate(zip(got, want)):
+            found += differences(mine, value, tolerance=tolerance, path=f"{path}[{index}]")
+        return found
+    return [] if got == want and type(got) is type(want) else [f"{path}: {got!r} != {want!r}"]
+
+
+def assert_same(got: dict[str, Any], want: dict[str, Any], *, tolerance: float = 0.0) -> None:
+    """Equal values but the volatile ones (floats within `tolerance`), and equal keys in equal
+    order at both levels."""
     got, want = comparable(got), comparable(want)
-    shared = [key for key in want if key in got and key != "meta_info"]
-    assert {k: got[k] for k in shared} == {k: want[k] for k in shared}
     got_meta, want_meta = got.get("meta_info", {}), want.get("meta_info", {})
-    shared = [key for key in want_meta if key in got_meta]
-    assert {k: got_meta[k] for k in shared} == {k: want_meta[k] for k in shared}
     missing = [key for key in want_meta if key not in got_meta]
     extra = [key for key in got_meta if key not in want_meta]
     assert (missing, extra) == ([], []), "meta_info keys missing and extra"
-    assert key_order(got) == key_order(want)
+    assert key_order(got) == key_order(want), "the keys' order differs"
+    assert differences(got, want, tolerance=tolerance) == []
+
+
+@dataclass
+class PdAnswer:
+    """Both legs of a disaggregated request: the prefill leg's response, the client's answer."""
+
+    prefill: dict[str, Any]
+    decode: Answer
+    prefill_engine: EngineRequest
+    decode_engine: EngineRequest
+
+
+async def engine_response(chunks: AsyncIterator[bytes], engine: EngineRequest) -> dict[str, Any]:
+    """SGLang's final response to `engine` (aggregated when it streams), not finalized."""
+    if engine.stream:
+        return dict(await aggregate_sse_async(chunks))
+    return dict(parse_unary(await collect(chunks)))
+
+
+async def through_pd(
+    http: httpx.AsyncClient,
+    prefill_url: str,
+    decode_url: str,
+    body: bytes,
+    bootstrap: tuple[str, int],
+) -> PdAnswer:
+    """The client's answer through a prefill and a decode worker: both legs sent at once,
+    both read to the end (an unread prefill leg is aborted, and decode then waits)."""
+    request = decode_client_request(body)
+    envelope = decode_envelope(encode_envelope(to_worker_envelope(request, rid=uuid.uuid4().hex)))
+    meeting = Bootstrap(*bootstrap, room=uuid.uuid4().int >> 65)
+    legs = [
+        build_engine_request(
+            envelope, input_ids=envelope.request.input_ids, role=role, bootstrap=meeting
+        )
+        for role in (Role.PREFILL, Role.DECODE)
+    ]
+    prefill, decode = await asyncio.gather(
+        engine_response(post_chunks(http, prefill_url, legs[0]), legs[0]),
+        answer_of(
+            post_chunks(http, decode_url, legs[1]),
+            legs[1],
+            client_rid=envelope.rid,
+            client_streams=envelope.stream,
+            incremental=False,
+        ),
+    )
+    return PdAnswer(prefill, decode, *legs)
+
+
+def sender(http: httpx.AsyncClient, url: str) -> Callable[[bytes], Awaitable[int]]:
+    """`run_abort`'s `send`: POST /abort_request on `url`."""
+
+    async def send(body: bytes) -> int:
+        answer = await http.post(
+            f"{url}/abort_request", content=body, headers={"Content-Type": "application/json"}
+        )
+        return answer.status_code
+
+    return send
+
+
+async def watched(
+    chunks: AsyncIterator[bytes], first_token: asyncio.Event, finished: asyncio.Event
+) -> AsyncIterator[bytes]:
+    """The engine's chunks, setting `first_token` at the first output id and `finished` at the end."""
+    try:
+        async for chunk in chunks:
+            if b'"output_ids":[' in chunk and b'"output_ids":[]' not in chunk:
+                first_token.set()
+            yield chunk
+    finally:
+        finished.set()

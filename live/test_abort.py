@@ -9,41 +9,25 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
-
-from live.flow import Answer, answer_of, body_of, client, make_engine, post_chunks, sse_frames
+from live.flow import (
+    Answer,
+    answer_of,
+    body_of,
+    client,
+    make_engine,
+    post_chunks,
+    sender,
+    sse_frames,
+    watched,
+)
 from live.servers import LiveServer
 from sglang_envelope import AbortOutcome, EngineRequest, plan_abort, run_abort
 
 LONG = {"max_new_tokens": 900, "ignore_eos": True, "temperature": 0}
 #: How long an abort may take to end the generation, from the first abort posted.
 WITHIN_S = 3.0
-
-
-def sender(http: httpx.AsyncClient, url: str) -> Any:
-    async def send(body: bytes) -> int:
-        answer = await http.post(
-            f"{url}/abort_request", content=body, headers={"Content-Type": "application/json"}
-        )
-        return answer.status_code
-
-    return send
-
-
-async def watched(
-    chunks: AsyncIterator[bytes], first_token: asyncio.Event, finished: asyncio.Event
-) -> AsyncIterator[bytes]:
-    """The engine's chunks, setting `first_token` at the first output id and `finished` at the end."""
-    try:
-        async for chunk in chunks:
-            if b'"output_ids":[' in chunk and b'"output_ids":[]' not in chunk:
-                first_token.set()
-            yield chunk
-    finally:
-        finished.set()
 
 
 async def aborted(
@@ -64,7 +48,9 @@ async def aborted(
         assert not finished.is_set(), "the generation ended before it was aborted"
         plan = plan_abort(engine, first_token_seen=first_token.is_set())
         start = time.monotonic()
-        outcome = await run_abort(plan, sender(http, url), first_token=first_token, finished=finished)
+        outcome = await run_abort(
+            plan, sender(http, url), first_token=first_token, finished=finished
+        )
         answer = await asyncio.wait_for(answering, plan.deadline_s)
         return answer, outcome, time.monotonic() - start, engine
 

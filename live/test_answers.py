@@ -138,7 +138,9 @@ def test_streaming_client(any_server: LiveServer, name: str) -> None:
     got_frames, want_frames = got.frames(), want.frames()
     mode = incremental(any_server)
     check_case(name, final_state(want_frames, incremental=mode))
-    assert_same(final_state(got_frames, incremental=mode), final_state(want_frames, incremental=mode))
+    assert_same(
+        final_state(got_frames, incremental=mode), final_state(want_frames, incremental=mode)
+    )
     # SGLang coalesces tokens into frames as it pleases: the counts may differ, the shapes not.
     got_keys, want_keys = _keys(got_frames), _keys(want_frames)
     assert got_keys[0] == want_keys[0]
