@@ -22,17 +22,25 @@ import pytest
 
 pytest.register_assert_rewrite("live.flow")
 
-from live.servers import LiveServer, PdPair, ServerFailed, attach, start_pd_pair, start_server
+from live.servers import (  # noqa: E402 -- after the rewrite is registered
+    LiveServer,
+    PdPair,
+    ServerFailed,
+    attach,
+    start_pd_pair,
+    start_server,
+)
 
 #: fixture name -> (server kind, the environment variable naming a running one)
 FIXTURES: dict[str, tuple[str, str | None]] = {
     "server": ("default", "LIVE_DEFAULT_URL"),
     "incremental_server": ("incremental", "LIVE_INCREMENTAL_URL"),
     "skip_tokenizer_server": ("skip_tokenizer", "LIVE_SKIP_TOKENIZER_URL"),
+    "release_server": ("sglang_0_5_22", "LIVE_0_5_22_URL"),
     "pd_pair": ("pd", None),
 }
 #: The order the groups of tests run in (a test runs with the latest of its kinds).
-KIND_ORDER = ("default", "incremental", "skip_tokenizer", "pd")
+KIND_ORDER = ("default", "incremental", "skip_tokenizer", "sglang_0_5_22", "pd")
 #: The parametrized fixture a test uses to run on each aggregated server.
 ANY_SERVER = "any_server"
 
@@ -159,6 +167,14 @@ def incremental_server() -> LiveServer:
 def skip_tokenizer_server() -> LiveServer:
     """An aggregated server started with `--skip-tokenizer-init` (no `text` in answers)."""
     live = _POOL.get("skip_tokenizer")
+    assert isinstance(live, LiveServer)
+    return live
+
+
+@pytest.fixture
+def release_server() -> LiveServer:
+    """An aggregated server running SGLang 0.5.22's code (on 0.5.23's dependencies)."""
+    live = _POOL.get("sglang_0_5_22")
     assert isinstance(live, LiveServer)
     return live
 

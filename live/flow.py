@@ -26,6 +26,7 @@ from sglang_envelope import (
     Bootstrap,
     EngineRequest,
     Role,
+    Target,
     aggregate_sse_async,
     build_engine_request,
     decode_client_request,
@@ -50,6 +51,7 @@ DELTA_META = (
     "output_token_entropy",
 )
 TIMEOUT = httpx.Timeout(120.0, connect=10.0)
+DEFAULT_TARGET = Target()
 
 
 @dataclass
@@ -104,12 +106,17 @@ async def collect(chunks: AsyncIterator[bytes]) -> bytes:
 
 
 def make_engine(
-    body: bytes, *, role: Role = Role.AGGREGATED, bootstrap: Bootstrap | None = None
+    body: bytes,
+    *,
+    role: Role = Role.AGGREGATED,
+    bootstrap: Bootstrap | None = None,
+    target: Target = DEFAULT_TARGET,
 ) -> tuple[str, EngineRequest, bool]:
     """The client's body as the worker's engine request: (client rid, request, client streams)."""
-    request = decode_client_request(body)
+    request = decode_client_request(body, target=target)
     envelope = to_worker_envelope(request, rid=request.rid or uuid.uuid4().hex)
-    envelope = decode_envelope(encode_envelope(envelope))  # the worker's side of the wire
+    wire = encode_envelope(envelope)
+    envelope = decode_envelope(wire, target=target)  # the worker's side of the wire
     engine = build_engine_request(
         envelope, input_ids=envelope.request.input_ids, role=role, bootstrap=bootstrap
     )
@@ -137,10 +144,15 @@ async def answer_of(
 
 
 async def through_library(
-    http: httpx.AsyncClient, url: str, body: bytes, *, incremental: bool = False
+    http: httpx.AsyncClient,
+    url: str,
+    body: bytes,
+    *,
+    incremental: bool = False,
+    target: Target = DEFAULT_TARGET,
 ) -> Answer:
     """The client's answer through the README's frontend and an aggregated worker."""
-    rid, engine, streams = make_engine(body)
+    rid, engine, streams = make_engine(body, target=target)
     chunks = post_chunks(http, url, engine)
     return await answer_of(
         chunks, engine, client_rid=rid, client_streams=streams, incremental=incremental
@@ -164,7 +176,7 @@ def final_state(frames: list[dict[str, Any]], *, incremental: bool) -> dict[str,
     assert frames, "a stream without frames"
     if not incremental:
         return frames[-1]
-    last = json.loads(json.dumps(frames[-1]))
+    last: dict[str, Any] = json.loads(json.dumps(frames[-1]))
     if "text" in last:
         last["text"] = "".join(frame.get("text", "") for frame in frames)
     last["output_ids"] = [i for frame in frames for i in frame.get("output_ids", [])]
@@ -218,7 +230,7 @@ def differences(got: Any, want: Any, *, tolerance: float, path: str = "") -> lis
         return found
     if isinstance(want, list) and isinstance(got, list) and len(got) == len(want):
         found = []
-        for index, (mine, value) in enumerate(zip(got, want)):
+        for index, (mine, value) in enumerate(zip(got, want, strict=True)):
             found += differences(mine, value, tolerance=tolerance, path=f"{path}[{index}]")
         return found
     return [] if got == want and type(got) is type(want) else [f"{path}: {got!r} != {want!r}"]
@@ -299,7 +311,7 @@ def sender(http: httpx.AsyncClient, url: str) -> Callable[[bytes], Awaitable[int
 async def watched(
     chunks: AsyncIterator[bytes], first_token: asyncio.Event, finished: asyncio.Event
 ) -> AsyncIterator[bytes]:
-    """The engine's chunks, setting `first_token` at the first output id and `finished` at the end."""
+    """The engine's chunks; `first_token` is set at the first output id, `finished` at the end."""
     try:
         async for chunk in chunks:
             if b'"output_ids":[' in chunk and b'"output_ids":[]' not in chunk:

@@ -14,6 +14,7 @@ The environment is the one `live/setup.sh` builds, in `$SGLANG_ENVELOPE_LIVE`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -54,7 +55,11 @@ KIND_FLAGS: dict[str, tuple[str, ...]] = {
     "default": (),
     "incremental": ("--incremental-streaming-output",),
     "skip_tokenizer": ("--skip-tokenizer-init",),
+    "sglang_0_5_22": (),
 }
+#: Directories of the live environment put first on a kind's PYTHONPATH: SGLang 0.5.22's
+#: code (`pip install --no-deps --target`) runs on 0.5.23's dependencies.
+KIND_PATH: dict[str, tuple[str, ...]] = {"sglang_0_5_22": ("sglang-0.5.22",)}
 
 
 class ServerFailed(RuntimeError):
@@ -131,17 +136,26 @@ class LiveServer:
             )
 
     def health(self, timeout: float = 5.0) -> bool:
-        """Whether `GET /health` answers 200 now."""
+        """Whether `GET /health` answers 200 now (SGLang generates a token for it)."""
         try:
             return httpx.get(f"{self.url}/health", timeout=timeout).status_code == 200
         except httpx.HTTPError:
             return False
 
     def alive(self) -> bool:
-        """Whether the server's launcher still runs (ours) and it answers `/health`."""
+        """Whether the server's launcher still runs (ours) and its HTTP server answers.
+
+        Cheap (`GET /get_model_info`): SGLang's `/health` generates a token and takes
+        about a second on an idle `--sleep-on-idle` server. When a scheduler dies, SGLang
+        ends all its processes, the launcher included.
+        """
         if self.process is not None and self.process.poll() is not None:
             return False
-        return self.health()
+        try:
+            answer = httpx.get(f"{self.url}/get_model_info", timeout=5.0)
+        except httpx.HTTPError:
+            return False
+        return answer.status_code == 200
 
     def tail(self, lines: int = 40) -> str:
         return log_tail(self.log, lines)
@@ -165,14 +179,10 @@ class LiveServer:
             return
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(STOP_WAIT_S)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
+        with contextlib.suppress(ProcessLookupError):  # the group is gone already
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         process.wait()
         self.process = None
 
@@ -270,7 +280,8 @@ def relaunch(live: LiveServer | PdPair) -> None:
 
 def start_server(kind: str = "default", *, log_dir: Path | None = None) -> LiveServer:
     """Start an aggregated server of `kind` (a key of KIND_FLAGS) and wait until it is ready."""
-    server = launch(kind, KIND_FLAGS[kind], log_dir=log_dir)
+    path = [live_dir() / name for name in KIND_PATH.get(kind, ())]
+    server = launch(kind, KIND_FLAGS[kind], env=_environment(path), log_dir=log_dir)
     wait_ready([server])
     return server
 

@@ -1,0 +1,24 @@
+"""The short live fuzz: 200 bodies the library accepts, each answered, the server alive after.
+
+`python live/fuzz.py --count 10000` is the long run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from live.fuzz import fuzz
+from live.servers import LiveServer
+
+COUNT = int(os.environ.get("LIVE_FUZZ_COUNT", "200"))
+
+
+def test_every_accepted_body_is_answered_and_the_server_lives(server: LiveServer) -> None:
+    tally = fuzz(server, COUNT, seed_value=int(os.environ.get("LIVE_FUZZ_SEED", "0")) or None)
+    crashes = "\n\n".join(f"{json.dumps(c.body)}\n{c.log_tail}" for c in tally.crashes)
+    assert not tally.crashes, f"{tally.summary()}\n{crashes}"
+    assert not tally.errors, f"bodies without an answer: {dict(tally.errors)}"
+    assert tally.sent + tally.refused_by_library == COUNT
+    assert sum(tally.statuses.values()) == tally.sent
+    assert server.alive()
