@@ -7,7 +7,8 @@ then taken through `decode_client_request`, `to_worker_envelope` and
 `build_engine_request`; what the library builds is posted. Every body must get
 an answer (any status) and the server must stay alive.
 
-    python live/fuzz.py --count 10000 [--url URL] [--seed N] [--crashes FILE]
+    python live/fuzz.py --count 10000 [--url URL | --kind KIND] [--concurrency N] [--seed N]
+                        [--refusals] [--crashes FILE]
 
 Without `--url` it starts its own default server (and starts it again after a
 crash). It prints one line: bodies sent, statuses seen, crashes.
@@ -19,9 +20,11 @@ import argparse
 import json
 import re
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +36,7 @@ import httpx
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from live.servers import LiveServer, attach, relaunch, start_server
+from live.servers import KIND_FLAGS, LiveServer, attach, relaunch, start_server
 from sglang_envelope import (
     EnvelopeError,
     Role,
@@ -49,6 +52,7 @@ MAX_NEW_TOKENS = 8
 #: bodies in five drop them, so that the rest reach the scheduler.
 DEPLOYMENT_REFUSED = ("lora_path", "return_hidden_states", "session_params")
 TIMEOUT = httpx.Timeout(120.0, connect=10.0)
+_COUNTING = threading.Lock()  # the threads of a batch count into one tally
 
 
 def _in_vocab(token: int) -> int:
@@ -72,6 +76,48 @@ def _small_sampling(draw: st.DrawFn, sampling: dict[str, Any]) -> dict[str, Any]
     return sampling
 
 
+_floats = st.floats(allow_nan=False, allow_infinity=False, width=32)
+_short = st.text(min_size=1, max_size=6)
+#: Fields `client_requests` never draws, all of which the library accepts (SGLang may not).
+MORE_SAMPLING = {
+    "min_p": st.floats(0, 1),
+    "frequency_penalty": st.floats(-2, 2),
+    "presence_penalty": st.floats(-2, 2),
+    "repetition_penalty": st.floats(0, 2),
+    "json_schema": st.sampled_from(['{"type": "object"}', '{"type": "string"}', "{", "[]"]),
+    "regex": st.sampled_from(["[a-z]+", "(", "\\d{2}", ""]),
+    "ebnf": st.sampled_from(['root ::= "a"+', "root ::=", "x"]),
+    "structural_tag": st.sampled_from(["{}", "x"]),
+    "stop_regex": st.sampled_from(["a", "(", ["b", "c"]]),
+    "no_stop_trim": st.booleans(),
+    "spaces_between_special_tokens": st.booleans(),
+    "stream_interval": st.none() | st.integers(0, 5),
+    "ebnf_full_assistant": st.booleans(),
+    "choice": st.lists(_short, max_size=3),
+    "temperature": st.just(0) | _floats.filter(lambda x: 0 <= x <= 2),
+}
+MORE_FIELDS = {
+    "return_sampling_mask": st.booleans(),
+    "sampling_logprobs_mode": st.sampled_from(["selected", "support"]),
+    "return_entropy": st.booleans(),
+    "return_prompt_token_ids": st.booleans(),
+    "return_indexer_topk": st.booleans(),
+    "conversation_id": _short,
+    "require_reasoning": st.booleans(),
+    "max_thinking_tokens": st.integers(0, 8),
+    "cache_salt": _short,
+    "no_logs": st.booleans(),
+    "custom_logit_processor": _short,
+    "multi_item_delimiter_indices": st.lists(st.integers(0, 10), max_size=3),
+    "token_indices_to_pool": st.lists(st.integers(0, 10), max_size=3),
+}
+
+
+def _some(draw: st.DrawFn, fields: dict[str, Any]) -> dict[str, Any]:
+    keys = draw(st.lists(st.sampled_from(sorted(fields)), max_size=3, unique=True))
+    return {key: draw(fields[key]) for key in keys}
+
+
 @st.composite
 def live_requests(draw: st.DrawFn) -> dict[str, Any]:
     """A body every rule accepts, inside the tiny model's vocabulary and context."""
@@ -88,13 +134,18 @@ def live_requests(draw: st.DrawFn) -> dict[str, Any]:
         body["sampling_params"] = _small_sampling(draw, body["sampling_params"])
     else:  # SGLang's default is 128 new tokens
         body["sampling_params"] = {"max_new_tokens": draw(st.integers(0, MAX_NEW_TOKENS))}
+    if draw(st.booleans()):
+        body["sampling_params"].update(_some(draw, MORE_SAMPLING))
+        body.update(_some(draw, MORE_FIELDS))
     return body
 
 
 @dataclass
 class Crash:
-    body: dict[str, Any]
-    engine_body: str
+    """The bodies in flight when the server died (one, unless sent concurrently)."""
+
+    bodies: list[dict[str, Any]]
+    engine_bodies: list[str]
     log_tail: str
 
 
@@ -126,62 +177,98 @@ def engine_body(body: dict[str, Any]) -> bytes | None:
     return engine.to_json()
 
 
-def refusal(data: bytes) -> str:
-    """The words of SGLang's refusal in an answer's body (an error body or error frame), digits
-    and quoted values dropped so that one kind of refusal reads the same each time."""
-    start = data.find(b'{"error"')
-    if start < 0:
-        start = data.find(b'{"object":"error"')
-    if start < 0:
-        return ""
-    end = data.find(b"\n", start)
-    try:
-        error = json.loads(data[start : len(data) if end < 0 else end])
-    except ValueError:
-        return "(unreadable)"
-    inner = error.get("error", error)
-    message = str(inner.get("message", inner) if isinstance(inner, dict) else inner)
-    message = re.sub(r"session id .* does not exist", "session id _ does not exist", message)
+def _words(message: str) -> str:
+    """A refusal's words without its values: one kind of refusal reads the same each time."""
+    message = re.sub(
+        r"session id .* does not exist", "session id _ does not exist", message, flags=re.S
+    )
     return re.sub(r"'[^']*'|\d+(\.\d+)?", "_", message)[:110]
 
 
+def _last_frame(data: bytes) -> Any:
+    events = [e for e in data.split(b"\n\n") if e.startswith(b"data: {")]
+    return json.loads(events[-1][len(b"data: ") :]) if events else None
+
+
+def verdict(content_type: str, data: bytes) -> tuple[str, str]:
+    """What an answer is (`json`, `sse`, `sse-error`: an error frame, `sse-abort`: a frame that
+    ends with SGLang's abort finish reason), and the words of its refusal, if any."""
+    streamed = content_type.startswith("text/event-stream")
+    try:
+        answer = _last_frame(data) if streamed else json.loads(data)
+    except ValueError:
+        return ("sse" if streamed else "json"), "(unreadable)"
+    kind = "sse" if streamed else "json"
+    if isinstance(answer, list):  # n > 1
+        answer = answer[-1]
+    if not isinstance(answer, dict):
+        return kind, ""
+    error = answer.get("error")
+    if isinstance(error, dict):
+        return kind + ("-error" if streamed else ""), _words(str(error.get("message")))
+    if answer.get("object") == "error" or error is not None:
+        return kind, _words(str(answer.get("message", error)))
+    reason = (answer.get("meta_info") or {}).get("finish_reason") or {}
+    if isinstance(reason, dict) and reason.get("type") == "abort":
+        return kind + "-abort", _words(str(reason.get("message")))
+    return kind, ""
+
+
 def post(http: httpx.Client, url: str, body: bytes) -> tuple[str, str]:
-    """The answer's status (`/sse`, `/sse-error` for a stream, with an error frame), and its
-    refusal's words."""
+    """The answer's status and kind (`verdict`), and its refusal's words."""
     headers = {"Content-Type": "application/json"}
     with http.stream("POST", f"{url}/generate", content=body, headers=headers) as answer:
         data = answer.read()
-    status = str(answer.status_code)
-    if answer.headers.get("content-type", "").startswith("text/event-stream"):
-        status += "/sse-error" if b'data: {"error"' in data else "/sse"
-    return status, refusal(data)
+    kind, words = verdict(answer.headers.get("content-type", ""), data)
+    return f"{answer.status_code}/{kind}", words
 
 
-def send_one(http: httpx.Client, server: LiveServer, body: dict[str, Any], tally: Tally) -> bool:
-    """Send one body; False when the server died of it (recorded in `tally`)."""
-    wire = engine_body(body)
-    if wire is None:
-        tally.refused_by_library += 1
-        return True
-    tally.sent += 1
+def send(http: httpx.Client, url: str, wire: bytes, tally: Tally) -> None:
     try:
-        status, words = post(http, server.url, wire)
+        status, words = post(http, url, wire)
+    except httpx.HTTPError as error:
+        with _COUNTING:
+            tally.errors[type(error).__name__] += 1
+        return
+    with _COUNTING:
         tally.statuses[status] += 1
         if words:
             tally.refusals[f"{status}: {words}"] += 1
-    except httpx.HTTPError as error:
-        tally.errors[type(error).__name__] += 1
+
+
+def send_batch(
+    http: httpx.Client, server: LiveServer, bodies: list[dict[str, Any]], tally: Tally
+) -> bool:
+    """Send the bodies at once (SGLang batches them together); False when the server died
+    (recorded in `tally`)."""
+    wires = [engine_body(body) for body in bodies]
+    sent = [(body, wire) for body, wire in zip(bodies, wires, strict=True) if wire is not None]
+    tally.refused_by_library += len(bodies) - len(sent)
+    tally.sent += len(sent)
+    with ThreadPoolExecutor(max(1, len(sent))) as pool:
+        for _ in pool.map(lambda wire: send(http, server.url, wire, tally), [w for _, w in sent]):
+            pass
     if server.alive():
         return True
     time.sleep(1.0)  # let the dying processes write their tracebacks
-    tally.crashes.append(Crash(body, wire.decode(), server.tail(60)))
+    crash = Crash([b for b, _ in sent], [w.decode() for _, w in sent], server.tail(60))
+    tally.crashes.append(crash)
     return False
 
 
-def fuzz(server: LiveServer, count: int, *, seed_value: int | None = None) -> Tally:
-    """Send `count` drawn bodies to `server`; after a crash, start it again if it is ours."""
+def fuzz(
+    server: LiveServer, count: int, *, seed_value: int | None = None, concurrency: int = 1
+) -> Tally:
+    """Send `count` drawn bodies to `server`, `concurrency` at a time; after a crash, start the
+    server again if it is ours."""
     tally = Tally()
-    http = httpx.Client(timeout=TIMEOUT)
+    http = httpx.Client(timeout=TIMEOUT, limits=httpx.Limits(max_connections=concurrency + 2))
+    pending: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if pending and not send_batch(http, server, pending, tally) and server.owned:
+            relaunch(server)
+        pending.clear()
 
     @settings(
         max_examples=count,
@@ -194,11 +281,17 @@ def fuzz(server: LiveServer, count: int, *, seed_value: int | None = None) -> Ta
     def one(body: dict[str, Any]) -> None:
         if tally.crashes and not server.owned and not server.alive():
             return  # someone else's server, dead: nothing more to learn
-        if not send_one(http, server, body, tally) and server.owned:
-            relaunch(server)
+        if any(body.get("rid") == other.get("rid") for other in pending if "rid" in body):
+            # SGLang refuses a rid already in flight ("Duplicate request ID detected"), and an
+            # abort of one aborts every rid it is a prefix of: one batch, distinct rids.
+            body = {**body, "rid": uuid.uuid4().hex}
+        pending.append(body)
+        if len(pending) >= concurrency:
+            flush()
 
     try:
         (one if seed_value is None else seed(seed_value)(one))()
+        flush()
     finally:
         http.close()
     return tally
@@ -209,12 +302,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=10_000)
     parser.add_argument("--url", help="a running server (default: start one)")
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--concurrency", type=int, default=1, help="bodies sent at once")
+    parser.add_argument("--kind", default="default", choices=sorted(KIND_FLAGS))
     parser.add_argument("--refusals", action="store_true", help="list SGLang's refusals")
     parser.add_argument("--crashes", type=Path, help="write the crashing bodies here (JSON)")
     args = parser.parse_args(argv)
-    server = attach("fuzz", args.url) if args.url else start_server("default")
+    server = attach("fuzz", args.url) if args.url else start_server(args.kind)
     try:
-        tally = fuzz(server, args.count, seed_value=args.seed)
+        tally = fuzz(server, args.count, seed_value=args.seed, concurrency=args.concurrency)
     finally:
         server.stop()
     print(tally.summary())
@@ -224,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.crashes is not None:
         args.crashes.write_text(json.dumps([vars(crash) for crash in tally.crashes], indent=1))
     for crash in tally.crashes:
-        print(f"crash: {json.dumps(crash.body)}\n{crash.log_tail}\n", file=sys.stderr)
+        print(f"crash: {json.dumps(crash.bodies)}\n{crash.log_tail}\n", file=sys.stderr)
     return 1 if tally.crashes else 0
 
 

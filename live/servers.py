@@ -145,14 +145,14 @@ class LiveServer:
     def alive(self) -> bool:
         """Whether the server's launcher still runs (ours) and its HTTP server answers.
 
-        Cheap (`GET /get_model_info`): SGLang's `/health` generates a token and takes
+        Cheap (`GET /model_info`): SGLang's `/health` generates a token and takes
         about a second on an idle `--sleep-on-idle` server. When a scheduler dies, SGLang
         ends all its processes, the launcher included.
         """
         if self.process is not None and self.process.poll() is not None:
             return False
         try:
-            answer = httpx.get(f"{self.url}/get_model_info", timeout=5.0)
+            answer = httpx.get(f"{self.url}/model_info", timeout=5.0)
         except httpx.HTTPError:
             return False
         return answer.status_code == 200

@@ -12,11 +12,14 @@ from live.fuzz import fuzz
 from live.servers import LiveServer
 
 COUNT = int(os.environ.get("LIVE_FUZZ_COUNT", "200"))
+#: Bodies sent at once: the server's `--max-running-requests`, so that SGLang batches them.
+CONCURRENCY = 4
 
 
 def test_every_accepted_body_is_answered_and_the_server_lives(server: LiveServer) -> None:
-    tally = fuzz(server, COUNT, seed_value=int(os.environ.get("LIVE_FUZZ_SEED", "0")) or None)
-    crashes = "\n\n".join(f"{json.dumps(c.body)}\n{c.log_tail}" for c in tally.crashes)
+    seed = int(os.environ.get("LIVE_FUZZ_SEED", "0")) or None
+    tally = fuzz(server, COUNT, seed_value=seed, concurrency=CONCURRENCY)
+    crashes = "\n\n".join(f"{json.dumps(c.bodies)}\n{c.log_tail}" for c in tally.crashes)
     assert not tally.crashes, f"{tally.summary()}\n{crashes}"
     assert not tally.errors, f"bodies without an answer: {dict(tally.errors)}"
     assert tally.sent + tally.refused_by_library == COUNT

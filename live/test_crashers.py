@@ -1,0 +1,59 @@
+"""Bodies that kill a live SGLang 0.5.23 server: the library must refuse each before dispatch.
+
+Each was seen to end every SGLang process on the tiny model (vocabulary 320, CPU),
+found by hand or by `live/fuzz.py` and minimised. None is sent here: a refused body
+never reaches the engine, and an accepted one would kill the suite's server.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from sglang_envelope import (
+    RequestRejected,
+    Role,
+    build_engine_request,
+    decode_client_request,
+    to_worker_envelope,
+)
+
+#: name -> (the body, what the server's log said as it died)
+CRASHERS: dict[str, tuple[dict[str, Any], str]] = {
+    "input_id_beyond_the_vocabulary": (
+        {"input_ids": [1, 999], "sampling_params": {"max_new_tokens": 2}},
+        "IndexError: index out of range in self (the embedding)",
+    ),
+    "logprob_start_len_below_minus_one": (
+        {"input_ids": [5, 6, 7], "return_logprob": True, "logprob_start_len": -2},
+        "AssertionError in the scheduler",
+    ),
+    "repetition_penalty_overflowing_float32": (
+        # logits / 1e-50 overflow float32: with top_k or top_p the sampler's
+        # torch.multinomial sees inf/nan; greedy (temperature 0) and plain sampling survive.
+        {
+            "input_ids": [250, 275],
+            "sampling_params": {"max_new_tokens": 64, "repetition_penalty": 1e-50, "top_k": 89},
+        },
+        "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
+    ),
+}
+
+
+def build(body: dict[str, Any]) -> None:
+    request = decode_client_request(json.dumps(body).encode())
+    envelope = to_worker_envelope(request, rid=uuid.uuid4().hex)
+    build_engine_request(envelope, input_ids=request.input_ids, role=Role.AGGREGATED)
+
+
+@pytest.mark.parametrize("name", list(CRASHERS))
+def test_a_body_that_kills_sglang_is_refused_before_dispatch(name: str) -> None:
+    body, death = CRASHERS[name]
+    try:
+        build(body)
+    except RequestRejected:
+        return
+    pytest.fail(f"the library accepts a body that kills SGLang ({death}): {json.dumps(body)}")
