@@ -1,10 +1,11 @@
 """The live suite's servers, as session fixtures started only when a test needs them.
 
 `server`, `incremental_server` and `skip_tokenizer_server` are aggregated SGLang
-servers (default flags, `--incremental-streaming-output`, `--skip-tokenizer-init`);
-`pd_pair` is a prefill/decode pair. `LIVE_DEFAULT_URL`, `LIVE_INCREMENTAL_URL` and
-`LIVE_SKIP_TOKENIZER_URL` name running servers to use instead of starting one, and
-`LIVE_PD` a running pair ("PREFILL_URL DECODE_URL BOOTSTRAP_PORT").
+servers (default flags, `--incremental-streaming-output`, `--skip-tokenizer-init`),
+`release_server` one running SGLang 0.5.22's code, `pd_pair` a prefill/decode pair.
+`LIVE_DEFAULT_URL`, `LIVE_INCREMENTAL_URL`, `LIVE_SKIP_TOKENIZER_URL` and
+`LIVE_0_5_22_URL` name running servers to use instead of starting one, and `LIVE_PD`
+a running pair ("PREFILL_URL DECODE_URL BOOTSTRAP_PORT").
 
 The tests run grouped by the servers they need, and a server the suite started is
 stopped as soon as no later test needs it (at the latest at the session's end), so
@@ -27,6 +28,7 @@ from live.servers import (  # noqa: E402 -- after the rewrite is registered
     PdPair,
     ServerFailed,
     attach,
+    relaunch,
     start_pd_pair,
     start_server,
 )
@@ -48,23 +50,31 @@ Live = LiveServer | PdPair
 
 
 class Pool:
-    """The servers of one session, started on demand, each stopped when no test needs it."""
+    """The servers of one session, started on demand, each stopped when no test needs it.
+
+    A server's handle stays the same for the whole session: stopped, it is started again
+    on the same ports when a test needs it.
+    """
 
     def __init__(self) -> None:
-        self.running: dict[str, Live] = {}
+        self.handles: dict[str, Live] = {}
         self.last_use: dict[str, int] = {}
         self.failed: dict[str, str] = {}
 
     def get(self, kind: str) -> Live:
+        """The running server of `kind`, started (or started again) if need be."""
         if kind in self.failed:  # fail every test that needs it, not only the first
             pytest.fail(self.failed[kind], pytrace=False)
-        if kind not in self.running:
-            try:
-                self.running[kind] = self._start(kind)
-            except ServerFailed as error:
-                self.failed[kind] = f"cannot start the {kind} server: {error}"
-                pytest.fail(self.failed[kind], pytrace=False)
-        return self.running[kind]
+        try:
+            live = self.handles.get(kind)
+            if live is None:
+                live = self.handles[kind] = self._start(kind)
+            elif live.owned and not live.running:
+                relaunch(live)
+        except ServerFailed as error:
+            self.failed[kind] = f"cannot start the {kind} server: {error}"
+            pytest.fail(self.failed[kind], pytrace=False)
+        return live
 
     @staticmethod
     def _start(kind: str) -> Live:
@@ -80,19 +90,18 @@ class Pool:
         url = os.environ.get(variable or "")
         return attach(kind, url) if url else start_server(kind)
 
-    def restart(self, kind: str) -> None:
-        """Stop a dead server; the next test that needs it starts it again."""
-        self.running.pop(kind).stop()
+    def running(self, kind: str) -> Live | None:
+        live = self.handles.get(kind)
+        return live if live is not None and (live.running or not live.owned) else None
 
     def release_after(self, index: int) -> None:
         """Stop the servers no test after the `index`-th needs."""
-        for kind in list(self.running):
+        for kind, live in self.handles.items():
             if self.last_use.get(kind, -1) <= index:
-                self.running.pop(kind).stop()
+                live.stop()
 
     def stop_all(self) -> None:
-        while self.running:
-            _, live = self.running.popitem()
+        for live in self.handles.values():
             live.stop()
 
 
@@ -109,6 +118,7 @@ def kinds_of(item: pytest.Item) -> tuple[str, ...]:
     return tuple(sorted(set(kinds), key=KIND_ORDER.index))
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own grouping by session parameters
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Group the tests by the last server kind they need; note each kind's last user."""
 
@@ -127,14 +137,15 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
     """Fail the test whose servers are dead after it ran."""
     result = yield
     dead = [
-        (kind, live)
+        live
         for kind in kinds_of(item)
-        if (live := _POOL.running.get(kind)) is not None and not live.alive()
+        if (live := _POOL.running(kind)) is not None and not live.alive()
     ]
-    for kind, _ in dead:
-        _POOL.restart(kind)
     if dead:
-        pytest.fail("\n".join(live.describe_death() for _, live in dead), pytrace=False)
+        message = "\n".join(live.describe_death() for live in dead)
+        for live in dead:
+            live.stop()  # the next test that needs it starts it again
+        pytest.fail(message, pytrace=False)
     return result
 
 
@@ -147,7 +158,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     _POOL.stop_all()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def server() -> LiveServer:
     """The default aggregated server (cumulative streams)."""
     live = _POOL.get("default")
@@ -155,7 +166,7 @@ def server() -> LiveServer:
     return live
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def incremental_server() -> LiveServer:
     """An aggregated server started with `--incremental-streaming-output`."""
     live = _POOL.get("incremental")
@@ -163,7 +174,7 @@ def incremental_server() -> LiveServer:
     return live
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def skip_tokenizer_server() -> LiveServer:
     """An aggregated server started with `--skip-tokenizer-init` (no `text` in answers)."""
     live = _POOL.get("skip_tokenizer")
@@ -171,7 +182,7 @@ def skip_tokenizer_server() -> LiveServer:
     return live
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def release_server() -> LiveServer:
     """An aggregated server running SGLang 0.5.22's code (on 0.5.23's dependencies)."""
     live = _POOL.get("sglang_0_5_22")
@@ -179,7 +190,7 @@ def release_server() -> LiveServer:
     return live
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def pd_pair() -> PdPair:
     """A prefill/decode pair (Mooncake over TCP)."""
     live = _POOL.get("pd")
@@ -187,7 +198,14 @@ def pd_pair() -> PdPair:
     return live
 
 
-@pytest.fixture(params=["server", "incremental_server", "skip_tokenizer_server"])
+@pytest.fixture(autouse=True)
+def _servers_running(request: pytest.FixtureRequest) -> None:
+    """Start again, before a test, a server of the session that was stopped after another."""
+    for kind in kinds_of(request.node):
+        _POOL.get(kind)
+
+
+@pytest.fixture(scope="session", params=["server", "incremental_server", "skip_tokenizer_server"])
 def any_server(request: pytest.FixtureRequest) -> Iterator[LiveServer]:
     """Each aggregated server in turn."""
     live = request.getfixturevalue(request.param)

@@ -15,6 +15,7 @@ The environment is the one `live/setup.sh` builds, in `$SGLANG_ENVELOPE_LIVE`
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -33,6 +34,7 @@ PD_SHIM = HERE / "pd_shim"
 READY_TIMEOUT_S = 120.0
 PD_READY_TIMEOUT_S = 180.0
 STOP_WAIT_S = 15.0
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 #: The launch flags every server of the suite gets (a 2-core CPU machine, the tiny model).
 COMMON_FLAGS: tuple[str, ...] = (
@@ -133,6 +135,7 @@ class LiveServer:
                 stderr=subprocess.STDOUT,
                 env=self.env,
                 start_new_session=True,  # setsid: the launcher's pid is its process group's id
+                preexec_fn=_end_with_parent,
             )
 
     def health(self, timeout: float = 5.0) -> bool:
@@ -185,6 +188,13 @@ class LiveServer:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         self.process = None
+
+
+def _end_with_parent() -> None:
+    """In the launcher, before SGLang runs: SIGTERM when the suite's process dies (Linux), so
+    that a killed test run does not leave its servers running."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def attach(name: str, url: str) -> LiveServer:
@@ -322,6 +332,10 @@ class PdPair:
     @property
     def running(self) -> bool:
         return self.prefill.running and self.decode.running
+
+    @property
+    def owned(self) -> bool:
+        return self.prefill.owned
 
     def describe_death(self) -> str:
         return "\n".join(s.describe_death() for s in (self.prefill, self.decode) if not s.alive())
