@@ -35,6 +35,7 @@ READY_TIMEOUT_S = 120.0
 PD_READY_TIMEOUT_S = 180.0
 STOP_WAIT_S = 15.0
 PR_SET_PDEATHSIG = 1  # prctl(2)
+PD_LONE_LEG_TIMEOUT_S = 60
 
 #: The launch flags every server of the suite gets (a 2-core CPU machine, the tiny model).
 COMMON_FLAGS: tuple[str, ...] = (
@@ -345,10 +346,13 @@ class PdPair:
         self.prefill.stop()
 
 
-def pd_environment() -> dict[str, str]:
-    """The environment of both PD servers: Mooncake over TCP on loopback, the CPU shim."""
+def pd_environment(lone_leg_timeout_s: int = PD_LONE_LEG_TIMEOUT_S) -> dict[str, str]:
+    """The environment of both PD servers: Mooncake over TCP on loopback, the CPU shim, and
+    how long a leg waits for its other half (SGLang's default: 300 s)."""
     env = _environment([PD_SHIM, live_dir() / "mooncake"])
     env.update(
+        SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=str(lone_leg_timeout_s),
+        SGLANG_DISAGGREGATION_WAITING_TIMEOUT=str(lone_leg_timeout_s),
         SGLANG_HOST_IP="127.0.0.1",
         HOST_IP="127.0.0.1",
         MC_FORCE_TCP="1",
@@ -358,10 +362,12 @@ def pd_environment() -> dict[str, str]:
     return env
 
 
-def start_pd_pair(*, log_dir: Path | None = None) -> PdPair:
+def start_pd_pair(
+    *, log_dir: Path | None = None, lone_leg_timeout_s: int = PD_LONE_LEG_TIMEOUT_S
+) -> PdPair:
     """Start a prefill and a decode server (both at once) and wait until both are ready."""
     prefill_port, decode_port, bootstrap_port = free_ports(3)
-    env = pd_environment()
+    env = pd_environment(lone_leg_timeout_s)
     logs = Path(tempfile.mkdtemp(prefix="sglang-live-pd-")) if log_dir is None else log_dir
     common = (
         "--disaggregation-transfer-backend", "mooncake_tcp",

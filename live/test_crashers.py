@@ -40,6 +40,24 @@ CRASHERS: dict[str, tuple[dict[str, Any], str]] = {
         },
         "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
     ),
+    # A prefill-only request (max_new_tokens 0) reads the logprobs at token_indices_to_pool
+    # (logits_processor.compute_logprobs_at_positions), unchecked.
+    "token_indices_to_pool_empty": (
+        {
+            "input_ids": [5, 6, 7],
+            "token_indices_to_pool": [],
+            "sampling_params": {"max_new_tokens": 0},
+        },
+        "ValueError: torch.cat(): expected a non-empty list of Tensors",
+    ),
+    "token_indices_to_pool_beyond_the_prompt": (
+        {
+            "input_ids": [5, 6, 7],
+            "token_indices_to_pool": [3],
+            "sampling_params": {"max_new_tokens": 0},
+        },
+        "IndexError: index 3 is out of bounds for dimension 0 with size 3",
+    ),
 }
 
 
