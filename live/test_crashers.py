@@ -40,6 +40,27 @@ CRASHERS: dict[str, tuple[dict[str, Any], str]] = {
         },
         "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
     ),
+    "logit_bias_overflowing_float32": (
+        # 3e38 / temperature 0.5 overflows float32; top_k, top_p or min_p take the sampler
+        # that multinomial-samples (without them the same body is answered).
+        {
+            "input_ids": [5, 6, 7],
+            "sampling_params": {
+                "max_new_tokens": 8,
+                "logit_bias": {"86": 3e38},
+                "temperature": 0.5,
+                "top_k": 10,
+            },
+        },
+        "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
+    ),
+    "repetition_penalty_overflowing_float32_with_min_p": (
+        {
+            "input_ids": [5, 6, 7],
+            "sampling_params": {"max_new_tokens": 64, "repetition_penalty": 1e-50, "min_p": 0.5},
+        },
+        "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
+    ),
     # A prefill-only request (max_new_tokens 0) reads the logprobs at token_indices_to_pool
     # (logits_processor.compute_logprobs_at_positions), unchecked.
     "token_indices_to_pool_empty": (
@@ -57,6 +78,24 @@ CRASHERS: dict[str, tuple[dict[str, Any], str]] = {
             "sampling_params": {"max_new_tokens": 0},
         },
         "IndexError: index 3 is out of bounds for dimension 0 with size 3",
+    ),
+    "token_indices_to_pool_with_a_cached_prefix": (
+        # Answered the first time; once [5, ..., 10] is in the radix cache only the last id is
+        # computed, and index 1 is out of range: whether it kills depends on the cache.
+        {
+            "input_ids": [5, 6, 7, 8, 9, 10],
+            "token_indices_to_pool": [1],
+            "sampling_params": {"max_new_tokens": 0},
+        },
+        "IndexError: index 1 is out of bounds for dimension 0 with size 1",
+    ),
+    "token_indices_to_pool_before_the_prompt": (
+        {
+            "input_ids": [5, 6, 7],
+            "token_indices_to_pool": [-4],
+            "sampling_params": {"max_new_tokens": 0},
+        },
+        "IndexError: index -4 is out of bounds for dimension 0 with size 3",
     ),
 }
 
