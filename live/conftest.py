@@ -90,9 +90,10 @@ class Pool:
         url = os.environ.get(variable or "")
         return attach(kind, url) if url else start_server(kind)
 
-    def running(self, kind: str) -> Live | None:
+    def in_use(self, kind: str) -> Live | None:
+        """The server of `kind` if it should be serving now (not stopped by the pool)."""
         live = self.handles.get(kind)
-        return live if live is not None and (live.running or not live.owned) else None
+        return live if live is not None and live.in_use else None
 
     def release_after(self, index: int) -> None:
         """Stop the servers no test after the `index`-th needs."""
@@ -132,19 +133,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             _POOL.last_use[kind] = index
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
-    """Fail the test whose servers are dead after it ran."""
-    result = yield
+def _deaths(item: pytest.Item) -> str:
+    """What died of the servers a test used (stopped, to be started again), or ""."""
     dead = [
         live
         for kind in kinds_of(item)
-        if (live := _POOL.running(kind)) is not None and not live.alive()
+        if (live := _POOL.in_use(kind)) is not None and not live.alive()
     ]
-    if dead:
-        message = "\n".join(live.describe_death() for live in dead)
-        for live in dead:
-            live.stop()  # the next test that needs it starts it again
+    message = "\n".join(live.describe_death() for live in dead)
+    for live in dead:
+        live.stop()  # the next test that needs it starts it again
+    return message
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
+    """Fail the test whose servers are dead after it ran (failed or not)."""
+    try:
+        result = yield
+    except BaseException:
+        if message := _deaths(item):
+            pytest.fail(message, pytrace=False)  # chained to the test's own failure
+        raise
+    if message := _deaths(item):
         pytest.fail(message, pytrace=False)
     return result
 

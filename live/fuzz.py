@@ -157,6 +157,7 @@ class Tally:
     crashes: list[Crash] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
     refusals: Counter[str] = field(default_factory=Counter)
+    server_errors: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         statuses = ", ".join(f"{key}: {count}" for key, count in sorted(self.statuses.items()))
@@ -234,6 +235,8 @@ def send(http: httpx.Client, url: str, wire: bytes, tally: Tally) -> None:
         tally.statuses[status] += 1
         if words:
             tally.refusals[f"{status}: {words}"] += 1
+        if status.startswith("5"):  # SGLang's own fault: keep what caused it
+            tally.server_errors.append(wire.decode())
 
 
 def send_batch(
@@ -316,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.refusals:
         for words, count in tally.refusals.most_common():
             print(f"{count:6d}  {words}")
+        for wire in tally.server_errors:
+            print(f"5xx for: {wire}")
     if args.crashes is not None:
         args.crashes.write_text(json.dumps([vars(crash) for crash in tally.crashes], indent=1))
     for crash in tally.crashes:

@@ -125,6 +125,11 @@ class LiveServer:
         """Whether the suite's launcher process runs (False for an attached server)."""
         return self.process is not None and self.process.poll() is None
 
+    @property
+    def in_use(self) -> bool:
+        """Whether it should be serving: attached, or launched and not stopped since."""
+        return not self.owned or self.process is not None
+
     def launch(self) -> None:
         """Start the launcher (not waiting): its own session and process group, its log a file."""
         assert self.log is not None and self.command, "only a server of the suite is launched"
@@ -337,6 +342,10 @@ class PdPair:
     @property
     def owned(self) -> bool:
         return self.prefill.owned
+
+    @property
+    def in_use(self) -> bool:
+        return self.prefill.in_use or self.decode.in_use
 
     def describe_death(self) -> str:
         return "\n".join(s.describe_death() for s in (self.prefill, self.decode) if not s.alive())
