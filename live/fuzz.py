@@ -193,8 +193,11 @@ def _last_frame(data: bytes) -> Any:
 
 def verdict(content_type: str, data: bytes) -> tuple[str, str]:
     """What an answer is (`json`, `sse`, `sse-error`: an error frame, `sse-abort`: a frame that
-    ends with SGLang's abort finish reason), and the words of its refusal, if any."""
+    ends with SGLang's abort finish reason, `sse-unended`: no `[DONE]`), and the words of its
+    refusal, if any."""
     streamed = content_type.startswith("text/event-stream")
+    if streamed and not data.rstrip().endswith(b"data: [DONE]"):
+        return "sse-unended", "(a stream without data: [DONE])"
     try:
         answer = _last_frame(data) if streamed else json.loads(data)
     except ValueError:

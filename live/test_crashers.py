@@ -1,7 +1,8 @@
-"""Bodies that kill a live SGLang 0.5.23 server: the library must refuse each before dispatch.
+"""Bodies that kill a live SGLang 0.5.23 server, or that it cannot answer: the library must
+refuse each before dispatch.
 
-Each was seen to end every SGLang process on the tiny model (vocabulary 320, CPU),
-found by hand or by `live/fuzz.py` and minimised. None is sent here: a refused body
+Each crasher was seen to end every SGLang process on the tiny model (vocabulary 320,
+CPU), found by hand or by `live/fuzz.py` and minimised. None is sent here: a refused body
 never reaches the engine, and an accepted one would kill the suite's server.
 """
 
@@ -100,6 +101,16 @@ CRASHERS: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
+#: name -> (a body SGLang fails on without dying, how it answers)
+BROKEN_ANSWERS: dict[str, tuple[dict[str, Any], str]] = {
+    "stop_regex_not_a_regex": (
+        # SamplingParams.normalize parses it (sre_parse) in the tokenizer manager: re.error.
+        {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 4, "stop_regex": "("}},
+        "unary: 500 text/plain 'Internal Server Error'; stream: 200 text/event-stream, no event",
+    ),
+}
+
+
 def build(body: dict[str, Any]) -> None:
     request = decode_client_request(json.dumps(body).encode())
     envelope = to_worker_envelope(request, rid=uuid.uuid4().hex)
@@ -114,3 +125,13 @@ def test_a_body_that_kills_sglang_is_refused_before_dispatch(name: str) -> None:
     except RequestRejected:
         return
     pytest.fail(f"the library accepts a body that kills SGLang ({death}): {json.dumps(body)}")
+
+
+@pytest.mark.parametrize("name", list(BROKEN_ANSWERS))
+def test_a_body_sglang_cannot_answer_is_refused_before_dispatch(name: str) -> None:
+    body, answer = BROKEN_ANSWERS[name]
+    try:
+        build(body)
+    except RequestRejected:
+        return
+    pytest.fail(f"the library accepts a body SGLang cannot answer ({answer}): {json.dumps(body)}")
