@@ -27,6 +27,7 @@ from sglang_envelope import (
     EngineRequest,
     Role,
     Target,
+    WorkerEnvelope,
     aggregate_sse_async,
     build_engine_request,
     decode_client_request,
@@ -105,6 +106,15 @@ async def collect(chunks: AsyncIterator[bytes]) -> bytes:
     return b"".join([chunk async for chunk in chunks])
 
 
+def engine_request(
+    envelope: WorkerEnvelope, *, role: Role, bootstrap: Bootstrap | None = None
+) -> EngineRequest:
+    """`build_engine_request` for the envelope's own ids: the suite's one call of it."""
+    return build_engine_request(
+        envelope, input_ids=envelope.request.input_ids, role=role, bootstrap=bootstrap
+    )
+
+
 def make_engine(
     body: bytes,
     *,
@@ -117,10 +127,7 @@ def make_engine(
     envelope = to_worker_envelope(request, rid=request.rid or uuid.uuid4().hex)
     wire = encode_envelope(envelope)
     envelope = decode_envelope(wire, target=target)  # the worker's side of the wire
-    engine = build_engine_request(
-        envelope, input_ids=envelope.request.input_ids, role=role, bootstrap=bootstrap
-    )
-    return envelope.rid, engine, envelope.stream
+    return envelope.rid, engine_request(envelope, role=role, bootstrap=bootstrap), envelope.stream
 
 
 async def answer_of(
@@ -278,10 +285,7 @@ async def through_pd(
     envelope = decode_envelope(encode_envelope(to_worker_envelope(request, rid=uuid.uuid4().hex)))
     meeting = Bootstrap(*bootstrap, room=uuid.uuid4().int >> 65)
     legs = [
-        build_engine_request(
-            envelope, input_ids=envelope.request.input_ids, role=role, bootstrap=meeting
-        )
-        for role in (Role.PREFILL, Role.DECODE)
+        engine_request(envelope, role=r, bootstrap=meeting) for r in (Role.PREFILL, Role.DECODE)
     ]
     prefill, decode = await asyncio.gather(
         engine_response(post_chunks(http, prefill_url, legs[0]), legs[0]),

@@ -36,11 +36,11 @@ import httpx
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
+from live.flow import engine_request
 from live.servers import KIND_FLAGS, LiveServer, attach, relaunch, start_server
 from sglang_envelope import (
     EnvelopeError,
     Role,
-    build_engine_request,
     decode_client_request,
     to_worker_envelope,
 )
@@ -172,7 +172,7 @@ def engine_body(body: dict[str, Any]) -> bytes | None:
     try:
         request = decode_client_request(json.dumps(body).encode())
         envelope = to_worker_envelope(request, rid=request.rid or uuid.uuid4().hex)
-        engine = build_engine_request(envelope, input_ids=request.input_ids, role=Role.AGGREGATED)
+        engine = engine_request(envelope, role=Role.AGGREGATED)
     except EnvelopeError:
         return None
     return engine.to_json()

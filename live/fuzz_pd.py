@@ -28,13 +28,13 @@ if __package__ in (None, ""):  # run as a script: the repository's root on the p
 import httpx
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
+from live.flow import engine_request
 from live.fuzz import TIMEOUT, Crash, Tally, live_requests, post
 from live.servers import PdPair, relaunch, start_pd_pair
 from sglang_envelope import (
     Bootstrap,
     EnvelopeError,
     Role,
-    build_engine_request,
     decode_client_request,
     to_worker_envelope,
 )
@@ -47,8 +47,7 @@ def legs(body: dict[str, Any], pair: PdPair) -> tuple[bytes, bytes] | None:
         envelope = to_worker_envelope(request, rid=uuid.uuid4().hex)
         meeting = Bootstrap(pair.bootstrap_host, pair.bootstrap_port, uuid.uuid4().int >> 65)
         prefill, decode = (
-            build_engine_request(envelope, input_ids=request.input_ids, role=r, bootstrap=meeting)
-            for r in (Role.PREFILL, Role.DECODE)
+            engine_request(envelope, role=r, bootstrap=meeting) for r in (Role.PREFILL, Role.DECODE)
         )
     except EnvelopeError:
         return None

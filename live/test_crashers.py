@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from live.flow import engine_request
 from sglang_envelope import (
     RequestRejected,
     Role,
-    build_engine_request,
     decode_client_request,
     to_worker_envelope,
 )
@@ -114,7 +114,7 @@ BROKEN_ANSWERS: dict[str, tuple[dict[str, Any], str]] = {
 def build(body: dict[str, Any]) -> None:
     request = decode_client_request(json.dumps(body).encode())
     envelope = to_worker_envelope(request, rid=uuid.uuid4().hex)
-    build_engine_request(envelope, input_ids=request.input_ids, role=Role.AGGREGATED)
+    engine_request(envelope, role=Role.AGGREGATED)
 
 
 @pytest.mark.parametrize("name", list(CRASHERS))

@@ -24,6 +24,7 @@ from live.flow import (
     body_of,
     client,
     direct,
+    engine_request,
     engine_response,
     final_state,
     key_order,
@@ -37,7 +38,6 @@ from live.servers import LiveServer, PdPair
 from sglang_envelope import (
     Bootstrap,
     Role,
-    build_engine_request,
     decode_client_request,
     decode_envelope,
     encode_envelope,
@@ -149,7 +149,7 @@ async def abort_decode(pair: PdPair, body: bytes) -> tuple[dict[str, Any], Answe
     envelope = decode_envelope(encode_envelope(to_worker_envelope(request, rid=uuid.uuid4().hex)))
     meeting = Bootstrap(pair.bootstrap_host, pair.bootstrap_port, uuid.uuid4().int >> 65)
     prefill, decode = (
-        build_engine_request(envelope, input_ids=request.input_ids, role=role, bootstrap=meeting)
+        engine_request(envelope, role=role, bootstrap=meeting)
         for role in (Role.PREFILL, Role.DECODE)
     )
     first_token, finished = asyncio.Event(), asyncio.Event()
