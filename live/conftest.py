@@ -23,15 +23,8 @@ import pytest
 
 pytest.register_assert_rewrite("live.flow")
 
-from live.servers import (  # noqa: E402 -- after the rewrite is registered
-    LiveServer,
-    PdPair,
-    ServerFailed,
-    attach,
-    relaunch,
-    start_pd_pair,
-    start_server,
-)
+from live.pd import PdPair, start_pd_pair  # noqa: E402 -- after the rewrite is registered
+from live.servers import LiveServer, ServerFailed, attach, start_server  # noqa: E402
 
 #: fixture name -> (server kind, the environment variable naming a running one)
 FIXTURES: dict[str, tuple[str, str | None]] = {
@@ -70,7 +63,7 @@ class Pool:
             if live is None:
                 live = self.handles[kind] = self._start(kind)
             elif live.owned and not live.running:
-                relaunch(live)
+                live.relaunch()
         except ServerFailed as error:
             self.failed[kind] = f"cannot start the {kind} server: {error}"
             pytest.fail(self.failed[kind], pytrace=False)

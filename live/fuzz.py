@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from live.flow import engine_request
-from live.servers import KIND_FLAGS, LiveServer, attach, relaunch, start_server
+from live.servers import KIND_FLAGS, LiveServer, attach, start_server
 from sglang_envelope import (
     EnvelopeError,
     Role,
@@ -158,6 +158,7 @@ class Tally:
     errors: Counter[str] = field(default_factory=Counter)
     refusals: Counter[str] = field(default_factory=Counter)
     server_errors: list[str] = field(default_factory=list)
+    unanswered: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         statuses = ", ".join(f"{key}: {count}" for key, count in sorted(self.statuses.items()))
@@ -233,6 +234,7 @@ def send(http: httpx.Client, url: str, wire: bytes, tally: Tally) -> None:
     except httpx.HTTPError as error:
         with _COUNTING:
             tally.errors[type(error).__name__] += 1
+            tally.unanswered.append(f"{error!r}: {wire.decode()}")
         return
     with _COUNTING:
         tally.statuses[status] += 1
@@ -273,7 +275,7 @@ def fuzz(
 
     def flush() -> None:
         if pending and not send_batch(http, server, pending, tally) and server.owned:
-            relaunch(server)
+            server.relaunch()
         pending.clear()
 
     @settings(
@@ -324,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{count:6d}  {words}")
         for wire in tally.server_errors:
             print(f"5xx for: {wire}")
+        for line in tally.unanswered:
+            print(f"no answer: {line}")
     if args.crashes is not None:
         args.crashes.write_text(json.dumps([vars(crash) for crash in tally.crashes], indent=1))
     for crash in tally.crashes:

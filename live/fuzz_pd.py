@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from live.flow import engine_request
 from live.fuzz import TIMEOUT, Crash, Tally, live_requests, post
-from live.servers import PdPair, relaunch, start_pd_pair
+from live.pd import PdPair, start_pd_pair
 from sglang_envelope import (
     Bootstrap,
     EnvelopeError,
@@ -97,7 +97,7 @@ def fuzz_pd(pair: PdPair, count: int, *, seed_value: int | None = None) -> Tally
     @given(live_requests())
     def one(body: dict[str, Any]) -> None:
         if not send_pair(http, pair, body, tally):
-            relaunch(pair)
+            pair.relaunch()
 
     try:
         (one if seed_value is None else seed(seed_value)(one))()

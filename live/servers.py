@@ -2,8 +2,7 @@
 
 `start_server` launches one `sglang.launch_server` on a free port (always with
 `--sleep-on-idle`, so an idle server does not busy-poll a core) and waits for
-`GET /health`; `start_pd_pair` launches a prefill and a decode server that move
-the KV cache over Mooncake's TCP transport. `LiveServer.stop` sends SIGTERM to
+`GET /health` (`live/pd.py` starts a prefill/decode pair). `LiveServer.stop` sends SIGTERM to
 the launcher (it ends its own scheduler and detokenizer), waits, then SIGKILLs
 whatever is left of its process group. `attach` wraps a server someone else
 runs: it is never stopped.
@@ -30,12 +29,9 @@ from pathlib import Path
 import httpx
 
 HERE = Path(__file__).resolve().parent
-PD_SHIM = HERE / "pd_shim"
 READY_TIMEOUT_S = 120.0
-PD_READY_TIMEOUT_S = 180.0
 STOP_WAIT_S = 15.0
 PR_SET_PDEATHSIG = 1  # prctl(2)
-PD_LONE_LEG_TIMEOUT_S = 60
 
 #: The launch flags every server of the suite gets (a 2-core CPU machine, the tiny model).
 COMMON_FLAGS: tuple[str, ...] = (
@@ -181,6 +177,12 @@ class LiveServer:
         model_path = json.loads(self.server_info)["model_path"]
         self.model_config = (Path(model_path) / "config.json").read_bytes()
 
+    def relaunch(self) -> None:
+        """Start a stopped (or dead) server of the suite again, on its port, and wait for it."""
+        self.stop()
+        self.launch()
+        wait_ready([self])
+
     def stop(self) -> None:
         """SIGTERM the launcher, wait up to STOP_WAIT_S, then SIGKILL its process group."""
         process = self.process
@@ -212,7 +214,7 @@ def attach(name: str, url: str) -> LiveServer:
     return server
 
 
-def _environment(extra_path: Sequence[Path] = ()) -> dict[str, str]:
+def sglang_environment(extra_path: Sequence[Path] = ()) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("SGLANG_USE_CPU_ENGINE", None)  # its CPU kernels are not on the package index
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
@@ -254,7 +256,7 @@ def launch(
         url=f"http://127.0.0.1:{port}",
         log=log,
         command=command,
-        env=_environment() if env is None else env,
+        env=sglang_environment() if env is None else env,
     )
     server.launch()
     return server
@@ -285,121 +287,9 @@ def wait_ready(servers: Sequence[LiveServer], timeout: float = READY_TIMEOUT_S) 
         server.load_info()
 
 
-def relaunch(live: LiveServer | PdPair) -> None:
-    """Start a stopped server (or pair) of the suite again, on the same ports, and wait for it."""
-    servers = [live.prefill, live.decode] if isinstance(live, PdPair) else [live]
-    for server in servers:
-        server.stop()
-        server.launch()
-    wait_ready(servers, timeout=PD_READY_TIMEOUT_S if isinstance(live, PdPair) else READY_TIMEOUT_S)
-
-
 def start_server(kind: str = "default", *, log_dir: Path | None = None) -> LiveServer:
     """Start an aggregated server of `kind` (a key of KIND_FLAGS) and wait until it is ready."""
     path = [live_dir() / name for name in KIND_PATH.get(kind, ())]
-    server = launch(kind, KIND_FLAGS[kind], env=_environment(path), log_dir=log_dir)
+    server = launch(kind, KIND_FLAGS[kind], env=sglang_environment(path), log_dir=log_dir)
     wait_ready([server])
     return server
-
-
-@dataclass
-class PdPair:
-    """A prefill and a decode server, and the prefill's bootstrap server."""
-
-    prefill: LiveServer
-    decode: LiveServer
-    bootstrap_host: str
-    bootstrap_port: int
-
-    @property
-    def prefill_url(self) -> str:
-        return self.prefill.url
-
-    @property
-    def decode_url(self) -> str:
-        return self.decode.url
-
-    @property
-    def url(self) -> str:
-        """The decode server: where a client's answer comes from."""
-        return self.decode.url
-
-    @property
-    def server_info(self) -> bytes:
-        return self.decode.server_info
-
-    @property
-    def model_config(self) -> bytes:
-        return self.decode.model_config
-
-    def alive(self) -> bool:
-        return self.prefill.alive() and self.decode.alive()
-
-    @property
-    def running(self) -> bool:
-        return self.prefill.running and self.decode.running
-
-    @property
-    def owned(self) -> bool:
-        return self.prefill.owned
-
-    @property
-    def in_use(self) -> bool:
-        return self.prefill.in_use or self.decode.in_use
-
-    def describe_death(self) -> str:
-        return "\n".join(s.describe_death() for s in (self.prefill, self.decode) if not s.alive())
-
-    def stop(self) -> None:
-        self.decode.stop()
-        self.prefill.stop()
-
-
-def pd_environment(lone_leg_timeout_s: int = PD_LONE_LEG_TIMEOUT_S) -> dict[str, str]:
-    """The environment of both PD servers: Mooncake over TCP on loopback, the CPU shim, and
-    how long a leg waits for its other half (SGLang's default: 300 s)."""
-    env = _environment([PD_SHIM, live_dir() / "mooncake"])
-    env.update(
-        SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=str(lone_leg_timeout_s),
-        SGLANG_DISAGGREGATION_WAITING_TIMEOUT=str(lone_leg_timeout_s),
-        SGLANG_HOST_IP="127.0.0.1",
-        HOST_IP="127.0.0.1",
-        MC_FORCE_TCP="1",
-        MOONCAKE_PROTOCOL="tcp",
-        SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX="false",
-    )
-    return env
-
-
-def start_pd_pair(
-    *, log_dir: Path | None = None, lone_leg_timeout_s: int = PD_LONE_LEG_TIMEOUT_S
-) -> PdPair:
-    """Start a prefill and a decode server (both at once) and wait until both are ready."""
-    prefill_port, decode_port, bootstrap_port = free_ports(3)
-    env = pd_environment(lone_leg_timeout_s)
-    logs = Path(tempfile.mkdtemp(prefix="sglang-live-pd-")) if log_dir is None else log_dir
-    common = (
-        "--disaggregation-transfer-backend", "mooncake_tcp",
-        "--disaggregation-bootstrap-port", str(bootstrap_port),
-    )  # fmt: skip
-    prefill = launch(
-        "prefill",
-        (*common, "--disaggregation-mode", "prefill"),
-        port=prefill_port,
-        env=env,
-        log_dir=logs,
-    )
-    decode = launch(
-        "decode",
-        (
-            *common,
-            "--disaggregation-mode", "decode",
-            # The inferred host_pool backup pins memory through CUDA.
-            "--disaggregation-decode-retraction-backup", "cpu_tensor",
-        ),
-        port=decode_port,
-        env=env,
-        log_dir=logs,
-    )  # fmt: skip
-    wait_ready([prefill, decode], timeout=PD_READY_TIMEOUT_S)
-    return PdPair(prefill, decode, "127.0.0.1", bootstrap_port)

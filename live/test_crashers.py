@@ -106,7 +106,8 @@ BROKEN_ANSWERS: dict[str, tuple[dict[str, Any], str]] = {
     "stop_regex_not_a_regex": (
         # SamplingParams.normalize parses it (sre_parse) in the tokenizer manager: re.error.
         {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 4, "stop_regex": "("}},
-        "unary: 500 text/plain 'Internal Server Error'; stream: 200 text/event-stream, no event",
+        "unary: 500 text/plain 'Internal Server Error'; stream: 200 text/event-stream headers, "
+        "then the connection is cut (an incomplete chunked body, no event)",
     ),
 }
 

@@ -21,7 +21,8 @@ def test_every_accepted_body_is_answered_and_the_server_lives(server: LiveServer
     tally = fuzz(server, COUNT, seed_value=seed, concurrency=CONCURRENCY)
     crashes = "\n\n".join(f"{json.dumps(c.bodies)}\n{c.log_tail}" for c in tally.crashes)
     assert not tally.crashes, f"{tally.summary()}\n{crashes}"
-    assert not tally.errors, f"bodies without an answer: {dict(tally.errors)}"
+    unanswered = "\n".join(tally.unanswered)
+    assert not tally.errors, f"{tally.summary()}; bodies without an answer:\n{unanswered}"
     assert tally.sent + tally.refused_by_library == COUNT
     assert sum(tally.statuses.values()) == tally.sent
     assert server.alive()

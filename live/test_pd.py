@@ -34,7 +34,8 @@ from live.flow import (
     through_pd,
     watched,
 )
-from live.servers import LiveServer, PdPair
+from live.pd import PdPair
+from live.servers import LiveServer
 from sglang_envelope import (
     Bootstrap,
     Role,
