@@ -24,6 +24,7 @@ import httpx
 
 from sglang_envelope import (
     Bootstrap,
+    Deployment,
     EngineRequest,
     Role,
     Target,
@@ -106,12 +107,24 @@ async def collect(chunks: AsyncIterator[bytes]) -> bytes:
     return b"".join([chunk async for chunk in chunks])
 
 
+#: What every server of the suite is (`live/servers.py`'s flags and the tiny model); a
+#: server's own flags (incremental, no tokenizer) are left to SGLang.
+DEPLOYMENT = Deployment(
+    vocab_size=320, context_length=1024, max_req_input_len=1018, num_reserved_tokens=0,
+    allow_auto_truncate=False, dp_size=1,
+)  # fmt: skip
+
+
 def engine_request(
     envelope: WorkerEnvelope, *, role: Role, bootstrap: Bootstrap | None = None
 ) -> EngineRequest:
     """`build_engine_request` for the envelope's own ids: the suite's one call of it."""
     return build_engine_request(
-        envelope, input_ids=envelope.request.input_ids, role=role, bootstrap=bootstrap
+        envelope,
+        input_ids=envelope.request.input_ids,
+        role=role,
+        deployment=DEPLOYMENT,
+        bootstrap=bootstrap,
     )
 
 

@@ -156,8 +156,9 @@ def test_stop_token_ids_outside_the_vocabulary_are_harmless(server: Any) -> None
     """SGLang never indexes a stop id: one outside the vocabulary cannot match, so it is
     accepted and the answer is the same as without it."""
     deployment = Deployment.from_server_info(server.server_info, model_config=server.model_config)
-    base = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 6, "temperature": 0}}
-    with_stop = {**base, "sampling_params": {**base["sampling_params"], "stop_token_ids": [999]}}
+    sampling: dict[str, Any] = {"max_new_tokens": 6, "temperature": 0}
+    base: dict[str, Any] = {"input_ids": [5, 6, 7], "sampling_params": sampling}
+    with_stop = {**base, "sampling_params": {**sampling, "stop_token_ids": [999]}}
     answers = []
     for body in (base, with_stop):
         _engine_body(body, deployment)  # accepted by the library

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import record_refusals
-from record_refusals import CASES, OTHER_LAYER, OWN_WORDS, Case, answer_with, message_of
 
+from live import record_refusals
+from live.record_refusals import CASES, OTHER_LAYER, OWN_WORDS, Case, answer_with, message_of
 from sglang_envelope import RequestRejected, decode_client_request, error_response, stream_requested
 from sglang_envelope._error_response import refusal_layer
 

@@ -78,6 +78,7 @@ RejectionCode = Literal[
     "too_many_stop_strings",
     "too_many_stop_regexes",
     "stop_regex_too_long",
+    "stop_regex_invalid",
     "beam_width_below_one",
     "temperature_out_of_range",
     "top_p_out_of_range",
@@ -91,8 +92,10 @@ RejectionCode = Literal[
     "max_new_tokens_negative",
     "min_new_tokens_over_max",
     "logit_bias_key_not_integer",
+    "logit_bias_overflows_logits",
     "sampling_seed_out_of_range",
     "several_grammars",
+    "token_indices_to_pool_unsafe",
     "logprob_start_len_below_minus_one",
     "logprob_start_len_past_prompt",
     # the deployment's rules (`DEPLOYMENT_RULES`) that `RULES` has not named above

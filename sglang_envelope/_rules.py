@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -311,8 +312,9 @@ def _max_negative(p: SamplingParams) -> dict[str, object] | None:
 
 
 #: The smallest repetition penalty whose division of float32 logits stays finite for any
-#: logit a model gives (|logit| < 3.4e8): SGLang scales logits by it in float32.
-SMALLEST_REPETITION_PENALTY = 1e-30
+#: logit a model gives, at the smallest temperature that samples (1e-6): SGLang scales
+#: logits by both in float32 (3.4e38 at most).
+SMALLEST_REPETITION_PENALTY = 1e-20
 
 
 def _penalty_overflows(p: SamplingParams) -> dict[str, object] | None:
@@ -320,6 +322,34 @@ def _penalty_overflows(p: SamplingParams) -> dict[str, object] | None:
     if value is UNSET or value is None or not 0 < value < SMALLEST_REPETITION_PENALTY:
         return None
     return {"repetition_penalty": value}
+
+
+#: The largest logit bias whose sum with a logit, divided by the smallest temperature that
+#: samples (1e-6), stays a finite float32.
+LARGEST_LOGIT_BIAS = 1e30
+
+
+def _bias_overflows(p: SamplingParams) -> dict[str, object] | None:
+    bias = p.logit_bias
+    if bias is UNSET or bias == _NULL:
+        return None
+    for key, value in msgspec.json.decode(bias).items():  # bounded by the decode
+        if isinstance(value, (int, float)) and not abs(value) <= LARGEST_LOGIT_BIAS:
+            return {"key": key, "value": value}
+    return None
+
+
+def _stop_regex_invalid(p: SamplingParams) -> dict[str, object] | None:
+    for pattern in _stop_list(p.stop_regex) or ():  # at most 32 of 256 bytes, checked before
+        try:
+            re.compile(pattern)
+        except (re.error, RecursionError, OverflowError) as error:
+            return {"pattern": pattern, "detail": str(error)}
+    return None
+
+
+def _pooling_given(r: ClientRequest) -> dict[str, object] | None:
+    return {} if is_given(r.token_indices_to_pool) else None
 
 
 def _min_negative(p: SamplingParams) -> dict[str, object] | None:
@@ -517,6 +547,11 @@ RULES: tuple[Rule, ...] = (
     _sglang("stop_regex_too_long", "sampling_params.stop_regex",
             "stop_regex is {stop_regex_len} bytes, over the 256-byte limit",
             _stop_regex_too_long, "stop_regex"),
+    # SGLang compiles it with `re` after dispatch and fails without an answer (a
+    # plain-text 500, or a stream cut before its first event).
+    Rule("stop_regex_invalid", "sampling_params.stop_regex",
+         "stop_regex {pattern!r} is not a valid regular expression: {detail}",
+         _stop_regex_invalid, "stop_regex"),
     _sglang("beam_width_below_one", "sampling_params.beam_width",
             "beam_width must be at least 1, got {beam_width}.", _beam_width_below_one,
             "beam_width"),
@@ -544,7 +579,7 @@ RULES: tuple[Rule, ...] = (
     # SGLang divides float32 logits by it: a smaller one makes them inf, and sampling with
     # top_k or top_p then stops every SGLang process (torch.multinomial on inf).
     Rule("repetition_penalty_overflows_logits", "sampling_params.repetition_penalty",
-         "repetition_penalty must be at least 1e-30: a smaller one overflows SGLang's float32 "
+         "repetition_penalty must be at least 1e-20: a smaller one overflows SGLang's float32 "
          "logits, got {repetition_penalty}", _penalty_overflows, "repetition_penalty"),
     _sglang("min_new_tokens_negative", "sampling_params.min_new_tokens",
             "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}.",
@@ -558,12 +593,23 @@ RULES: tuple[Rule, ...] = (
             "got {min_new_tokens}.", _min_over_max, "min_new_tokens"),
     Rule("logit_bias_key_not_integer", "sampling_params.logit_bias", "{detail}",
          _logit_bias_key_not_integer, "logit_bias"),
+    # A bias past it makes the float32 logits inf, and sampling with top_k, top_p or min_p
+    # then stops every SGLang process (found by the live fuzz).
+    Rule("logit_bias_overflows_logits", "sampling_params.logit_bias",
+         "logit_bias[{key!r}] is {value}; a bias must be within [-1e30, 1e30]: a larger one "
+         "overflows SGLang's float32 logits", _bias_overflows, "logit_bias"),
     _sglang("sampling_seed_out_of_range", "sampling_params.sampling_seed",
             "sampling_seed must be in [-2**63, 2**63 - 1], got {sampling_seed}.",
             _seed_out_of_range, "sampling_seed"),
     _sglang("several_grammars", "sampling_params",
             "Only one of json_schema, regex, ebnf, or structural_tag can be set.",
             _grammars, ("json_schema", "regex", "ebnf", "structural_tag")),
+    # Its pooled logprobs index the computed positions, which a cached prefix shortens:
+    # any value can stop every SGLang process (0.5.23, found by the live fuzz).
+    Rule("token_indices_to_pool_unsafe", "token_indices_to_pool",
+         "token_indices_to_pool is not accepted: SGLang 0.5.23 indexes the positions it "
+         "computed with it, and a prompt in its prefix cache makes any index stop every "
+         "SGLang process", _pooling_given, "token_indices_to_pool"),
     # SGLang's scheduler asserts on it: the assertion stops every SGLang process.
     Rule("logprob_start_len_below_minus_one", "logprob_start_len",
          "logprob_start_len must be -1 (output logprobs only) or at least 0, got {start}",

@@ -125,6 +125,10 @@ TYPED_DECODE_CODES = frozenset(
 
 #: Deliberate: bodies SGLang accepts that the library refuses, by rule, and why.
 STRICTER_BY_DESIGN: dict[str, str] = {
+    "token_indices_to_pool_unsafe": (
+        "A running SGLang 0.5.23 indexes the positions it computed with it, which a cached "
+        "prefix shortens: any value can stop every SGLang process (seen live)."
+    ),
     "sampling_logprobs_mode_without_mask": (
         "SGLang's tokenizer manager refuses it after dispatch (_validate_one_request, "
         "after the checks this fixture records); the library refuses it before, in its words."

@@ -275,9 +275,7 @@ def test_token_ids_logprob_is_read_a_chunk_at_a_time(where: int, bad: int) -> No
     written with spaces too: the first outside is the one named."""
     ids = [7 + i % 300 for i in range(30_000)]
     ids[where] = bad
-    text = b'{"input_ids": [5], "token_ids_logprob": [%s]}' % b" , ".join(
-        b"%d" % i for i in ids
-    )
+    text = b'{"input_ids": [5], "token_ids_logprob": [%s]}' % b" , ".join(b"%d" % i for i in ids)
     request = decode_client_request(text)
     with pytest.raises(RequestRejected) as caught:
         build_engine_request(

@@ -50,6 +50,8 @@ REFUSED_BUT_ACCEPTED = {
     "wrong_type": "in-process SGLang (and 0.5.21's HTTP parse of some fields) checks no "
     "types; the library types every field as SGLang's HTTP contract gate does",
     "invalid_value": "as wrong_type: sampling_logprobs_mode is 'selected' or 'support'",
+    "token_indices_to_pool_unsafe": "any value can stop a running SGLang: the positions it "
+    "indexes are the ones computed, which a cached prefix shortens",
 }
 #: SGLang's refusals (by the start of its message) of bodies the library accepts, and why.
 ACCEPTED_BUT_REFUSED = {

@@ -701,7 +701,7 @@ def test_the_engine_request_says_which_headers_to_send(body: Any, accept: str) -
     assert engine.headers["Accept"] == accept
 
 
-@pytest.mark.parametrize("penalty", [1e-50, 1e-40, 9.9e-31])
+@pytest.mark.parametrize("penalty", [1e-50, 1e-40, 9.9e-21])
 def test_a_repetition_penalty_that_overflows_the_logits_is_refused(penalty: float) -> None:
     """Found by the live fuzz: SGLang divides float32 logits by it, and sampling then stops
     every SGLang process."""
@@ -709,4 +709,4 @@ def test_a_repetition_penalty_that_overflows_the_logits_is_refused(penalty: floa
     with pytest.raises(RequestRejected) as caught:
         decode_client_request(body)
     assert caught.value.code == "repetition_penalty_overflows_logits"
-    decode_client_request({**body, "sampling_params": {"repetition_penalty": 1e-30}})
+    decode_client_request({**body, "sampling_params": {"repetition_penalty": 1e-20}})
