@@ -710,3 +710,32 @@ def test_a_repetition_penalty_that_overflows_the_logits_is_refused(penalty: floa
         decode_client_request(body)
     assert caught.value.code == "repetition_penalty_overflows_logits"
     decode_client_request({**body, "sampling_params": {"repetition_penalty": 1e-20}})
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"sampling_params": {"logit_bias": {"86": 3e38}, "top_k": 10}},
+         "logit_bias_overflows_logits"),
+        ({"sampling_params": {"logit_bias": {"86": -1.5e30}}}, "logit_bias_overflows_logits"),
+        ({"token_indices_to_pool": [1]}, "token_indices_to_pool_unsafe"),
+        ({"token_indices_to_pool": []}, "token_indices_to_pool_unsafe"),
+        ({"sampling_params": {"stop_regex": "("}}, "stop_regex_invalid"),
+        ({"sampling_params": {"stop_regex": ["a+", "[z"]}}, "stop_regex_invalid"),
+    ],
+)  # fmt: skip
+def test_bodies_the_live_fuzz_found_stopping_sglang_are_refused(
+    body: dict[str, Any], code: str
+) -> None:
+    with pytest.raises(RequestRejected) as caught:
+        decode_client_request({"input_ids": [5, 6, 7], **body})
+    assert caught.value.code == code
+
+
+def test_what_is_inside_those_bounds_is_accepted() -> None:
+    for body in (
+        {"sampling_params": {"logit_bias": {"86": 1e30, "7": -100}}},
+        {"token_indices_to_pool": None},
+        {"sampling_params": {"stop_regex": ["a+", "b|c"]}},
+    ):
+        decode_client_request({"input_ids": [5, 6, 7], **body})
