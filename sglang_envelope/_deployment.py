@@ -22,6 +22,7 @@ import msgspec
 from msgspec import UNSET
 
 from sglang_envelope._errors import EnvelopeError, RequestRejected, show_value
+from sglang_envelope._request import int_chunks
 from sglang_envelope._rules import RULES_BY_CODE, logprobs_past_prompt
 
 __all__ = ["DEPLOYMENT_RULES", "Deployment", "DeploymentRule", "check_engine_body"]
@@ -225,27 +226,20 @@ def _logprob_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
     return None if token is None else {"id": token, "vocab_size": d.vocab_size}
 
 
-#: How many bytes of a JSON array of integers `_first_outside` reads at a time.
-_CHUNK_BYTES = 1 << 16
 _ints = msgspec.json.Decoder(list[int])
 
 
 def _first_outside(raw: Any, size: int) -> int | None:
     """The first integer of a JSON array of integers (`raw`, checked as one when the
-    request was decoded) outside [0, size), read a chunk at a time: the array is never
-    held as Python objects whole. None when there is none, or `raw` is not such an array
-    (null): SGLang's own check then answers."""
+    request was decoded) outside [0, size), read a chunk at a time (`int_chunks`): the
+    array is never held as Python objects whole. None when there is none, or `raw` is
+    not such an array (null): SGLang's own check then answers."""
     data = bytes(raw)
     if data[:1] != b"[":
         return None
-    start, end = 1, len(data) - 1  # past "[", and at "]"
-    while start < end:
-        cut = data.find(b",", min(start + _CHUNK_BYTES, end), end)
-        stop = end if cut < 0 else cut
-        ints = _ints.decode(b"[" + data[start:stop] + b"]")
+    for ints in int_chunks(data, 0, len(data), _ints):
         if ints and (min(ints) < 0 or max(ints) >= size):
             return next(i for i in ints if not 0 <= i < size)
-        start = stop + 1
     return None
 
 

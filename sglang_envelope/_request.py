@@ -56,6 +56,7 @@ from sglang_envelope._rules import (
     DEFAULT_TARGET,
     FIELD_OWNERS,
     NULL_AS_ABSENT,
+    is_given,
     reject,
 )
 from sglang_envelope._target import Target
@@ -481,17 +482,19 @@ class _Counted:
         return self.count
 
 
-def _id_chunks(body: bytes, start: int, end: int) -> Iterator[list[int]]:
-    """The token ids of the JSON array `body[start:end]` (well-formed: the lean decode
-    read it), a list of them a chunk cut at a comma; `ValueError` when a chunk is not
-    an array of token ids (a cut inside a string or an inner array makes one that is
-    not JSON)."""
+def int_chunks(
+    body: bytes, start: int, end: int, decoder: msgspec.json.Decoder[list[int]] = _id_chunk
+) -> Iterator[list[int]]:
+    """The integers of the JSON array `body[start:end]` (well-formed: it was decoded
+    before), a list of them a chunk cut at a comma, each read by `decoder` (token ids
+    by default); `ValueError` when a chunk is not what `decoder` reads (a cut inside a
+    string or an inner array makes one that is not JSON)."""
     position, last = start + 1, end - 1  # past "[", and at "]"
     while True:
         cut = body.find(b",", min(position + _CHUNK_BYTES, last), last)
         final = cut < 0
         try:
-            yield _id_chunk.decode(b"[" + body[position : last if final else cut] + b"]")
+            yield decoder.decode(b"[" + body[position : last if final else cut] + b"]")
         except DECODE_ERRORS:
             raise ValueError("not an array of token ids") from None
         if final:
@@ -520,7 +523,7 @@ def _decode_large(body: bytes) -> ClientRequest | None:
     if start < 0 or memoryview(body)[start : start + size] != memoryview(raw):
         return None
     count = body.count(b",", start, start + size) + 1
-    chunks = _id_chunks(body, start, start + size)
+    chunks = int_chunks(body, start, start + size)
     try:
         ids = tuple(_Counted(itertools.chain.from_iterable(chunks), count))
     except ValueError:
@@ -550,9 +553,6 @@ def _typed_decode(body: Any, contract: Contract) -> ClientRequest:
     return request
 
 
-_NULL = b"null"
-
-
 def _without_null_fields(body: Any) -> bytes | None:
     """The body without the top-level nulls SGLang reads as absent (`NULL_AS_ABSENT`),
     or None when it has none: they are dropped, as if the client had left them out."""
@@ -560,7 +560,7 @@ def _without_null_fields(body: Any) -> bytes | None:
         members = _raw_members.decode(body)
     except DECODE_ERRORS:
         return None
-    nulls = [k for k, v in members.items() if k in NULL_AS_ABSENT and bytes(v) == _NULL]
+    nulls = [k for k, v in members.items() if k in NULL_AS_ABSENT and not is_given(v)]
     if not nulls:
         return None
     for key in nulls:
