@@ -20,7 +20,7 @@ import pytest
 from live import record_refusals
 from live.record_refusals import CASES, OTHER_LAYER, OWN_WORDS, Case, answer_with, message_of
 from sglang_envelope import RequestRejected, decode_client_request, error_response, stream_requested
-from sglang_envelope._error_response import refusal_layer
+from sglang_envelope.errors.answers import refusal_layer
 
 FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "live_refusals.jsonl"
 RECORDED = {

@@ -31,7 +31,7 @@ def inside() -> None:
 
     warnings.simplefilter("ignore")
     sys.path.insert(0, str(ROOT))
-    from sglang_envelope._target import Target
+    from sglang_envelope.releases.target import Target
 
     target = Target.installed()
     fields = target.installed_fields
@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         inside()
         return
     sys.path.insert(0, str(ROOT))
-    from sglang_envelope._target import KNOWN_RELEASES
+    from sglang_envelope.releases.target import KNOWN_RELEASES
 
     failed = False
     for release in KNOWN_RELEASES:

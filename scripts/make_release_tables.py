@@ -6,7 +6,7 @@ subprocess a release), and writes three files from the answers:
 
 - tests/fixtures/release_tables.json: the snapshot, every release's contract
   as the oracle read it;
-- sglang_envelope/_release_tables.py: the same data as a private module,
+- sglang_envelope/releases/tables.py: the same data as a private module,
   marked generated (`render_module(snapshot)`);
 - docs/releases.md: which release has what, and each release's tables
   (`render_doc(snapshot)`).
@@ -37,7 +37,7 @@ from oracle_run import run_in_release
 ROOT = Path(__file__).resolve().parent.parent
 RUNNER = Path(__file__).resolve().parent / "oracle_release_contract.py"
 SNAPSHOT = ROOT / "tests" / "fixtures" / "release_tables.json"
-MODULE = ROOT / "sglang_envelope" / "_release_tables.py"
+MODULE = ROOT / "sglang_envelope" / "releases" / "tables.py"
 DOC = ROOT / "docs" / "releases.md"
 DEFAULT_ORACLE_PYTHON = "/tmp/sglang-oracle/bin/python"
 DEFAULT_RELEASES_DIR = "/tmp/sglang-oracle/releases"
@@ -173,7 +173,7 @@ def _release_name(version: str) -> str:
 
 
 def render_module(snapshot: Snapshot) -> str:
-    """The source of sglang_envelope/_release_tables.py for `snapshot`.
+    """The source of sglang_envelope/releases/tables.py for `snapshot`.
 
     The oldest release is written in full; every later one as the release
     before it plus the entries that differ, so a reader sees what each release
@@ -300,7 +300,7 @@ def render_doc(snapshot: Snapshot) -> str:
         "",
         "What each SGLang release's own code says about a native `/generate`",
         "request, read by `scripts/oracle_release_contract.py` in the SGLang oracle.",
-        "The library holds the same data in `sglang_envelope/_release_tables.py`.",
+        "The library holds the same data in `sglang_envelope/releases/tables.py`.",
         "",
         "## Which release has what",
         "",

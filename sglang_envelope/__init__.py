@@ -3,7 +3,7 @@
 Sans-I/O: every function here is pure; the caller owns sockets and tasks.
 """
 
-from sglang_envelope._errors import (
+from sglang_envelope.errors.exceptions import (
     EngineError,
     EnvelopeError,
     LimitExceeded,
@@ -11,7 +11,7 @@ from sglang_envelope._errors import (
     RequestRejected,
     ResponseError,
 )
-from sglang_envelope._error_response import (
+from sglang_envelope.errors.answers import (
     ErrorAnswer,
     error_event,
     error_response,
@@ -19,8 +19,8 @@ from sglang_envelope._error_response import (
 )
 
 # --- request side ---
-from sglang_envelope._deployment import DEPLOYMENT_RULES, Deployment
-from sglang_envelope._engine import (
+from sglang_envelope.request.deployment import DEPLOYMENT_RULES, Deployment
+from sglang_envelope.request.engine import (
     Bootstrap,
     EngineBody,
     EngineRequest,
@@ -29,28 +29,28 @@ from sglang_envelope._engine import (
     Routing,
     build_engine_request,
 )
-from sglang_envelope._envelope import (
+from sglang_envelope.request.envelope import (
     WorkerEnvelope,
     decode_envelope,
     encode_envelope,
     to_worker_envelope,
 )
-from sglang_envelope._limits import (
+from sglang_envelope.request.limits import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INPUT_IDS,
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_JSON_ITEMS,
 )
-from sglang_envelope._request import (
+from sglang_envelope.request.types import (
     ClientRequest,
     SamplingParams,
     Watermark,
     decode_client_request,
 )
-from sglang_envelope._target import KNOWN_RELEASES, Target
+from sglang_envelope.releases.target import KNOWN_RELEASES, Target
 
 # --- response side ---
-from sglang_envelope._aggregate import (
+from sglang_envelope.response.aggregate import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_EVENT_BYTES,
     StreamAggregator,
@@ -58,23 +58,23 @@ from sglang_envelope._aggregate import (
     aggregate_sse,
     parse_unary,
 )
-from sglang_envelope._aggregate_bytes import aggregate_sse_bytes, aggregate_sse_bytes_async
-from sglang_envelope._async import aggregate_sse_async, aiter_frames
-from sglang_envelope._response_types import GenerateResponse, MetaInfo
-from sglang_envelope._flat import (
+from sglang_envelope.response.aggregate_bytes import aggregate_sse_bytes, aggregate_sse_bytes_async
+from sglang_envelope.response.aiter import aggregate_sse_async, aiter_frames
+from sglang_envelope.response.types import GenerateResponse, MetaInfo
+from sglang_envelope.response.flat import (
     DEFAULT_MAX_NESTED_POSITIONS,
     FlatTopLogprobs,
     decode_flat_top_logprobs,
     encode_flat_top_logprobs,
 )
-from sglang_envelope._finalize import finalize_response
-from sglang_envelope._merge import merge_prefill_logprobs
-from sglang_envelope._relay import relay_sse, relay_sse_async
-from sglang_envelope._sse import SSE_DONE, SseDecoder, encode_sse
+from sglang_envelope.response.finalize import finalize_response
+from sglang_envelope.response.merge import merge_prefill_logprobs
+from sglang_envelope.response.relay import relay_sse, relay_sse_async
+from sglang_envelope.response.sse import SSE_DONE, SseDecoder, encode_sse
 
 # --- cancellation ---
-from sglang_envelope._abort import AbortPlan, AbortPolicy, plan_abort
-from sglang_envelope._run_abort import AbortOutcome, AbortSend, run_abort
+from sglang_envelope.cancel.plan import AbortPlan, AbortPolicy, plan_abort
+from sglang_envelope.cancel.run import AbortOutcome, AbortSend, run_abort
 
 __version__ = "0.2.0"
 

@@ -1,5 +1,5 @@
 """`python -m sglang_envelope`: the `sglang-envelope` command line."""
 
-from sglang_envelope._cli import main
+from sglang_envelope.cli.main import main
 
 raise SystemExit(main())

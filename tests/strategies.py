@@ -708,7 +708,7 @@ from pathlib import Path  # noqa: E402
 from typing import NamedTuple  # noqa: E402
 
 from sglang_envelope import SSE_DONE  # noqa: E402
-from sglang_envelope._demo import DEMO_SSE_TRANSCRIPT, SEED_REQUEST, demo_unary_body  # noqa: E402
+from sglang_envelope.cli.demo import DEMO_SSE_TRANSCRIPT, SEED_REQUEST, demo_unary_body  # noqa: E402
 
 HOSTILE_KINDS: tuple[str, ...] = (
     "random_bytes",

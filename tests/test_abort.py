@@ -24,8 +24,8 @@ from sglang_envelope import (
     plan_abort,
     to_worker_envelope,
 )
-from sglang_envelope._abort import ABORT_RULES
-from sglang_envelope._engine import EngineBody
+from sglang_envelope.cancel.plan import ABORT_RULES
+from sglang_envelope.request.engine import EngineBody
 from tests.strategies import DEPLOYMENT, abort_policies, engine_requests_to_abort
 
 

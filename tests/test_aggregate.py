@@ -27,7 +27,7 @@ from sglang_envelope import (
     encode_sse,
     parse_unary,
 )
-from sglang_envelope._aggregate import DELTA_FIELDS
+from sglang_envelope.response.aggregate import DELTA_FIELDS
 from tests.strategies import (
     chunkings,
     cumulative_splits,

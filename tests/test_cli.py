@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from sglang_envelope._cli import main
-from sglang_envelope._demo import DEMO_SSE_TRANSCRIPT, SEED_REQUEST, demo_unary_body
+from sglang_envelope.cli.demo import DEMO_SSE_TRANSCRIPT, SEED_REQUEST, demo_unary_body
+from sglang_envelope.cli.main import main
 
 BOOTSTRAP = ["--bootstrap-host", "10.0.0.7", "--bootstrap-port", "8998", "--bootstrap-room", "42"]
 STREAMING_SEED = SEED_REQUEST.replace(b'"stream": false', b'"stream": true')

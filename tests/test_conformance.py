@@ -36,7 +36,7 @@ from sglang_envelope import (
     encode_envelope,
     to_worker_envelope,
 )
-from sglang_envelope._rules import FIELD_OWNERS, RULES
+from sglang_envelope.request.rules import FIELD_OWNERS, RULES
 from tests.strategies import DEPLOYMENT
 
 FIXTURE = Path(__file__).parent / "fixtures" / "request_conformance.jsonl"

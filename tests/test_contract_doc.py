@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sglang_envelope._deployment import DEPLOYMENT_RULES
-from sglang_envelope._engine import ROLE_PLANS
-from sglang_envelope._rules import FIELD_OWNERS, RULES, TARGET_RULES
+from sglang_envelope.request.deployment import DEPLOYMENT_RULES
+from sglang_envelope.request.engine import ROLE_PLANS
+from sglang_envelope.request.rules import FIELD_OWNERS, RULES, TARGET_RULES
 
 CONTRACT = Path(__file__).resolve().parent.parent / "docs" / "contract.md"
 
@@ -53,7 +53,7 @@ def test_role_table_matches_the_code() -> None:
 def targets_table() -> list[list[str]]:
     """The per-target table of docs/contract.md, as the compiled contracts have it."""
     from sglang_envelope import KNOWN_RELEASES, Target
-    from sglang_envelope._contract import contract_for
+    from sglang_envelope.request.contract import contract_for
 
     templated = [rule.code for rule in RULES if rule.template is not None]
     rows = []

@@ -35,8 +35,8 @@ from sglang_envelope import (
     error_response,
     stream_requested,
 )
-from sglang_envelope._error_response import REFUSAL_LAYERS, refusal_layer
-from sglang_envelope._errors import RejectionCode
+from sglang_envelope.errors.answers import REFUSAL_LAYERS, refusal_layer
+from sglang_envelope.errors.exceptions import RejectionCode
 
 FIXTURE = Path(__file__).parent / "fixtures" / "live_refusals.jsonl"
 LINES: list[dict[str, Any]] = [json.loads(line) for line in FIXTURE.read_text().splitlines()]

@@ -29,9 +29,9 @@ from sglang_envelope import (
     error_response,
     parse_unary,
 )
-from sglang_envelope._deployment import DEPLOYMENT_RULES
-from sglang_envelope._error_response import ERROR_STATUSES, FIELD_LAYERS, REFUSAL_LAYERS
-from sglang_envelope._rules import RULES
+from sglang_envelope.errors.answers import ERROR_STATUSES, FIELD_LAYERS, REFUSAL_LAYERS
+from sglang_envelope.request.deployment import DEPLOYMENT_RULES
+from sglang_envelope.request.rules import RULES
 from tests.strategies import error_statuses, error_texts
 
 FIXTURE = Path(__file__).parent / "fixtures" / "error_shapes.jsonl"

@@ -21,8 +21,8 @@ from sglang_envelope import (
     merge_prefill_logprobs,
     to_worker_envelope,
 )
-from sglang_envelope._envelope import _is_utf8
-from sglang_envelope._merge import PROMPT_LOGPROB_GROUPS, UNAVAILABLE_MARKER
+from sglang_envelope.request.envelope import _is_utf8
+from sglang_envelope.response.merge import PROMPT_LOGPROB_GROUPS, UNAVAILABLE_MARKER
 from tests.strategies import (
     DEPLOYMENT,
     HOSTILE_KINDS,

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 from hypothesis import assume, given
 
+import sglang_envelope.response.flat as _flat
 from sglang_envelope import (
     DEFAULT_MAX_NESTED_POSITIONS,
     EnvelopeError,
     FlatTopLogprobs,
     LimitExceeded,
     ResponseError,
-    _flat,
     decode_flat_top_logprobs,
     encode_flat_top_logprobs,
 )
@@ -550,7 +550,7 @@ def test_a_flat_built_by_hand_is_checked(fields: tuple[Any, ...], message: str) 
 def test_the_cli_does_not_print_a_huge_list_for_a_tiny_input(
     tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
 ) -> None:
-    from sglang_envelope._cli import EXIT_BAD_INPUT, main
+    from sglang_envelope.cli.main import EXIT_BAD_INPUT, main
 
     path = tmp_path / "tiny.json"
     path.write_bytes(json.dumps(TINY_HUGE, separators=(",", ":")).encode())  # bare meta_info
@@ -568,7 +568,7 @@ def test_the_cli_does_not_print_a_huge_list_for_a_tiny_input(
 
 
 def test_the_cli_bound_must_be_a_count(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from sglang_envelope._cli import main
+    from sglang_envelope.cli.main import main
 
     with pytest.raises(SystemExit) as raised:
         main(["flat", str(tmp_path / "x.json"), "--max-positions", "-1"])

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import sglang_envelope.cli.main as _cli
 from sglang_envelope import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INPUT_IDS,
@@ -39,7 +40,6 @@ from sglang_envelope import (
     SseDecoder,
     StreamAggregator,
     WorkerEnvelope,
-    _cli,
     aggregate_frames,
     aggregate_sse,
     build_engine_request,
@@ -51,8 +51,8 @@ from sglang_envelope import (
     parse_unary,
     to_worker_envelope,
 )
-from sglang_envelope._cli import main
-from sglang_envelope._demo import DEMO_SSE_TRANSCRIPT, SEED_REQUEST, demo_unary_body
+from sglang_envelope.cli.demo import DEMO_SSE_TRANSCRIPT, SEED_REQUEST, demo_unary_body
+from sglang_envelope.cli.main import main
 from tests.strategies import (
     ABSENT,
     DEPLOYMENT,

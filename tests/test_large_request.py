@@ -8,9 +8,9 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 
+import sglang_envelope.request.types as _request
 from sglang_envelope import (
     RequestRejected,
-    _request,
     decode_client_request,
     decode_envelope,
     encode_envelope,

@@ -12,7 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_envelope import EnvelopeError, ResponseError, merge_prefill_logprobs
-from sglang_envelope._merge import PROMPT_LOGPROB_GROUPS, UNAVAILABLE_MARKER, has_prompt_logprobs
+from sglang_envelope.response.merge import (
+    PROMPT_LOGPROB_GROUPS,
+    UNAVAILABLE_MARKER,
+    has_prompt_logprobs,
+)
 from tests.strategies import final_responses, near_final_responses
 
 LIVE = Path(__file__).parent / "fixtures" / "live_answers.jsonl"

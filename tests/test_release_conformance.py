@@ -27,8 +27,8 @@ from sglang_envelope import (
     decode_client_request,
     to_worker_envelope,
 )
-from sglang_envelope._engine import Bootstrap
-from sglang_envelope._rules import RULES, SGLANG_CHECKS_LEFT
+from sglang_envelope.request.engine import Bootstrap
+from sglang_envelope.request.rules import RULES, SGLANG_CHECKS_LEFT
 from tests.strategies import DEPLOYMENT
 
 FIXTURE = Path(__file__).parent / "fixtures" / "release_conformance.jsonl"

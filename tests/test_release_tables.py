@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from sglang_envelope._release_tables import RELEASES, TABLES
-from sglang_envelope._target import Target
+from sglang_envelope.releases.tables import RELEASES, TABLES
+from sglang_envelope.releases.target import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -47,7 +47,7 @@ GENERATOR = _generator()
 
 
 def test_the_module_is_exactly_what_the_generator_renders_from_the_snapshot() -> None:
-    source = (ROOT / "sglang_envelope" / "_release_tables.py").read_text(encoding="utf-8")
+    source = (ROOT / "sglang_envelope" / "releases" / "tables.py").read_text(encoding="utf-8")
     assert source == GENERATOR.render_module(SNAPSHOT)
 
 
@@ -230,7 +230,7 @@ def test_tokenizer_manager_request_checks_are_in_its_table() -> None:
 
 def test_the_hand_written_0_5_23_tables_agree_with_the_generated_ones() -> None:
     """While the rule code keeps its own 0.5.23 lists, they must be SGLang 0.5.23's."""
-    rules = pytest.importorskip("sglang_envelope._rules")
+    rules = pytest.importorskip("sglang_envelope.request.rules")
     table = TABLES["0.5.23"]
     hand_fields = getattr(rules, "GENERATE_REQ_INPUT_FIELDS", None)
     hand_keys = getattr(rules, "SAMPLING_PARAMS_FIELDS", None)

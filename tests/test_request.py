@@ -23,7 +23,7 @@ from sglang_envelope import (
     encode_envelope,
     to_worker_envelope,
 )
-from sglang_envelope._rules import FIELD_OWNERS, GENERATE_REQ_INPUT_FIELDS
+from sglang_envelope.request.rules import FIELD_OWNERS, GENERATE_REQ_INPUT_FIELDS
 from tests.strategies import (
     DEPLOYMENT,
     ORCHESTRATOR_VALUES,

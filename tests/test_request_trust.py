@@ -34,8 +34,8 @@ from sglang_envelope import (
     encode_envelope,
     to_worker_envelope,
 )
-from sglang_envelope._cli import main
-from sglang_envelope._rules import NULL_AS_ABSENT, OWNED_BOOLEANS
+from sglang_envelope.cli.main import main
+from sglang_envelope.request.rules import NULL_AS_ABSENT, OWNED_BOOLEANS
 from tests.strategies import DEPLOYMENT, hand_built_fields, hostile_python_values
 
 FIXTURE = Path(__file__).parent / "fixtures" / "request_conformance.jsonl"

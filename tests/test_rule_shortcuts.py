@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglang_envelope import RequestRejected, decode_client_request
-from sglang_envelope._request import RequestFields, SamplingParams
-from sglang_envelope._rules import RULES, Rule
+from sglang_envelope.request.rules import RULES, Rule
+from sglang_envelope.request.types import RequestFields, SamplingParams
 from tests.strategies import rule_flags, rule_numbers, token_ids
 
 SHORTCUT_RULES = [rule for rule in RULES if rule.holds is not None]

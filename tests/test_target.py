@@ -11,9 +11,9 @@ import msgspec
 import pytest
 from hypothesis import given
 
-from sglang_envelope._errors import EnvelopeError
-from sglang_envelope._release_tables import TABLES
-from sglang_envelope._target import (
+from sglang_envelope.errors.exceptions import EnvelopeError
+from sglang_envelope.releases.tables import TABLES
+from sglang_envelope.releases.target import (
     KNOWN_RELEASES,
     InstalledFields,
     Target,

@@ -22,8 +22,8 @@ from sglang_envelope import (
     encode_envelope,
     to_worker_envelope,
 )
-from sglang_envelope._contract import contract_for
-from sglang_envelope._rules import DEFAULT_TARGET
+from sglang_envelope.request.contract import contract_for
+from sglang_envelope.request.rules import DEFAULT_TARGET
 from tests.strategies import DEPLOYMENT
 from tests.test_target import _fake_sglang
 

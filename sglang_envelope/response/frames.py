@@ -11,7 +11,7 @@ from typing import Any, Final
 
 import msgspec
 
-from sglang_envelope._errors import EngineError, ResponseError, show_value
+from sglang_envelope.errors.exceptions import EngineError, ResponseError, show_value
 
 __all__ = [
     "CONSISTENCY",

@@ -58,24 +58,23 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Se
 from itertools import repeat
 from typing import Any, Final
 
-from sglang_envelope._aggregate import (
-    DEFAULT_MAX_BYTES,
-    _iterate,
-    _SseAggregation,
-)
-from sglang_envelope._aggregate_bytes import _BytesAggregator, _CumulativeFrames, splice
-from sglang_envelope._async import _aiterate
-from sglang_envelope._delta_cut import cut_deltas
-from sglang_envelope._error_response import error_event
-from sglang_envelope._errors import (
+from sglang_envelope.errors.answers import error_event
+from sglang_envelope.errors.exceptions import (
     EngineError,
     EnvelopeError,
     ResponseError,
     show_value,
 )
-from sglang_envelope._frame import check_consistency
-from sglang_envelope._frame_views import NOT_TERMINAL, frame_fields, one_line
-from sglang_envelope._sse import (
+from sglang_envelope.response.aggregate import (
+    DEFAULT_MAX_BYTES,
+    _iterate,
+    _SseAggregation,
+)
+from sglang_envelope.response.aggregate_bytes import _BytesAggregator, _CumulativeFrames, splice
+from sglang_envelope.response.aiter import _aiterate
+from sglang_envelope.response.delta_cut import cut_deltas
+from sglang_envelope.response.frames import check_consistency
+from sglang_envelope.response.sse import (
     DEFAULT_MAX_EVENT_BYTES,
     SSE_DONE,
     BytesLike,
@@ -83,6 +82,7 @@ from sglang_envelope._sse import (
     SseDecoder,
     decode_frame,
 )
+from sglang_envelope.response.views import NOT_TERMINAL, frame_fields, one_line
 
 __all__ = ["relay_sse", "relay_sse_async"]
 

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from sglang_envelope._engine import EngineRequest, Role
-from sglang_envelope._envelope import _is_utf8
-from sglang_envelope._errors import EnvelopeError, show_value
-from sglang_envelope._merge import UNAVAILABLE_MARKER, _meta, has_prompt_logprobs
+from sglang_envelope.errors.exceptions import EnvelopeError, show_value
+from sglang_envelope.request.engine import EngineRequest, Role
+from sglang_envelope.request.envelope import _is_utf8
+from sglang_envelope.response.merge import UNAVAILABLE_MARKER, _meta, has_prompt_logprobs
 
 __all__ = ["UNAVAILABLE_REASON", "finalize_response"]
 

@@ -21,8 +21,13 @@ from typing import Any, Final, TypeAlias
 
 import msgspec
 
-from sglang_envelope._errors import EnvelopeError, LimitExceeded, ResponseError, show_value
-from sglang_envelope._frame import decode_json, json_type
+from sglang_envelope.errors.exceptions import (
+    EnvelopeError,
+    LimitExceeded,
+    ResponseError,
+    show_value,
+)
+from sglang_envelope.response.frames import decode_json, json_type
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",

@@ -26,7 +26,12 @@ from typing import Any, ClassVar, Literal, NoReturn
 
 import msgspec
 
-from sglang_envelope._errors import EnvelopeError, LimitExceeded, ResponseError, show_value
+from sglang_envelope.errors.exceptions import (
+    EnvelopeError,
+    LimitExceeded,
+    ResponseError,
+    show_value,
+)
 
 __all__ = [
     "DEFAULT_MAX_NESTED_POSITIONS",

@@ -18,12 +18,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from msgspec import UNSET
 
-from sglang_envelope._errors import RequestRejected
-from sglang_envelope._rules import FIELD_OWNERS, RULES, RULES_BY_CODE, Rule
-from sglang_envelope._target import KNOWN_RELEASES, ReleaseTables, Target, first_release_with
+from sglang_envelope.errors.exceptions import RequestRejected
+from sglang_envelope.releases.target import (
+    KNOWN_RELEASES,
+    ReleaseTables,
+    Target,
+    first_release_with,
+)
+from sglang_envelope.request.rules import FIELD_OWNERS, RULES, RULES_BY_CODE, Rule
 
 if TYPE_CHECKING:
-    from sglang_envelope._request import ClientRequest
+    from sglang_envelope.request.types import ClientRequest
 
 __all__ = ["Contract", "RawCheck", "check_request", "contract_for", "prepare_checks"]
 

@@ -23,7 +23,7 @@ from typing import Any, Final, cast
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from sglang_envelope._sse import Payload
+from sglang_envelope.response.sse import Payload
 
 __all__ = [
     "DELTA_FIELDS",

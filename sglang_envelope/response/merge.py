@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from sglang_envelope._frame import expected
+from sglang_envelope.response.frames import expected
 
 __all__ = [
     "POSITION_COUNTS",

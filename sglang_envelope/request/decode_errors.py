@@ -14,9 +14,9 @@ from typing import Any
 
 import msgspec
 
-from sglang_envelope._contract import Contract, contract_for
-from sglang_envelope._errors import RequestRejected
-from sglang_envelope._rules import DEFAULT_TARGET, FIELD_OWNERS, reject
+from sglang_envelope.errors.exceptions import RequestRejected
+from sglang_envelope.request.contract import Contract, contract_for
+from sglang_envelope.request.rules import DEFAULT_TARGET, FIELD_OWNERS, reject
 
 __all__ = [
     "DECODE_ERRORS",

@@ -43,7 +43,7 @@ from sglang_envelope import (
     relay_sse,
     to_worker_envelope,
 )
-from sglang_envelope._demo import (
+from sglang_envelope.cli.demo import (
     DEMO_BOOTSTRAP,
     DEMO_DEPLOYMENT,
     DEMO_RID,
@@ -51,8 +51,13 @@ from sglang_envelope._demo import (
     SEED_REQUEST,
     demo_unary_body,
 )
-from sglang_envelope._engine import ROLE_PLANS
-from sglang_envelope._target import KNOWN_RELEASES, TRANSPORTS, UNKNOWN_FIELD_POLICIES, Target
+from sglang_envelope.releases.target import (
+    KNOWN_RELEASES,
+    TRANSPORTS,
+    UNKNOWN_FIELD_POLICIES,
+    Target,
+)
+from sglang_envelope.request.engine import ROLE_PLANS
 
 __all__ = [
     "EXIT_BAD_INPUT",

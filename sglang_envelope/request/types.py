@@ -28,18 +28,19 @@ from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
-from sglang_envelope._contract import (
+from sglang_envelope.errors.exceptions import EnvelopeError
+from sglang_envelope.releases.target import Target
+from sglang_envelope.request.contract import (
     Contract,
     contract_for,
     prepare_checks,
 )
-from sglang_envelope._decode_errors import (
+from sglang_envelope.request.decode_errors import (
     DECODE_ERRORS,
     KNOWN_FIELDS,
     translate_validation_error,
 )
-from sglang_envelope._errors import EnvelopeError
-from sglang_envelope._limits import (
+from sglang_envelope.request.limits import (
     DEFAULT_LIMITS,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INPUT_IDS,
@@ -52,14 +53,13 @@ from sglang_envelope._limits import (
     make_limits,
     raw_check,
 )
-from sglang_envelope._rules import (
+from sglang_envelope.request.rules import (
     DEFAULT_TARGET,
     FIELD_OWNERS,
     NULL_AS_ABSENT,
     is_given,
     reject,
 )
-from sglang_envelope._target import Target
 
 __all__ = [
     "ClientRequest",

@@ -27,7 +27,7 @@ from typing import Any, Final, Literal, NamedTuple
 
 import msgspec
 
-from sglang_envelope._errors import (
+from sglang_envelope.errors.exceptions import (
     EngineError,
     EnvelopeError,
     LimitExceeded,

@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import msgspec
 from msgspec import UNSET
 
-from sglang_envelope._errors import RequestRejected
-from sglang_envelope._target import Target
+from sglang_envelope.errors.exceptions import RequestRejected
+from sglang_envelope.releases.target import Target
 
 if TYPE_CHECKING:
-    from sglang_envelope._request import ClientRequest, SamplingParams
+    from sglang_envelope.request.types import ClientRequest, SamplingParams
 
 __all__ = [
     "DEFAULT_TARGET",

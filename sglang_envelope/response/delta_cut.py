@@ -15,10 +15,10 @@ from typing import Any, Final
 import msgspec
 from msgspec import Raw
 
-from sglang_envelope._errors import ResponseError
-from sglang_envelope._frame import decode_json
-from sglang_envelope._frame_views import DELTA_ROWS
-from sglang_envelope._sse import BytesLike
+from sglang_envelope.errors.exceptions import ResponseError
+from sglang_envelope.response.frames import decode_json
+from sglang_envelope.response.sse import BytesLike
+from sglang_envelope.response.views import DELTA_ROWS
 
 __all__ = ["cut_deltas"]
 

@@ -17,10 +17,11 @@ from typing import Any, Literal, NamedTuple
 import msgspec
 from msgspec import UNSET, Raw
 
-from sglang_envelope._deployment import Deployment, check_engine_body
-from sglang_envelope._envelope import WorkerEnvelope, _is_utf8
-from sglang_envelope._errors import EnvelopeError, show_value
-from sglang_envelope._request import (
+from sglang_envelope.errors.exceptions import EnvelopeError, show_value
+from sglang_envelope.releases.target import Target
+from sglang_envelope.request.deployment import Deployment, check_engine_body
+from sglang_envelope.request.envelope import WorkerEnvelope, _is_utf8
+from sglang_envelope.request.types import (
     NO_PASSED_FIELDS,
     PassedFields,
     RequestFields,
@@ -28,7 +29,6 @@ from sglang_envelope._request import (
     TokenId,
     with_passed_fields,
 )
-from sglang_envelope._target import Target
 
 __all__ = [
     "ROLE_PLANS",

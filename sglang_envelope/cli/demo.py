@@ -12,9 +12,9 @@ from typing import Any
 
 import msgspec
 
-from sglang_envelope._deployment import Deployment
-from sglang_envelope._engine import Bootstrap
-from sglang_envelope._flat import encode_flat_top_logprobs
+from sglang_envelope.request.deployment import Deployment
+from sglang_envelope.request.engine import Bootstrap
+from sglang_envelope.response.flat import encode_flat_top_logprobs
 
 __all__ = [
     "DEMO_BOOTSTRAP",

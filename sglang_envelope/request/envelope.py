@@ -12,21 +12,26 @@ from typing import Annotated, Any
 
 import msgspec
 
-from sglang_envelope._decode_errors import (
+from sglang_envelope.errors.exceptions import EnvelopeError, show_value
+from sglang_envelope.releases.target import Target
+from sglang_envelope.request.decode_errors import (
     DECODE_ERRORS,
     KNOWN_FIELDS,
     first_unknown_key,
     translate_validation_error,
 )
-from sglang_envelope._errors import EnvelopeError, show_value
-from sglang_envelope._limits import (
+from sglang_envelope.request.limits import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INPUT_IDS,
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_JSON_ITEMS,
     make_limits,
 )
-from sglang_envelope._request import (
+from sglang_envelope.request.rules import (
+    DEFAULT_TARGET,
+    reject,
+)
+from sglang_envelope.request.types import (
     NO_PASSED_FIELDS,
     ClientRequest,
     contract_of,
@@ -34,11 +39,6 @@ from sglang_envelope._request import (
     json_size,
     with_passed_fields,
 )
-from sglang_envelope._rules import (
-    DEFAULT_TARGET,
-    reject,
-)
-from sglang_envelope._target import Target
 
 __all__ = ["WorkerEnvelope", "decode_envelope", "encode_envelope", "to_worker_envelope"]
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
-from sglang_envelope._aggregate import DEFAULT_MAX_BYTES, StreamAggregator, _SseAggregation
-from sglang_envelope._errors import EnvelopeError
-from sglang_envelope._response_types import GenerateResponse
-from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, SseDecoder
+from sglang_envelope.errors.exceptions import EnvelopeError
+from sglang_envelope.response.aggregate import DEFAULT_MAX_BYTES, StreamAggregator, _SseAggregation
+from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, SseDecoder
+from sglang_envelope.response.types import GenerateResponse
 
 __all__ = ["aggregate_sse_async", "aiter_frames"]
 

@@ -23,8 +23,8 @@ from typing import NamedTuple
 
 import msgspec
 
-from sglang_envelope._engine import EngineRequest, Role
-from sglang_envelope._errors import EnvelopeError
+from sglang_envelope.errors.exceptions import EnvelopeError
+from sglang_envelope.request.engine import EngineRequest, Role
 
 __all__ = [
     "ABORT_RULES",

@@ -15,8 +15,8 @@ from typing import Literal
 
 import msgspec
 
-from sglang_envelope._abort import AbortPlan
-from sglang_envelope._errors import EnvelopeError, show_value
+from sglang_envelope.cancel.plan import AbortPlan
+from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 
 __all__ = ["AbortOutcome", "AbortSend", "StopReason", "run_abort"]
 

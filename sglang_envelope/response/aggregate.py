@@ -27,14 +27,14 @@ from typing import Any, Final, cast
 
 from msgspec import UNSET
 
-from sglang_envelope._errors import (
+from sglang_envelope.errors.exceptions import (
     EngineError,
     EnvelopeError,
     LimitExceeded,
     ResponseError,
     show_value,
 )
-from sglang_envelope._frame import (
+from sglang_envelope.response.frames import (
     CONSISTENCY,
     abort_error,
     check_consistency,
@@ -42,7 +42,15 @@ from sglang_envelope._frame import (
     engine_error,
     expected,
 )
-from sglang_envelope._frame_views import (
+from sglang_envelope.response.sse import (
+    DEFAULT_MAX_EVENT_BYTES,
+    BytesLike,
+    Payload,
+    SseDecoder,
+    decode_frame,
+)
+from sglang_envelope.response.types import GenerateResponse
+from sglang_envelope.response.views import (
     DELTA_FIELDS,
     DELTA_ROWS,
     JSON_TYPE_NAMES,
@@ -51,14 +59,6 @@ from sglang_envelope._frame_views import (
     plain,
     same_json,
     searchable,
-)
-from sglang_envelope._response_types import GenerateResponse
-from sglang_envelope._sse import (
-    DEFAULT_MAX_EVENT_BYTES,
-    BytesLike,
-    Payload,
-    SseDecoder,
-    decode_frame,
 )
 
 __all__ = [
@@ -94,7 +94,7 @@ class StreamAggregator:
 
     ``incremental=None`` (the default) reads the mode from the frames: a frame
     whose ``meta_info.completion_tokens`` (or another count of
-    `sglang_envelope._frame.CONSISTENCY`) fits only one reading settles it, and
+    `sglang_envelope.response.frames.CONSISTENCY`) fits only one reading settles it, and
     `incremental` says which once it is known. ``True`` or ``False`` forces a
     mode.
 

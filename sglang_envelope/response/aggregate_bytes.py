@@ -25,24 +25,24 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET
 
-from sglang_envelope._aggregate import (
+from sglang_envelope.errors.exceptions import ResponseError, show_value
+from sglang_envelope.response.aggregate import (
     _FAST_PATHS,
     DEFAULT_MAX_BYTES,
     StreamAggregator,
     _iterate,
     _SseAggregation,
 )
-from sglang_envelope._async import _aiterate
-from sglang_envelope._errors import ResponseError, show_value
-from sglang_envelope._frame import CONSISTENCY, check_consistency, expected
-from sglang_envelope._frame_views import (
+from sglang_envelope.response.aiter import _aiterate
+from sglang_envelope.response.frames import CONSISTENCY, check_consistency, expected
+from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Payload, decode_frame
+from sglang_envelope.response.views import (
     DELTA_FIELDS,
     DELTA_ROWS,
     frame_fields,
     intermediate_view,
     middle_view,
 )
-from sglang_envelope._sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Payload, decode_frame
 
 __all__ = ["aggregate_sse_bytes", "aggregate_sse_bytes_async"]
 

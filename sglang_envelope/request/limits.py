@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 import msgspec
 from msgspec import Raw
 
-from sglang_envelope._decode_errors import DECODE_ERRORS, translate_validation_error
-from sglang_envelope._errors import EnvelopeError
-from sglang_envelope._rules import reject
+from sglang_envelope.errors.exceptions import EnvelopeError
+from sglang_envelope.request.decode_errors import DECODE_ERRORS, translate_validation_error
+from sglang_envelope.request.rules import reject
 
 __all__ = [
     "DEFAULT_LIMITS",

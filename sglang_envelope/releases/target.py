@@ -19,8 +19,8 @@ from typing import Any
 
 import msgspec
 
-from sglang_envelope._errors import EnvelopeError, show_value
-from sglang_envelope._release_tables import RELEASES, TABLES
+from sglang_envelope.errors.exceptions import EnvelopeError, show_value
+from sglang_envelope.releases.tables import RELEASES, TABLES
 
 __all__ = [
     "KNOWN_RELEASES",
