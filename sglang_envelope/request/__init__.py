@@ -1,4 +1,4 @@
-"""The request side: the client's body, its rules and limits, the worker envelope and the engine request.
+"""The request side: the client's body, its rules, the envelope and the engine request.
 
 The public names are imported from `sglang_envelope`; these modules are its layout.
 """

@@ -200,6 +200,7 @@ _PREFILL_SAMPLING = PREFILL_SAMPLING_OVERRIDES | dict.fromkeys(PREFILL_SAMPLING_
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 _astuple, _force_setattr = msgspec.structs.astuple, msgspec.structs.force_setattr
+_replace = msgspec.structs.replace
 #: Set while the one `EngineRequest` a role that `_made` copies is made, at import:
 #: made any other way, an `EngineRequest` refuses to exist.
 _building = threading.local()
@@ -327,37 +328,8 @@ def _prefill_dp_rank(bootstrap: Bootstrap | None, routing: Routing | None) -> in
     return rank
 
 
-#: Where each field the roles change sits among the engine body's fields (the client's first).
-_FIELD_INDEX = {name: index for index, name in enumerate(EngineBody.__struct_fields__)}
-#: The engine body's own fields, after the client's; all None for a request without bootstrap.
-_ENGINE_FIELDS = EngineBody.__struct_fields__[len(RequestFields.__struct_fields__) :]
-assert _ENGINE_FIELDS == (
-    "bootstrap_host",
-    "bootstrap_port",
-    "bootstrap_room",
-    "disagg_prefill_dp_rank",
-    "routed_dp_rank",
-    "external_trace_header",
-    "custom_labels",
-)
-assert Bootstrap.__struct_fields__ == ("host", "port", "room", "prefill_dp_rank")
-_NO_ENGINE_FIELDS = (None,) * len(_ENGINE_FIELDS)
-_RID_AT, _INPUT_IDS_AT = _FIELD_INDEX["rid"], _FIELD_INDEX["input_ids"]
-_STREAM_AT = _FIELD_INDEX["stream"]
-_OUTPUT_FLAT_AT = _FIELD_INDEX["return_flat_raw_output_top_logprobs"]
-_B64_AT = _FIELD_INDEX["return_flat_raw_top_logprobs_b64"]
-_PROMPT_FLAT_AT = _FIELD_INDEX["return_flat_raw_top_logprobs"]
-_SAMPLING_AT = _FIELD_INDEX["sampling_params"]
-_LORA_PATH_AT, _PRIORITY_AT = _FIELD_INDEX["lora_path"], _FIELD_INDEX["priority"]
-_ROUTED_DP_RANK_AT = _FIELD_INDEX["routed_dp_rank"]
-_TRACE_HEADER_AT = _FIELD_INDEX["external_trace_header"]
-_CUSTOM_LABELS_AT = _FIELD_INDEX["custom_labels"]
-
-
-#: The role of `build_engine_request`'s short path, read once (an enum member read costs a
-#: call on Python 3.11), and the plan that path follows.
-_DECODE = Role.DECODE
-assert ROLE_PLANS[_DECODE] == (True, False, False)  # bootstrap, streams unless output-flat
+#: How many fields an engine body takes from the client's request.
+_CLIENT_FIELD_COUNT = len(RequestFields.__struct_fields__)
 
 
 def _describe(target: Target) -> str:
@@ -413,21 +385,6 @@ def build_engine_request(
             f"deployment must be a Deployment, got {type(deployment).__name__}: describe the "
             "SGLang server with Deployment.from_server_info(...) or Deployment(vocab_size=...)"
         )
-    if (
-        (role is _DECODE or role == "decode")
-        and type(envelope) is WorkerEnvelope
-        and type(bootstrap) is Bootstrap
-        and routing is None
-        and target is None
-        and input_ids is envelope.request.input_ids
-    ):  # a decode worker's usual call: the steps below that it takes, and no others
-        request = envelope.request
-        values = [*_astuple(request), *_astuple(bootstrap), None, None, None]
-        values[_RID_AT] = envelope.rid
-        values[_STREAM_AT] = not values[_OUTPUT_FLAT_AT]
-        body = EngineBody(*values)
-        check_engine_body(deployment, body)
-        return _made(_DECODE, body, request.passed_fields)
     try:
         role, plan = _PLANS_BY_NAME[role]
     except (KeyError, TypeError):  # TypeError: an unhashable role
@@ -437,43 +394,49 @@ def build_engine_request(
         raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")
     if routing is not None and type(routing) is not Routing:
         raise EnvelopeError(f"routing must be a Routing, got {type(routing).__name__}")
+    _check_bootstrap(role, plan, bootstrap)
     request = envelope.request
-    needs_bootstrap, always_streams, is_prefill = plan
-    # The client's fields in order, then the engine body's own (`_ENGINE_FIELDS`):
-    # positional, as the body is made on every request.
-    if type(bootstrap) is Bootstrap and needs_bootstrap:
-        # host, port, room, prefill_dp_rank; then routed_dp_rank, trace header, labels
-        values = [*_astuple(request), *_astuple(bootstrap), None, None, None]
-    else:
-        _check_bootstrap(role, plan, bootstrap)  # raises unless there is none to give
-        values = [*_astuple(request), *_NO_ENGINE_FIELDS]
     if target is not None and target != request.target:
         _refuse_other_target(target, request.target)
-    values[_RID_AT] = envelope.rid
+    fields: dict[str, Any] = {"rid": envelope.rid}
     # The envelope's own ids were checked when it was made; others are checked here.
-    if input_ids is not values[_INPUT_IDS_AT]:
-        values[_INPUT_IDS_AT] = _check_input_ids(input_ids)
-    values[_STREAM_AT] = always_streams or not values[_OUTPUT_FLAT_AT]
-    if is_prefill:
-        values[_OUTPUT_FLAT_AT] = False
-        values[_B64_AT] = values[_B64_AT] and values[_PROMPT_FLAT_AT]
-        values[_SAMPLING_AT] = _prefill_sampling(values[_SAMPLING_AT])
-        values[_ROUTED_DP_RANK_AT] = _prefill_dp_rank(bootstrap, routing)
+    if input_ids is not request.input_ids:
+        fields["input_ids"] = _check_input_ids(input_ids)
+    fields["stream"] = plan.always_streams or not request.return_flat_raw_output_top_logprobs
+    if bootstrap is not None:
+        fields.update(
+            bootstrap_host=bootstrap.host,
+            bootstrap_port=bootstrap.port,
+            bootstrap_room=bootstrap.room,
+            disagg_prefill_dp_rank=bootstrap.prefill_dp_rank,
+        )
+    if plan.is_prefill:
+        fields["return_flat_raw_output_top_logprobs"] = False
+        fields["return_flat_raw_top_logprobs_b64"] = (
+            request.return_flat_raw_top_logprobs_b64 and request.return_flat_raw_top_logprobs
+        )
+        fields["sampling_params"] = _prefill_sampling(request.sampling_params)
+        fields["routed_dp_rank"] = _prefill_dp_rank(bootstrap, routing)
     if routing is not None:
-        _route(values, role, routing)
-    body = EngineBody(*values)
+        fields.update(_routed(role, routing))
+    # The client's fields lead a ClientRequest, as they lead an EngineBody (both derive
+    # from RequestFields); every change is then made by name.
+    body = _replace(EngineBody(*_astuple(request)[:_CLIENT_FIELD_COUNT]), **fields)
     check_engine_body(deployment, body)
     return _made(role, body, request.passed_fields)
 
 
-def _route(values: list[Any], role: Role, routing: Routing) -> None:
-    """Apply what the router decided to the engine body's `values` (the prefill leg's
-    rank is its bootstrap's: `_prefill_dp_rank`)."""
+def _routed(role: Role, routing: Routing) -> dict[str, Any]:
+    """The engine body's fields the router decided (the prefill leg's rank is its
+    bootstrap's: `_prefill_dp_rank`)."""
+    fields: dict[str, Any] = {
+        "external_trace_header": _labels_json(routing.trace_header),
+        "custom_labels": _labels_json(routing.labels),
+    }
     if role is not Role.PREFILL:
-        values[_ROUTED_DP_RANK_AT] = routing.dp_rank
+        fields["routed_dp_rank"] = routing.dp_rank
     if routing.lora_path is not None:
-        values[_LORA_PATH_AT] = routing.lora_path
+        fields["lora_path"] = routing.lora_path
     if routing.priority is not None:
-        values[_PRIORITY_AT] = routing.priority
-    values[_TRACE_HEADER_AT] = _labels_json(routing.trace_header)
-    values[_CUSTOM_LABELS_AT] = _labels_json(routing.labels)
+        fields["priority"] = routing.priority
+    return fields

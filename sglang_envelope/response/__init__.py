@@ -1,4 +1,4 @@
-"""The response side: SSE frames and unary bodies from SGLang, aggregated or relayed into the client's mode.
+"""The response side: SGLang's SSE frames and bodies, aggregated or relayed for the client.
 
 The public names are imported from `sglang_envelope`; these modules are its layout.
 """
