@@ -23,6 +23,7 @@ from sglang_envelope import (
     encode_sse,
     parse_unary,
 )
+from sglang_envelope.response.views import MiddleReader
 from tests.strategies import SKIPPED_VALUES, chunkings, nested_lists, stream_events
 
 Verdict = tuple[str, Any]
@@ -167,3 +168,43 @@ def test_a_big_terminal_frame_is_decoded_once() -> None:
 def test_a_deeply_nested_bound_is_refused_without_recursion() -> None:
     with pytest.raises(EnvelopeError, match="max_event_bytes: expected a positive integer"):
         SseDecoder(max_event_bytes=nested_lists(100_000))  # type: ignore[arg-type]
+
+
+@given(st.sampled_from((b"1", b'"x"', *SKIPPED_VALUES)), st.integers(1, 4), st.data())
+def test_a_new_key_in_every_frame_keeps_the_frame_decoders_verdict(
+    value: bytes, at: int, data: st.DataObject
+) -> None:
+    """A meta_info key SGLang 0.5.23 does not write, in every frame (a newer release):
+    once the first frame has it, the stream's frames are read by the view that skips
+    it; a skipped value the full decoder refuses is still refused, and the answer is
+    the one the frame-by-frame path gives."""
+    events = [
+        encode_sse(frame).replace(b'"meta_info":{', b'"meta_info":{"new_key":1,', 1)
+        for frame in frames_of(5)
+    ]
+    events[at] = events[at].replace(b'"new_key":1', b'"new_key":' + value, 1)
+    stream = b"".join(events) + SSE_DONE
+    chunks = data.draw(chunkings(stream))
+    fast = verdict(lambda: aggregate_sse(chunks, incremental=True))
+    assert fast == verdict(lambda: by_frames(chunks, True))
+    assert fast == verdict(lambda: aggregate_sse([stream], incremental=True))
+    if fast[0] == "ok":
+        terminal = msgspec.json.decode(events[-1][len(b"data: ") :])
+        assert fast[1]["meta_info"]["new_key"] == terminal["meta_info"]["new_key"]
+        assert fast[1]["output_ids"] == [0, 1, 2, 3, 4]
+
+
+def test_the_reader_skips_new_keys_only_after_one_is_seen() -> None:
+    reader = MiddleReader(msgspec.UNSET)
+    plain_frame = msgspec.json.encode(frames_of(2)[0])
+    assert reader.decode(plain_frame).output_ids == [0]
+    assert not reader.skipping
+    with pytest.raises(msgspec.ValidationError):  # a wrong type: refused, not skipped
+        reader.decode(plain_frame.replace(b'"output_ids":[0]', b'"output_ids":7'))
+    assert not reader.skipping
+    new = plain_frame.replace(b'"meta_info":{', b'"meta_info":{"new_key":[1],', 1)
+    assert reader.decode(new).output_ids == [0]
+    assert reader.skipping
+    assert reader.decode(plain_frame).output_ids == [0]  # still read, now skipping
+    with pytest.raises(msgspec.DecodeError):  # a skipped number the full decoder refuses
+        reader.decode(new.replace(b"[1]", b"[1e400]"))

@@ -41,7 +41,6 @@ from sglang_envelope.response.views import (
     DELTA_ROWS,
     frame_fields,
     intermediate_view,
-    middle_view,
 )
 
 __all__ = ["aggregate_sse_bytes", "aggregate_sse_bytes_async"]
@@ -100,7 +99,7 @@ class _BytesAggregator(StreamAggregator):
             return super()._add_deltas(payloads, at)
         counts = self._counts
         index = self._index
-        decode = middle_view(True, index)
+        decode = self._reader.decode
         while at < len(payloads):
             payload = payloads[at]
             at += 1
@@ -258,7 +257,7 @@ class _CumulativeFrames(_BytesAggregator):
         if not (self._mode is True and self._count and self._terminal is None):
             return False
         index = self._index
-        frame = intermediate_view(middle_view(True, index), payload, index)
+        frame = intermediate_view(self._reader.decode, payload, index)
         fields = None if frame is None else frame_fields(payload)
         if fields is None:
             try:

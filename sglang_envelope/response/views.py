@@ -31,6 +31,7 @@ __all__ = [
     "JSON_TYPE_NAMES",
     "NOT_TERMINAL",
     "VIEW_ERRORS",
+    "MiddleReader",
     "frame_fields",
     "intermediate_view",
     "middle_view",
@@ -139,10 +140,14 @@ _IncrementalMeta = _view("_IncrementalMeta", _meta_fields(), strict=True)
 _CumulativeMeta = _view("_CumulativeMeta", [("finish_reason", None, None)], strict=False)
 
 
-def _incremental(indexed: bool) -> Any:
-    fields = [*_delta_fields(False), ("meta_info", _IncrementalMeta), *_MIDDLE, _INDEX[indexed]]
+_SkippingMeta = _view("_SkippingMeta", _meta_fields(), strict=False)
+
+
+def _incremental(indexed: bool, *, strict: bool = True) -> Any:
+    meta = _IncrementalMeta if strict else _SkippingMeta
+    fields = [*_delta_fields(False), ("meta_info", meta), *_MIDDLE, _INDEX[indexed]]
     fields += [(key, Any, UNSET) for key in _SGLANG_TOP_KEYS]
-    return msgspec.json.Decoder(_view("_IncrementalFrame", fields, strict=True))
+    return msgspec.json.Decoder(_view("_IncrementalFrame", fields, strict=strict))
 
 
 def _cumulative(indexed: bool) -> Any:
@@ -156,6 +161,8 @@ _VIEWS: Final = {
     for mode in (True, False)
     for indexed in (False, True)
 }
+#: (the stream's first frame has an index): the incremental view that skips unknown keys.
+_SKIPPING: Final = {indexed: _incremental(indexed, strict=False) for indexed in (False, True)}
 #: A frame's keys, each value its JSON (`frame_fields`).
 _RAW_MEMBERS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 #: What a view raises for a frame that is not a middle frame it can read.
@@ -172,6 +179,39 @@ def middle_view(incremental: bool, index: Any) -> Callable[[Payload], Any]:
     """
     decoder: msgspec.json.Decoder[Any] = _VIEWS[incremental, index is not UNSET]
     return decoder.decode
+
+
+class MiddleReader:
+    """One incremental stream's middle frames read through the typed view (`middle_view`),
+    for a stream whose first frame had `index`.
+
+    `decode` raises one of `VIEW_ERRORS` where the strict view does. Once a
+    frame carries a key SGLang 0.5.23 does not write (a newer release, a server
+    flag), `skipping` is set and this stream's frames are read by the same view
+    that skips unknown keys instead, trusted only for `plain` bytes: the skipped
+    keys take the terminal frame's values anyway, and a new key costs a scan of
+    each frame, not the full decode.
+    """
+
+    __slots__ = ("_skipping_view", "_strict", "skipping")
+
+    def __init__(self, index: Any) -> None:
+        self._strict = middle_view(True, index)
+        self._skipping_view: Callable[[Payload], Any] = _SKIPPING[index is not UNSET].decode
+        self.skipping = False
+
+    def decode(self, payload: Payload) -> Any:
+        if not self.skipping:
+            try:
+                return self._strict(payload)
+            except msgspec.ValidationError as error:
+                if "unknown field" not in str(error):
+                    raise
+                self.skipping = True
+        view = self._skipping_view(payload)
+        if not plain(searchable(payload)):
+            raise msgspec.DecodeError("a skipped key holds what the full decoder may refuse")
+        return view
 
 
 NOT_TERMINAL: Final = b'"finish_reason":null'  # as SGLang writes an intermediate frame

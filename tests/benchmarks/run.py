@@ -494,6 +494,17 @@ def relay_rows(quick: bool, rounds: int, row: Callable[..., None]) -> None:
     small_s, big_s = alternate(relay(transcript, incremental=True), relay(big, incremental=True), 3)
     scale = big_s / small_s
     row(f"  4x frames ({4 * frames}) vs {frames}", big_s, small_s, "<= 4.4x", scale <= 4.4, scale)
+    newer = transcript.replace(b'"meta_info":{', b'"meta_info":{"new_key":0,')
+    newer_s, known_s = alternate(
+        lambda: aggregate_sse(chunks(newer)), lambda: aggregate_sse(chunks(transcript)), rounds
+    )
+    row(
+        "  a meta_info key SGLang 0.5.23 does not write, in every frame, vs none",
+        newer_s,
+        known_s,
+        "<= 1.25x",
+        newer_s <= 1.25 * known_s,
+    )
 
 
 def flat_fields(positions: int, k: int) -> dict[str, Any]:
