@@ -23,7 +23,7 @@ from sglang_envelope import (
     encode_sse,
     parse_unary,
 )
-from sglang_envelope.response.views import MiddleReader
+from sglang_envelope.response.views import MAX_LEARNED_KEYS, MiddleReader
 from tests.strategies import SKIPPED_VALUES, chunkings, nested_lists, stream_events
 
 Verdict = tuple[str, Any]
@@ -194,17 +194,35 @@ def test_a_new_key_in_every_frame_keeps_the_frame_decoders_verdict(
         assert fast[1]["output_ids"] == [0, 1, 2, 3, 4]
 
 
-def test_the_reader_skips_new_keys_only_after_one_is_seen() -> None:
+def test_the_reader_learns_new_keys_and_still_checks_them() -> None:
     reader = MiddleReader(msgspec.UNSET)
     plain_frame = msgspec.json.encode(frames_of(2)[0])
     assert reader.decode(plain_frame).output_ids == [0]
-    assert not reader.skipping
-    with pytest.raises(msgspec.ValidationError):  # a wrong type: refused, not skipped
+    assert not any(reader.learned)
+    with pytest.raises(msgspec.ValidationError):  # a wrong type: refused, nothing learned
         reader.decode(plain_frame.replace(b'"output_ids":[0]', b'"output_ids":7'))
-    assert not reader.skipping
+    assert not any(reader.learned)
     new = plain_frame.replace(b'"meta_info":{', b'"meta_info":{"new_key":[1],', 1)
+    new = new.replace(b"{", b'{"top_key":2,', 1)
     assert reader.decode(new).output_ids == [0]
-    assert reader.skipping
-    assert reader.decode(plain_frame).output_ids == [0]  # still read, now skipping
-    with pytest.raises(msgspec.DecodeError):  # a skipped number the full decoder refuses
-        reader.decode(new.replace(b"[1]", b"[1e400]"))
+    assert reader.learned == (("top_key",), ("new_key",))
+    assert reader.decode(plain_frame).output_ids == [0]
+    for refused in (b"[1e400]", b'["\xff"]', b"[" + b"1" * 5000 + b"]"):
+        with pytest.raises(msgspec.DecodeError):  # what the full decoder refuses
+            reader.decode(new.replace(b"[1]", refused))
+        with pytest.raises(msgspec.DecodeError):
+            msgspec.json.decode(new.replace(b"[1]", refused))
+
+
+def test_the_reader_learns_a_bounded_number_of_plain_keys() -> None:
+    base = msgspec.json.encode(frames_of(2)[0])
+    many = b"".join(b'"k%d":0,' % i for i in range(MAX_LEARNED_KEYS + 1))
+    for unlearnable in (
+        base.replace(b'"meta_info":{', b'"meta_info":{' + many, 1),
+        base.replace(b'"meta_info":{', b'"meta_info":{"' + b"k" * 65 + b'":0,', 1),
+        base.replace(b'"meta_info":{', b'"meta_info":{"a\\"b":0,', 1),
+    ):
+        reader = MiddleReader(msgspec.UNSET)
+        with pytest.raises(msgspec.ValidationError):
+            reader.decode(unlearnable)
+        assert not any(reader.learned)

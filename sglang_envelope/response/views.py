@@ -6,7 +6,8 @@ can be read through a typed view that builds less than the full decoder
 does, with the full decoder's verdict:
 
 * the incremental view declares every key SGLang writes and refuses any
-  other, so msgspec checks every byte, building structs instead of dicts;
+  other, so msgspec checks every byte, building structs instead of dicts; a
+  stream's `MiddleReader` teaches it the few keys a newer SGLang adds;
 * the cumulative view reads only the finish reason, error and index and skips
   the rest unchecked, so it is trusted only for bytes `plain` passes.
 
@@ -16,6 +17,7 @@ full (it may be the terminal one, or the view cannot read it).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any, Final, cast
@@ -75,7 +77,8 @@ JSON_TYPE_NAMES: Final[dict[type, str]] = {str: "a string", list: "an array"}
 # An incremental view declares every key SGLang writes in a frame and refuses
 # any other (forbid_unknown_fields), so msgspec checks every byte exactly as
 # the full decoder does, while building structs instead of dicts and keeping
-# the delta lists; a frame with another key is decoded in full instead.
+# the delta lists; a frame with another key teaches it to the stream's view
+# (`MiddleReader`), or, past a few such keys, is decoded in full.
 #
 # A cumulative view reads only the finish reason, error and index: msgspec
 # skips every other field without building it, but also without checking its
@@ -136,33 +139,73 @@ def _meta_fields() -> list[_Field]:
 
 _MIDDLE: Final[list[_Field]] = [("error", None, None), ("object", None, None)]
 _INDEX: Final[dict[bool, _Field]] = {False: ("index", UnsetType, UNSET), True: ("index", Any)}
-_IncrementalMeta = _view("_IncrementalMeta", _meta_fields(), strict=True)
 _CumulativeMeta = _view("_CumulativeMeta", [("finish_reason", None, None)], strict=False)
 
 
-_SkippingMeta = _view("_SkippingMeta", _meta_fields(), strict=False)
+def _learned(keys: tuple[str, ...]) -> tuple[list[_Field], dict[str, str]]:
+    """Fields of type Any for `keys`, under names of their own, and their renames."""
+    names = [f"learned_{i}_" for i in range(len(keys))]
+    return [(name, Any, UNSET) for name in names], dict(zip(names, keys, strict=True))
 
 
-def _incremental(indexed: bool, *, strict: bool = True) -> Any:
-    meta = _IncrementalMeta if strict else _SkippingMeta
-    fields = [*_delta_fields(False), ("meta_info", meta), *_MIDDLE, _INDEX[indexed]]
+@functools.lru_cache(maxsize=32)
+def _incremental(
+    indexed: bool, top: tuple[str, ...] = (), meta: tuple[str, ...] = ()
+) -> Callable[[Payload], Any]:
+    """The incremental view, declaring SGLang 0.5.23's keys and those a stream taught it
+    (`top`, `meta`: `MiddleReader`); a few such sets are kept, since each costs
+    about 0.4 ms to make."""
+    meta_fields, meta_names = _learned(meta)
+    meta_view = msgspec.defstruct(
+        "_IncrementalMeta",
+        _meta_fields() + meta_fields,
+        rename=meta_names or None,
+        gc=False,
+        forbid_unknown_fields=True,
+        kw_only=True,
+    )
+    top_fields, top_names = _learned(top)
+    fields = [*_delta_fields(False), ("meta_info", meta_view), *_MIDDLE, _INDEX[indexed]]
     fields += [(key, Any, UNSET) for key in _SGLANG_TOP_KEYS]
-    return msgspec.json.Decoder(_view("_IncrementalFrame", fields, strict=strict))
+    frame_view = msgspec.defstruct(
+        "_IncrementalFrame",
+        fields + top_fields,
+        rename=top_names or None,
+        gc=False,
+        forbid_unknown_fields=True,
+        kw_only=True,
+    )
+    decode: Callable[[Payload], Any] = msgspec.json.Decoder(frame_view).decode
+    return decode
 
 
-def _cumulative(indexed: bool) -> Any:
+def _cumulative(indexed: bool) -> Callable[[Payload], Any]:
     fields = [("meta_info", _CumulativeMeta), *_MIDDLE, _INDEX[indexed]]
-    return msgspec.json.Decoder(_view("_CumulativeFrame", fields, strict=False))
+    decode: Callable[[Payload], Any] = msgspec.json.Decoder(
+        _view("_CumulativeFrame", fields, strict=False)
+    ).decode
+    return decode
 
 
-#: (incremental, the stream's first frame has an index): the view's decoder.
+#: (incremental, the stream's first frame has an index): the view's decode.
 _VIEWS: Final = {
     (mode, indexed): (_incremental if mode else _cumulative)(indexed)
     for mode in (True, False)
     for indexed in (False, True)
 }
-#: (the stream's first frame has an index): the incremental view that skips unknown keys.
-_SKIPPING: Final = {indexed: _incremental(indexed, strict=False) for indexed in (False, True)}
+#: The keys the incremental view declares, top level and in meta_info.
+_KNOWN_TOP: Final = frozenset(name for name, *_ in _delta_fields(False)) | {
+    "meta_info",
+    "error",
+    "object",
+    "index",
+    *_SGLANG_TOP_KEYS,
+}
+_KNOWN_META: Final = frozenset(_SGLANG_META_KEYS)
+#: How many keys beyond SGLang 0.5.23's one stream's view may learn, and how long each.
+MAX_LEARNED_KEYS: Final = 8
+MAX_LEARNED_KEY_CHARS: Final = 64
+_LEARNABLE: Final = re.compile(rf'[^\\"\x00-\x1f]{{1,{MAX_LEARNED_KEY_CHARS}}}')
 #: A frame's keys, each value its JSON (`frame_fields`).
 _RAW_MEMBERS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 #: What a view raises for a frame that is not a middle frame it can read.
@@ -177,41 +220,54 @@ def middle_view(incremental: bool, index: Any) -> Callable[[Payload], Any]:
     not a middle frame; only a frame's index against a first frame that had one
     is left to check.
     """
-    decoder: msgspec.json.Decoder[Any] = _VIEWS[incremental, index is not UNSET]
-    return decoder.decode
+    decode: Callable[[Payload], Any] = _VIEWS[incremental, index is not UNSET]
+    return decode
 
 
 class MiddleReader:
     """One incremental stream's middle frames read through the typed view (`middle_view`),
     for a stream whose first frame had `index`.
 
-    `decode` raises one of `VIEW_ERRORS` where the strict view does. Once a
-    frame carries a key SGLang 0.5.23 does not write (a newer release, a server
-    flag), `skipping` is set and this stream's frames are read by the same view
-    that skips unknown keys instead, trusted only for `plain` bytes: the skipped
-    keys take the terminal frame's values anyway, and a new key costs a scan of
-    each frame, not the full decode.
+    `decode` raises one of `VIEW_ERRORS` where that view does, with one
+    difference: a frame with keys SGLang 0.5.23 does not write (a newer release,
+    a server flag) teaches them to this stream's view, which declares them as
+    any JSON and so still checks every byte. A new key then costs a view made
+    once, not the full decode of every frame. `learned` holds the keys, at most
+    `MAX_LEARNED_KEYS` plain names of at most `MAX_LEARNED_KEY_CHARS`; a frame
+    with others is left to the full decoder.
     """
 
-    __slots__ = ("_skipping_view", "_strict", "skipping")
+    __slots__ = ("_indexed", "_view", "learned")
 
     def __init__(self, index: Any) -> None:
-        self._strict = middle_view(True, index)
-        self._skipping_view: Callable[[Payload], Any] = _SKIPPING[index is not UNSET].decode
-        self.skipping = False
+        self._indexed = index is not UNSET
+        self._view = middle_view(True, index)
+        self.learned: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
     def decode(self, payload: Payload) -> Any:
-        if not self.skipping:
-            try:
-                return self._strict(payload)
-            except msgspec.ValidationError as error:
-                if "unknown field" not in str(error):
-                    raise
-                self.skipping = True
-        view = self._skipping_view(payload)
-        if not plain(searchable(payload)):
-            raise msgspec.DecodeError("a skipped key holds what the full decoder may refuse")
-        return view
+        try:
+            return self._view(payload)
+        except msgspec.ValidationError as error:
+            if "unknown field" not in str(error) or not self._learn(payload):
+                raise
+        return self._view(payload)
+
+    def _learn(self, payload: Payload) -> bool:
+        """Add `payload`'s unknown keys to the view; False when there are none to add."""
+        fields = frame_fields(payload)
+        if fields is None:
+            return False
+        top, meta = self.learned
+        new_top = tuple(sorted(set(fields).difference(_KNOWN_TOP, top)))
+        new_meta = tuple(sorted(set(fields["meta_info"]).difference(_KNOWN_META, meta)))
+        new = new_top + new_meta
+        if not new or len(top) + len(meta) + len(new) > MAX_LEARNED_KEYS:
+            return False
+        if not all(_LEARNABLE.fullmatch(key) for key in new):
+            return False
+        self.learned = (top + new_top, meta + new_meta)
+        self._view = _incremental(self._indexed, *self.learned)
+        return True
 
 
 NOT_TERMINAL: Final = b'"finish_reason":null'  # as SGLang writes an intermediate frame
