@@ -22,7 +22,7 @@ decoded in full.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any, Final, cast
 
 from msgspec import UNSET
@@ -42,6 +42,7 @@ from sglang_envelope.response.frames import (
     engine_error,
     expected,
 )
+from sglang_envelope.response.sources import _feed_all
 from sglang_envelope.response.sse import (
     DEFAULT_MAX_EVENT_BYTES,
     BytesLike,
@@ -545,8 +546,7 @@ def aggregate_frames(
 ) -> GenerateResponse:
     """The final response of a stream's decoded frames (see `StreamAggregator`)."""
     aggregator = StreamAggregator(incremental=incremental)
-    for frame in _iterate(frames, "aggregate_frames frames"):
-        aggregator.add(frame)
+    _feed_all(frames, "aggregate_frames frames", aggregator.add)
     return aggregator.result()
 
 
@@ -566,12 +566,12 @@ def aggregate_sse(
     ``[DONE]`` without a terminal frame, or sends anything after its terminal
     frame or ``[DONE]``. The first fault in the stream is the one raised,
     whatever the chunking, and the verdict is the one `SseDecoder.feed` and
-    `StreamAggregator.add` give on the same bytes.
+    `StreamAggregator.add` give on the same bytes. A generator of chunks is
+    closed when reading stops, on a fault as at the end.
     """
     aggregator = StreamAggregator(incremental=incremental)
     aggregation = _SseAggregation("aggregate_sse", aggregator, max_bytes, max_event_bytes)
-    for chunk in _iterate(chunks, "aggregate_sse chunks"):
-        aggregation.feed(chunk)
+    _feed_all(chunks, "aggregate_sse chunks", aggregation.feed)
     return aggregator._finish(said_done=aggregation.close())
 
 
@@ -621,13 +621,6 @@ def parse_unary(
 def _check_bound(name: str, value: int) -> None:
     if type(value) is not int or value < 1:
         raise EnvelopeError(f"{name}: expected a positive integer, got {show_value(value)}")
-
-
-def _iterate(items: Iterable[Any], what: str) -> Iterator[Any]:
-    try:
-        return iter(items)
-    except TypeError:
-        raise EnvelopeError(f"{what}: expected an iterable, got {type(items).__name__}") from None
 
 
 def _as_bytes(data: object, what: str) -> bytes:

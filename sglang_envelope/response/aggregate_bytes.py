@@ -30,11 +30,10 @@ from sglang_envelope.response.aggregate import (
     _FAST_PATHS,
     DEFAULT_MAX_BYTES,
     StreamAggregator,
-    _iterate,
     _SseAggregation,
 )
-from sglang_envelope.response.aiter import _aiterate
 from sglang_envelope.response.frames import CONSISTENCY, check_consistency, expected
+from sglang_envelope.response.sources import _afeed_all, _feed_all
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Payload, decode_frame
 from sglang_envelope.response.views import (
     DELTA_FIELDS,
@@ -426,8 +425,7 @@ def aggregate_sse_bytes(
     """
     aggregator = _BytesAggregator(incremental=incremental)
     aggregation = _SseAggregation("aggregate_sse_bytes", aggregator, max_bytes, max_event_bytes)
-    for chunk in _iterate(chunks, "aggregate_sse_bytes chunks"):
-        aggregation.feed(chunk)
+    _feed_all(chunks, "aggregate_sse_bytes chunks", aggregation.feed)
     return aggregator._finish_bytes(said_done=aggregation.close())
 
 
@@ -442,6 +440,5 @@ async def aggregate_sse_bytes_async(
     aggregator = _BytesAggregator(incremental=incremental)
     what = "aggregate_sse_bytes_async"
     aggregation = _SseAggregation(what, aggregator, max_bytes, max_event_bytes)
-    async for chunk in _aiterate(chunks, f"{what} chunks"):
-        aggregation.feed(chunk)
+    await _afeed_all(chunks, f"{what} chunks", aggregation.feed)
     return aggregator._finish_bytes(said_done=aggregation.close())

@@ -4,7 +4,10 @@ Each takes any ``AsyncIterable[bytes]`` the caller owns (an httpx
 ``aiter_bytes()``, an aiohttp ``content.iter_any()``, an ASGI receive loop)
 and drives the same cores as the synchronous readers, so both give the same
 frames and the same verdicts on the same bytes. Nothing here opens a socket or
-starts a task.
+starts a task. Whenever a reader stops reading the chunks (their end, a fault,
+the consumer closing `aiter_frames`' iterator), it closes their iterator if it
+has ``aclose`` (`sources._aclose`): the caller's async generator runs its
+``finally`` then.
 """
 
 from __future__ import annotations
@@ -12,8 +15,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
-from sglang_envelope.errors.exceptions import EnvelopeError
 from sglang_envelope.response.aggregate import DEFAULT_MAX_BYTES, StreamAggregator, _SseAggregation
+from sglang_envelope.response.sources import _aclose, _afeed_all, _aiterate
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, SseDecoder
 from sglang_envelope.response.types import GenerateResponse
 
@@ -37,9 +40,12 @@ def aiter_frames(
 async def _frames(
     decoder: SseDecoder, chunks: AsyncIterator[BytesLike]
 ) -> AsyncIterator[dict[str, Any]]:
-    async for chunk in chunks:
-        for frame in decoder.feed(chunk):
-            yield frame
+    try:
+        async for chunk in chunks:
+            for frame in decoder.feed(chunk):
+                yield frame
+    finally:
+        await _aclose(chunks)
     decoder.close()
 
 
@@ -53,15 +59,5 @@ async def aggregate_sse_async(
     """`aggregate_sse` for an async iterable of chunks: the same answer and the same errors."""
     aggregator = StreamAggregator(incremental=incremental)
     aggregation = _SseAggregation("aggregate_sse_async", aggregator, max_bytes, max_event_bytes)
-    async for chunk in _aiterate(chunks, "aggregate_sse_async chunks"):
-        aggregation.feed(chunk)
+    await _afeed_all(chunks, "aggregate_sse_async chunks", aggregation.feed)
     return aggregator._finish(said_done=aggregation.close())
-
-
-def _aiterate(items: AsyncIterable[Any], what: str) -> AsyncIterator[Any]:
-    try:
-        return aiter(items)
-    except TypeError:
-        raise EnvelopeError(
-            f"{what}: expected an async iterable, got {type(items).__name__}"
-        ) from None

@@ -59,21 +59,12 @@ from itertools import repeat
 from typing import Any, Final
 
 from sglang_envelope.errors.answers import error_event
-from sglang_envelope.errors.exceptions import (
-    EngineError,
-    EnvelopeError,
-    ResponseError,
-    show_value,
-)
-from sglang_envelope.response.aggregate import (
-    DEFAULT_MAX_BYTES,
-    _iterate,
-    _SseAggregation,
-)
+from sglang_envelope.errors.exceptions import EngineError, EnvelopeError, ResponseError, show_value
+from sglang_envelope.response.aggregate import DEFAULT_MAX_BYTES, _SseAggregation
 from sglang_envelope.response.aggregate_bytes import _BytesAggregator, _CumulativeFrames, splice
-from sglang_envelope.response.aiter import _aiterate
 from sglang_envelope.response.delta_cut import cut_deltas
 from sglang_envelope.response.frames import check_consistency
+from sglang_envelope.response.sources import _aclose, _aiterate, _close, _iterate
 from sglang_envelope.response.sse import (
     DEFAULT_MAX_EVENT_BYTES,
     SSE_DONE,
@@ -109,7 +100,7 @@ def relay_sse(
     is relayed as SGLang sends it. In the same mode the frames SGLang writes
     as middle frames pass unparsed (see the module's docstring). Raises
     `EnvelopeError` at once for bad arguments, and for a chunk that is not
-    bytes.
+    bytes. The chunks' generator (async: ``aclose``) is closed when reading stops.
     """
     relay = _Relay("relay_sse", incremental, client_incremental, max_bytes, max_event_bytes)
     return _relay(relay, _iterate(chunks, "relay_sse chunks"))
@@ -127,29 +118,38 @@ def relay_sse_async(
 
     Same bytes out for the same bytes in, whatever the chunking of either.
     """
-    what = "relay_sse_async"
-    relay = _Relay(what, incremental, client_incremental, max_bytes, max_event_bytes)
-    return _relay_async(relay, _aiterate(chunks, f"{what} chunks"))
+    relay = _Relay("relay_sse_async", incremental, client_incremental, max_bytes, max_event_bytes)
+    return _relay_async(relay, _aiterate(chunks, "relay_sse_async chunks"))
 
 
 def _relay(relay: _Relay, chunks: Iterator[BytesLike]) -> Iterator[bytes]:
-    for chunk in chunks:
-        out = relay.feed(chunk)
-        if out:
-            yield out
-        if relay.ended:
-            return
-    yield relay.close()
+    try:
+        for chunk in chunks:
+            out = relay.feed(chunk)
+            if relay.ended:  # a failure: the source is closed before it goes out
+                break
+            if out:
+                yield out
+        else:
+            out = relay.close()
+    finally:
+        _close(chunks)
+    yield out
 
 
 async def _relay_async(relay: _Relay, chunks: AsyncIterator[BytesLike]) -> AsyncIterator[bytes]:
-    async for chunk in chunks:
-        out = relay.feed(chunk)
-        if out:
-            yield out
-        if relay.ended:
-            return
-    yield relay.close()
+    try:
+        async for chunk in chunks:
+            out = relay.feed(chunk)
+            if relay.ended:  # a failure: the source is closed before it goes out
+                break
+            if out:
+                yield out
+        else:
+            out = relay.close()
+    finally:
+        await _aclose(chunks)
+    yield out
 
 
 class _Relay:
