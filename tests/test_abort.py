@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -224,3 +225,130 @@ def test_a_role_given_by_its_value_is_planned_as_the_role() -> None:
     assert plan_abort(by_value, first_token_seen=False) == plan_abort(
         _decode_request(), first_token_seen=False
     )
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+_SOUND_PLAN: dict[str, Any] = {
+    "body": b'{"rid":"r-1"}',
+    "wait_for_first_token": True,
+    "first_token_wait_s": 1.0,
+    "retry_delays_s": (0.25, 0.5),
+    "deadline_s": 2.0,
+}
+
+#: (field, value, what the message names): each makes a plan `run_abort` must not carry out.
+_UNSOUND_PLANS = [
+    ("body", b'{"rid":""}', "body"),  # SGLang's scheduler: "" is a prefix of every rid
+    ("body", b'{"rid":null}', "body"),  # AbortReq turns a null rid into ""
+    ("body", b'{"abort_all":true}', "body"),
+    ("body", b'{"rid":"r-1","abort_all":true}', "body"),
+    ("body", b'{"rid":"r-1","abort_all":false}', "body"),
+    ("body", b'{"rid":["r-1"]}', "body"),
+    ("body", b'{"rid": "r-1"}', "body"),  # not the bytes plan_abort builds
+    ("body", b'{"rid":"\\u0072"}', "body"),
+    ("body", b'{"rid":"\\ud800"}', "body"),
+    ("body", b'{"rid":"r-1"', "body"),
+    ("body", b"", "body"),
+    ("body", '{"rid":"r-1"}', "body"),  # str, not bytes
+    ("body", bytearray(b'{"rid":"r-1"}'), "body"),
+    ("body", b'{"rid":' * 100_000, "body"),
+    ("wait_for_first_token", 1, "wait_for_first_token"),
+    ("wait_for_first_token", None, "wait_for_first_token"),
+    ("first_token_wait_s", math.nan, "first_token_wait_s"),
+    ("first_token_wait_s", -0.5, "first_token_wait_s"),
+    ("first_token_wait_s", None, "first_token_wait_s"),
+    ("first_token_wait_s", 10**400, "first_token_wait_s"),
+    ("deadline_s", math.inf, "deadline_s"),
+    ("deadline_s", -1.0, "deadline_s"),
+    ("deadline_s", True, "deadline_s"),
+    ("deadline_s", "2", "deadline_s"),
+    ("retry_delays_s", (0.25, math.nan), r"retry_delays_s\[1\]"),
+    ("retry_delays_s", (-0.25,), r"retry_delays_s\[0\]"),
+    ("retry_delays_s", (None,), r"retry_delays_s\[0\]"),
+    ("retry_delays_s", [0.25], "retry_delays_s"),
+    ("retry_delays_s", None, "retry_delays_s"),
+    # the invariant: first_token_wait_s + sum(retry_delays_s) <= deadline_s
+    ("deadline_s", 1.5, "deadline_s"),
+    ("first_token_wait_s", 1.5, "deadline_s"),
+    ("retry_delays_s", (0.25, 0.5, 0.5), "deadline_s"),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "field"), _UNSOUND_PLANS)
+def test_a_plan_is_checked_when_made(name: str, value: Any, field: str) -> None:
+    with pytest.raises(EnvelopeError, match=field) as raised:
+        AbortPlan(**{**_SOUND_PLAN, name: value})
+    assert type(raised.value) is EnvelopeError
+
+
+@pytest.mark.parametrize(("name", "value", "field"), _UNSOUND_PLANS)
+def test_a_plan_is_checked_when_replaced(name: str, value: Any, field: str) -> None:
+    plan = AbortPlan(**_SOUND_PLAN)
+    with pytest.raises(EnvelopeError, match=field):
+        msgspec.structs.replace(plan, **{name: value})
+
+
+def test_a_plan_is_checked_when_decoded() -> None:
+    wire = msgspec.json.encode(AbortPlan(**_SOUND_PLAN))
+    assert msgspec.json.decode(wire, type=AbortPlan) == AbortPlan(**_SOUND_PLAN)
+    bad = wire.replace(b'"deadline_s":2.0', b'"deadline_s":1.0')
+    # msgspec reports what __post_init__ raised as a ValidationError.
+    with pytest.raises(msgspec.ValidationError, match="deadline_s"):
+        msgspec.json.decode(bad, type=AbortPlan)
+
+
+def test_a_plan_that_does_not_wait_waits_for_nothing() -> None:
+    with pytest.raises(EnvelopeError, match="first_token_wait_s"):
+        AbortPlan(**{**_SOUND_PLAN, "wait_for_first_token": False})
+    plan = AbortPlan(**{**_SOUND_PLAN, "wait_for_first_token": False, "first_token_wait_s": 0.0})
+    assert not plan.wait_for_first_token
+
+
+@given(engine_requests_to_abort(), st.booleans(), abort_policies())
+def test_every_plan_made_by_plan_abort_passes_its_own_check(
+    request: EngineRequest, first_token_seen: bool, policy: AbortPolicy
+) -> None:
+    plan = plan_abort(request, first_token_seen=first_token_seen, policy=policy)
+    assert msgspec.structs.replace(plan) == plan
+
+
+def test_a_schedule_that_fits_only_summed_in_order_is_kept() -> None:
+    # 0.1 + 0.2 is 0.30000000000000004 in floats: the plan's check adds the same way.
+    policy = AbortPolicy(retry_delays_s=(0.1, 0.2), first_token_wait_s=0.0, deadline_s=0.1 + 0.2)
+    plan = plan_abort(_decode_request(Role.PREFILL), first_token_seen=False, policy=policy)
+    assert plan.retry_delays_s == (0.1, 0.2)
+
+
+_DEEP = _nested(100_000)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"deadline_s": _DEEP}, "deadline_s"),
+        ({"first_token_wait_s": _DEEP}, "first_token_wait_s"),
+        ({"retry_delays_s": _DEEP}, "retry_delays_s"),
+        ({"retry_delays_s": (0.1, _DEEP)}, r"retry_delays_s\[1\]"),
+        ({"deadline_s": 10**5000}, "deadline_s"),
+    ],
+)
+def test_a_deeply_nested_value_is_refused_by_name(kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(EnvelopeError, match=field) as raised:
+        AbortPolicy(**kwargs)
+    assert type(raised.value) is EnvelopeError
+    with pytest.raises(EnvelopeError, match=field) as raised:
+        AbortPlan(**{**_SOUND_PLAN, **kwargs})
+    assert type(raised.value) is EnvelopeError
+
+
+@pytest.mark.parametrize("name", ["body", "wait_for_first_token"])
+def test_a_deeply_nested_plan_field_is_refused_by_name(name: str) -> None:
+    with pytest.raises(EnvelopeError, match=name) as raised:
+        AbortPlan(**{**_SOUND_PLAN, name: _DEEP})
+    assert type(raised.value) is EnvelopeError

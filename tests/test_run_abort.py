@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -365,3 +370,44 @@ def test_a_generation_that_ends_while_decode_waits_is_not_aborted() -> None:
     outcome = asyncio.run(asyncio.wait_for(run(), TEST_TIMEOUT_S))
     assert outcome.stopped == "finished" and outcome.sends == ()
     assert 0.01 <= outcome.waited_s < 30.0 and not outcome.first_token_seen
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("body", b'{"abort_all":true}'),
+        ("body", b'{"rid":""}'),
+        ("body", b'{"rid":null}'),
+        ("deadline_s", math.nan),
+        ("retry_delays_s", (-1.0,)),
+    ],
+)
+def test_a_plan_tampered_with_after_it_was_made_is_not_posted(name: str, value: Any) -> None:
+    """A frozen plan can still be written by force; run_abort checks it again before posting."""
+    plan = _plan()
+    msgspec.structs.force_setattr(plan, name, value)
+    posted: list[bytes] = []
+
+    async def send(body: bytes) -> int:
+        posted.append(body)
+        return 200
+
+    with pytest.raises(EnvelopeError, match=name):
+        asyncio.run(run_abort(plan, send))
+    assert posted == []
+
+
+def test_importing_the_library_does_not_import_asyncio() -> None:
+    """Only run_abort and the async readers need asyncio; they import it when called."""
+    code = "import sys, sglang_envelope; print(sglang_envelope.__file__, 'asyncio' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    location, imported = result.stdout.split()
+    assert Path(location).resolve().parents[1] == Path(__file__).resolve().parents[1]
+    assert imported == "False"

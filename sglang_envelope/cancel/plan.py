@@ -23,8 +23,9 @@ from typing import NamedTuple
 
 import msgspec
 
-from sglang_envelope.errors.exceptions import EnvelopeError
+from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.request.engine import EngineRequest, Role
+from sglang_envelope.request.envelope import check_rid
 
 __all__ = [
     "ABORT_RULES",
@@ -46,14 +47,34 @@ DEFAULT_DEADLINE_S = 10.0
 
 
 def _check_seconds(name: str, value: object) -> None:
+    # show_value, not repr: a hostile value may be nested too deep or an int too long to show.
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise EnvelopeError(f"{name}: expected a number of seconds, got {value!r}")
+        raise EnvelopeError(f"{name}: expected a number of seconds, got {show_value(value)}")
     try:
         seconds = float(value)
     except OverflowError:
         seconds = math.inf
     if not math.isfinite(seconds) or seconds < 0:
-        raise EnvelopeError(f"{name}: expected a finite number of seconds >= 0, got {value!r}")
+        raise EnvelopeError(
+            f"{name}: expected a finite number of seconds >= 0, got {show_value(value)}"
+        )
+
+
+def _check_delays(delays: object) -> None:
+    if not isinstance(delays, tuple):
+        raise EnvelopeError(
+            f"retry_delays_s: expected a tuple of seconds, got {show_value(delays)}"
+        )
+    for index, delay in enumerate(delays):
+        _check_seconds(f"retry_delays_s[{index}]", delay)
+
+
+def _schedule_total(wait: float, delays: tuple[float, ...]) -> float:
+    """`wait + sum(delays)`, added left to right exactly as `_trim` adds them."""
+    total = 0.0
+    for delay in delays:
+        total += float(delay)
+    return float(wait) + total
 
 
 class AbortPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,12 +96,7 @@ class AbortPolicy(msgspec.Struct, frozen=True, kw_only=True):
     deadline_s: float = DEFAULT_DEADLINE_S
 
     def __post_init__(self) -> None:
-        if not isinstance(self.retry_delays_s, tuple):
-            raise EnvelopeError(
-                f"retry_delays_s: expected a tuple of seconds, got {self.retry_delays_s!r}"
-            )
-        for index, delay in enumerate(self.retry_delays_s):
-            _check_seconds(f"retry_delays_s[{index}]", delay)
+        _check_delays(self.retry_delays_s)
         _check_seconds("first_token_wait_s", self.first_token_wait_s)
         _check_seconds("deadline_s", self.deadline_s)
 
@@ -96,7 +112,13 @@ class AbortPlan(msgspec.Struct, frozen=True, kw_only=True):
     4. Meanwhile keep the generation connection open and drain it; close it
        when the engine's answer ends or `deadline_s` after step 1 began.
 
-    `first_token_wait_s + sum(retry_delays_s) <= deadline_s` always holds.
+    `first_token_wait_s + sum(retry_delays_s) <= deadline_s` always holds (the
+    sum taken left to right), and `first_token_wait_s` is 0.0 unless the plan
+    waits. A plan is checked when made, replaced or decoded: `body` must be the
+    bytes `plan_abort` builds, `{"rid":"..."}` with a non-empty rid and nothing
+    else (the library never aborts every request), every time a finite number of
+    seconds >= 0. Anything else raises `EnvelopeError` naming the field
+    (`msgspec.ValidationError` with the same message when decoding).
     """
 
     body: bytes
@@ -104,6 +126,57 @@ class AbortPlan(msgspec.Struct, frozen=True, kw_only=True):
     first_token_wait_s: float
     retry_delays_s: tuple[float, ...]
     deadline_s: float
+
+    def __post_init__(self) -> None:
+        _check_abort_body(self.body)
+        if type(self.wait_for_first_token) is not bool:
+            raise EnvelopeError(
+                "wait_for_first_token: expected a bool, "
+                f"got {type(self.wait_for_first_token).__name__}"
+            )
+        _check_seconds("first_token_wait_s", self.first_token_wait_s)
+        if not self.wait_for_first_token and self.first_token_wait_s != 0:
+            raise EnvelopeError(
+                "first_token_wait_s: expected 0.0 in a plan that does not wait for the first "
+                f"token, got {show_value(self.first_token_wait_s)}"
+            )
+        _check_delays(self.retry_delays_s)
+        _check_seconds("deadline_s", self.deadline_s)
+        end = _schedule_total(self.first_token_wait_s, self.retry_delays_s)
+        if not end <= float(self.deadline_s):
+            raise EnvelopeError(
+                "deadline_s: expected at least first_token_wait_s + sum(retry_delays_s) = "
+                f"{end!r}, got {show_value(self.deadline_s)}"
+            )
+
+
+class _AbortBody(msgspec.Struct, forbid_unknown_fields=True):
+    """The one abort body the library sends: `io_struct.AbortReq` with only its rid."""
+
+    rid: str
+
+
+_body_decoder = msgspec.json.Decoder(_AbortBody)
+_BODY_EXPECTED = 'expected the bytes plan_abort builds, {"rid":"..."} with a non-empty rid'
+
+
+def _check_abort_body(body: object) -> None:
+    """Raise `EnvelopeError` unless `body` is exactly `_encoder.encode({"rid": rid})`.
+
+    Refused: an empty or null rid (SGLang's scheduler matches rids by prefix,
+    and `AbortReq` reads null as ""), `abort_all` in any form (no plan aborts
+    every request), and any other spelling of the same JSON. One decode and one
+    encode, each linear in the body's length.
+    """
+    if type(body) is not bytes:
+        raise EnvelopeError(f"body: {_BODY_EXPECTED}, got {type(body).__name__}")
+    try:
+        rid = _body_decoder.decode(body).rid
+        check_rid(rid)
+    except (msgspec.DecodeError, EnvelopeError) as error:
+        raise EnvelopeError(f"body: {_BODY_EXPECTED}, got {show_value(body)} ({error})") from None
+    if _encoder.encode({"rid": rid}) != body:
+        raise EnvelopeError(f"body: {_BODY_EXPECTED}, got {show_value(body)} (not in that form)")
 
 
 class AbortStep(NamedTuple):

@@ -4,19 +4,24 @@
 wait for the first token when the plan says so, post the abort, repeat it on
 the retry schedule. The library still opens no socket: `send` is the caller's
 ``POST /abort_request``, and the events are set by the caller's stream reader.
+
+`asyncio` is imported by the functions that use it, so that importing the
+library does not import it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
 from sglang_envelope.cancel.plan import AbortPlan
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["AbortOutcome", "AbortSend", "StopReason", "run_abort"]
 
@@ -74,8 +79,12 @@ async def run_abort(
     The first abort is always posted and awaited (bound it in `send`); a repeat
     is given only the time left before the deadline. Times are measured from
     the call. An exception from `send` propagates. Raises `EnvelopeError` for
-    arguments of the wrong type and when `send` returns anything but an int.
+    arguments of the wrong type, for a plan that no longer passes its own check
+    (one written by force after it was made), and when `send` returns anything
+    but an int.
     """
+    import asyncio
+
     _check(plan, send, first_token, finished)
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -126,8 +135,11 @@ async def run_abort(
 
 
 def _check(plan: object, send: object, first_token: object, finished: object) -> None:
+    import asyncio
+
     if not isinstance(plan, AbortPlan):
         raise EnvelopeError(f"plan must be an AbortPlan, got {type(plan).__name__}")
+    AbortPlan.__post_init__(plan)  # again: msgspec.structs.force_setattr writes frozen plans
     if not callable(send):
         raise EnvelopeError(f"send must be an async callable, got {type(send).__name__}")
     for name, event in (("first_token", first_token), ("finished", finished)):
@@ -143,6 +155,8 @@ def _is_set(event: asyncio.Event | None) -> bool:
 
 async def _wait(events: tuple[asyncio.Event | None, ...], timeout: float) -> None:
     """Until one of `events` is set or `timeout` seconds pass (the whole timeout without one)."""
+    import asyncio
+
     waiting = [event for event in events if event is not None]
     if any(event.is_set() for event in waiting):
         return
