@@ -44,9 +44,9 @@ def _containers_in(value: Any) -> list[Any] | None:
         return None
     if kinds == {float}:
         return [] if all(map(math.isfinite, items)) else None
-    if any(issubclass(kind, float) for kind in kinds):
-        if not all(math.isfinite(item) for item in items if isinstance(item, float)):
-            return None
+    floats = (item for item in items if isinstance(item, float))
+    if any(issubclass(kind, float) for kind in kinds) and not all(map(math.isfinite, floats)):
+        return None
     if not any(issubclass(kind, _CONTAINERS) for kind in kinds):
         return []
     return [item for item in items if isinstance(item, _CONTAINERS)]
