@@ -83,7 +83,7 @@ def _build(envelope: WorkerEnvelope, role: Role, **kwargs: Any) -> EngineRequest
         ({"input_ids": []}, "empty_input_ids"),
         ({"input_ids": [2**32]}, "token_id_out_of_range"),
         ({"input_ids": [1], "stream": "yes"}, "wrong_type"),
-        ({"input_ids": [1], "priority": math.nan}, "not_json"),
+        ({"input_ids": [1], "priority": math.nan}, "invalid_value"),  # names `priority`
         ({"input_ids": [1], "session_params": {"x": object()}}, "not_json"),
         (
             {"input_ids": [1], "session_id": "s", "session_params": {}},

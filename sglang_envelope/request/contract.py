@@ -25,6 +25,7 @@ from sglang_envelope.releases.target import (
     Target,
     first_release_with,
 )
+from sglang_envelope.request.generated import define
 from sglang_envelope.request.rules import FIELD_OWNERS, RULES, RULES_BY_CODE, Rule
 
 if TYPE_CHECKING:
@@ -171,11 +172,13 @@ def _scope_source(
     return lines
 
 
-def _compile(request: _Checks, sampling: _Checks) -> Callable[[ClientRequest, Any], None]:
-    """A target's checks as one Python function, compiled once: the request's fields
-    held as JSON bytes, then its `sampling_params`' (`_RAW_CHECKS`, bounded by the
-    limits the function is given), then the request's rules, then those of its
-    `sampling_params` when it has them."""
+def _compile(
+    request: _Checks, sampling: _Checks, label: str
+) -> Callable[[ClientRequest, Any], None]:
+    """A target's checks as one Python function (`label` in tracebacks), compiled once:
+    the request's fields held as JSON bytes, then its `sampling_params`' (`_RAW_CHECKS`,
+    bounded by the limits the function is given), then the request's rules, then those
+    of its `sampling_params` when it has them."""
     namespace: dict[str, Any] = {"_rejected": _rejected, "UNSET": UNSET}
     read_request: set[str] = set()
     read_sampling: set[str] = set()
@@ -196,10 +199,7 @@ def _compile(request: _Checks, sampling: _Checks) -> Callable[[ClientRequest, An
     lines += _scope_source(
         sampling, _DEFAULTS[True], "p", "s", read_sampling, tested_sampling, namespace
     )
-    lines.append("    return None")
-    exec("\n".join(lines), namespace)  # our own rule table, compiled once per target
-    check: Callable[[ClientRequest, Any], None] = namespace["check"]
-    return check
+    return define("\n".join([*lines, "    return None"]), namespace, "check", label)
 
 
 def _names(when: str | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -364,7 +364,7 @@ def contract_for(target: Target) -> Contract:
         absent_sampling=tuple(absent_sampling),
         passes=passes,
         splits=passes != (frozenset(), frozenset()),
-        check=_compile(request, sampling),
+        check=_compile(request, sampling, f"rules check {release} {target.transport}"),
     )
 
 

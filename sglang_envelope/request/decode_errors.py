@@ -40,6 +40,20 @@ _MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
 _TOKEN_LIST_ITEM = re.compile(r"^input_ids\[\d+\]$")
 
 
+def _close_field(key: str, fields: tuple[str, ...]) -> str | None:
+    """The known field nearest `key`, as `difflib.get_close_matches` finds it, or None.
+
+    difflib indexes every character of `key`, so a long key would cost many times its
+    size; at its cutoff of 0.6 a key longer than 7/3 of the longest field can match none
+    (the ratio is at most 2 * len(field) / (len(key) + len(field))), so such a key is
+    not read at all.
+    """
+    if 3 * len(key) > 7 * max(map(len, fields), default=0):
+        return None
+    near = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
+    return near[0] if near else None
+
+
 def unknown_top_level_key(key: str, contract: Contract) -> RequestRejected:
     """The refusal of a top-level key no typed field holds, in the target's words."""
     owner = FIELD_OWNERS.get(key)
@@ -49,8 +63,8 @@ def unknown_top_level_key(key: str, contract: Contract) -> RequestRejected:
     if key in contract.sampling_keys and key not in contract.fields:
         hint = f"; did you mean `sampling_params.{key}`?"
     else:
-        near = difflib.get_close_matches(key, fields, n=1)
-        hint = f"; did you mean `{near[0]}`?" if near else ""
+        near = _close_field(key, fields)
+        hint = f"; did you mean `{near}`?" if near else ""
     return reject("unknown_field", key=key, hint=hint, release=contract.release)
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextvars
 import itertools
-import json
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
@@ -53,6 +52,7 @@ from sglang_envelope.request.limits import (
     make_limits,
     raw_check,
 )
+from sglang_envelope.request.mapping_body import mapping_json
 from sglang_envelope.request.rules import (
     DEFAULT_TARGET,
     FIELD_OWNERS,
@@ -297,50 +297,6 @@ def json_size(data: object) -> int | None:
     return None
 
 
-_CONTAINERS = (Mapping, list, tuple)
-
-
-def _containers_in(value: Any) -> list[Any]:
-    """The containers among a list's items, or a mapping's values, and strings' lengths."""
-    items = value.values() if isinstance(value, Mapping) else value
-    if not any(issubclass(kind, _CONTAINERS) for kind in set(map(type, items))):
-        return []
-    return [item for item in items if isinstance(item, _CONTAINERS)]
-
-
-def _mapping_at_most(body: Mapping[str, Any], limit: int) -> bool:
-    """False when `body` as JSON would be longer than `limit` bytes, counted before encoding.
-
-    A lower bound of the encoded size (two bytes a value, plus each key) is
-    computed once for each container, however often JSON would repeat it (a
-    list held twice counts twice, but is walked once); a cycle counts as
-    endless. The work is that of walking the body's own objects, not their
-    JSON, and a list holding no containers is counted without a Python loop.
-    """
-    sizes: dict[int, int] = {}  # by id(): the lower bound of each container done
-    pending: set[int] = set()  # containers being walked: met again, a cycle
-    stack: list[tuple[Any, list[Any] | None]] = [(body, None)]
-    while stack:
-        value, children = stack.pop()
-        key = id(value)
-        if children is None:  # first visit: walk the containers inside first
-            if key in sizes:
-                continue
-            if key in pending:
-                return False
-            pending.add(key)
-            children = _containers_in(value)
-            stack.append((value, children))
-            stack.extend((child, None) for child in children)
-            continue
-        pending.discard(key)
-        size = 2 * len(value) + 2
-        if isinstance(value, Mapping):
-            size += sum(len(k) + 1 if isinstance(k, str) else 1 for k in value)
-        sizes[key] = min(limit + 1, size + sum(sizes.get(id(c), 0) for c in children))
-    return sizes[id(body)] <= limit
-
-
 def _as_json(body: object, limit: int) -> bytes | bytearray | memoryview | Raw:
     """The body as JSON bytes, refused as too large before any work on it."""
     if type(body) is bytes:  # the usual body: one test instead of json_size's
@@ -357,9 +313,7 @@ def _as_json(body: object, limit: int) -> bytes | bytearray | memoryview | Raw:
             raise reject("body_too_large", size=len(body), limit=limit)
         data = _encode_text(body)
     elif isinstance(body, Mapping):
-        if not _mapping_at_most(body, limit):
-            raise reject("body_too_large", size=f"over {limit}", limit=limit)
-        data = _encode_mapping(body)
+        data = mapping_json(body, limit)
     else:
         raise reject("not_object", got=type(body).__name__)
     if len(data) > limit:
@@ -371,14 +325,6 @@ def _encode_text(body: str) -> bytes:
     try:
         return body.encode("utf-8")
     except UnicodeError as error:
-        raise reject("not_json", detail=str(error)) from None
-
-
-def _encode_mapping(body: Mapping[str, Any]) -> bytes:
-    """A mapping as JSON, refusing what JSON cannot carry (non-str keys, NaN, lone surrogates)."""
-    try:
-        return json.dumps(body, allow_nan=False, ensure_ascii=False).encode("utf-8")
-    except (TypeError, ValueError, RecursionError) as error:  # UnicodeError is a ValueError
         raise reject("not_json", detail=str(error)) from None
 
 

@@ -1,0 +1,167 @@
+"""A body given as a parsed mapping, held to what JSON carries and measured as compact JSON.
+
+`mapping_json` gives the bytes the client would have sent written compactly
+(`msgspec.json.encode`), so a mapping and those bytes meet `max_body_bytes`
+alike. Before any encoding it walks the mapping's containers once: a lower
+bound of the encoded size refuses a body too large (a cycle counts as
+endless), and what JSON cannot carry (a key that is not a string, a value
+that is not a JSON type, a float that is not finite) is refused naming its
+field, rather than converted as an encoder would (`{1: ...}` as `"1"`, a
+NaN as null, bytes as base64).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from itertools import repeat
+from typing import Any
+
+import msgspec
+
+from sglang_envelope.errors.exceptions import RequestRejected
+from sglang_envelope.request.rules import reject
+
+__all__ = ["mapping_json"]
+
+_CONTAINERS = (Mapping, list, tuple)
+#: The Python types a JSON value is made of (bool is an int).
+_JSON_TYPES = (str, int, float, type(None), *_CONTAINERS)
+
+
+def _items(value: Any) -> Any:
+    return value.values() if isinstance(value, Mapping) else value
+
+
+def _containers_in(value: Any) -> list[Any] | None:
+    """The containers among a list's items, or a mapping's values; None when JSON cannot
+    carry one of `value`'s own keys or items (those inside its containers are theirs)."""
+    if isinstance(value, Mapping) and not all(map(isinstance, value, repeat(str))):
+        return None
+    items = _items(value)
+    kinds = set(map(type, items))
+    if not all(issubclass(kind, _JSON_TYPES) for kind in kinds):
+        return None
+    if kinds == {float}:
+        return [] if all(map(math.isfinite, items)) else None
+    floats = (item for item in items if isinstance(item, float))
+    if any(issubclass(kind, float) for kind in kinds) and not all(map(math.isfinite, floats)):
+        return None
+    if not any(issubclass(kind, _CONTAINERS) for kind in kinds):
+        return []
+    return [item for item in items if isinstance(item, _CONTAINERS)]
+
+
+def _least_size(value: Any, children: list[Any], sizes: dict[int, int]) -> int:
+    """The fewest bytes compact JSON can write `value` in, its containers' counted in `sizes`.
+
+    Each item takes a byte or more and a comma between two; a key its
+    characters, two quotes and a colon.
+    """
+    count = len(value)
+    size = 2 + max(count - 1, 0) + count - len(children)
+    if isinstance(value, Mapping):
+        size += sum(map(len, value)) + 3 * count
+    return size + sum(sizes[id(child)] for child in children)
+
+
+def _within(body: Mapping[str, Any], limit: int) -> bool | None:
+    """False when `body` as compact JSON would be longer than `limit` bytes (or holds
+    itself), None when JSON cannot carry something in it, counted before encoding.
+
+    The lower bound of each container is computed once, however often JSON
+    would repeat it (a list held twice counts twice, but is walked once). The
+    work is that of walking the body's own containers, not their JSON: a list
+    holding no containers is counted without a Python loop.
+    """
+    sizes: dict[int, int] = {}  # by id(): the lower bound of each container done
+    pending: set[int] = set()  # containers being walked: met again, a cycle
+    stack: list[tuple[Any, list[Any] | None]] = [(body, None)]
+    while stack:
+        value, children = stack.pop()
+        key = id(value)
+        if children is None:  # first visit: check it, then walk the containers inside first
+            if key in sizes:
+                continue
+            if key in pending:
+                return False
+            children = _containers_in(value)
+            if children is None:
+                return None
+            pending.add(key)
+            stack.append((value, children))
+            stack.extend((child, None) for child in children)
+            continue
+        pending.discard(key)
+        sizes[key] = min(limit + 1, _least_size(value, children, sizes))
+    return sizes[id(body)] <= limit
+
+
+def _entries(value: Any) -> Any:
+    """A container's items with the step that reaches each: `.key` or `[index]`."""
+    if isinstance(value, Mapping):
+        return ((f".{key}", item) for key, item in value.items())
+    return ((f"[{index}]", item) for index, item in enumerate(value))
+
+
+def _fault_in(value: Any) -> tuple[str, str] | None:
+    """What JSON cannot carry among `value`'s own keys and items: (the step to it, what)."""
+    if isinstance(value, Mapping):
+        for key in value:
+            if not isinstance(key, str):
+                return "", f"keys must be strings, got a `{type(key).__name__}` key"
+    for step, item in _entries(value):
+        if not issubclass(type(item), _JSON_TYPES):  # as `_containers_in` tests it
+            return step, f"JSON cannot carry a `{type(item).__name__}`"
+        if isinstance(item, float) and not math.isfinite(item):
+            return step, f"JSON cannot carry {item}"
+    return None
+
+
+def _first_fault(body: Mapping[str, Any]) -> RequestRejected:
+    """The refusal of the first thing in `body` JSON cannot carry, naming its field.
+
+    Called once `_within` has seen one: a walk of the containers, each once,
+    each linked to the one that holds it, so that only the faulty field's path
+    is spelled out.
+    """
+    parents: dict[int, tuple[Any, str]] = {}  # by id(): the container holding it, the step
+    seen: set[int] = set()
+    stack: list[Any] = [body]
+    while stack:
+        value = stack.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        fault = _fault_in(value)
+        if fault is not None:
+            step, detail = fault
+            parts = [step]
+            while id(value) in parents:
+                value, step = parents[id(value)]
+                parts.append(step)
+            path = "".join(reversed(parts)).removeprefix(".")
+            return reject("invalid_value", path=path or "body", detail=detail)
+        children = []
+        for step, item in _entries(value):
+            if isinstance(item, _CONTAINERS) and id(item) not in seen and id(item) not in parents:
+                parents[id(item)] = (value, step)  # the first that holds it, met before it
+                children.append(item)
+        stack.extend(reversed(children))
+    return reject("not_json", detail="the mapping holds a value JSON cannot carry")
+
+
+def mapping_json(body: Mapping[str, Any], limit: int) -> bytes:
+    """`body` as compact JSON, refused before encoding when too large or not JSON."""
+    within = _within(body, limit)
+    if within is None:
+        raise _first_fault(body)
+    if not within:
+        raise reject("body_too_large", size=f"over {limit}", limit=limit)
+    try:
+        data = msgspec.json.encode(body)
+    except (TypeError, ValueError, RecursionError) as error:  # UnicodeError is a ValueError
+        raise reject("not_json", detail=str(error)) from None
+    if len(data) > limit:
+        raise reject("body_too_large", size=len(data), limit=limit)
+    return data
