@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglang_envelope import RequestRejected, decode_client_request
-from sglang_envelope.request.rules import RULES, Rule
+from sglang_envelope.request.generated import shortcut_test
+from sglang_envelope.request.rules import RULES, Holds, Rule
 from sglang_envelope.request.types import RequestFields, SamplingParams
 from tests.strategies import rule_flags, rule_numbers, token_ids
 
@@ -22,8 +23,27 @@ SAMPLING_NUMBERS = (
 
 
 def _holds(rule: Rule, value: Any) -> bool:
+    """The shortcut as the compiled check spells it, run on `value`."""
     assert rule.holds is not None
-    return bool(eval(rule.holds.format(v="v"), {}, {"v": value}))  # the library's own text
+    return bool(eval(shortcut_test(rule.holds, "v"), {}, {"v": value}))  # the library's text
+
+
+def test_a_shortcut_reads_only_fields_of_the_struct_it_tests() -> None:
+    for rule in SHORTCUT_RULES:
+        assert rule.holds is not None
+        struct = (
+            SamplingParams if (rule.field or "").startswith("sampling_params") else RequestFields
+        )
+        assert set(rule.holds.fields) <= set(struct.__struct_fields__), rule.code
+
+
+def test_a_shortcut_is_spelled_from_its_data() -> None:
+    assert shortcut_test(Holds("false", ("stream",)), "r") == "not r.stream"
+    assert shortcut_test(Holds("any_true", ("a", "b")), "r") == "r.a or r.b"
+    assert shortcut_test(Holds("nonempty", ("input_ids",)), "r") == "r.input_ids != ()"
+    test = shortcut_test(Holds("in_range", ("top_p",), 0, 1, open_low=True), "p")
+    assert test == "p.top_p is None or 0.0 < p.top_p <= 1.0"
+    assert shortcut_test(Holds("at_least", ("n",), 0), "p") == "p.n is None or p.n >= 0.0"
 
 
 def test_the_range_and_flat_rules_have_shortcuts() -> None:

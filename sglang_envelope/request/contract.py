@@ -25,8 +25,8 @@ from sglang_envelope.releases.target import (
     Target,
     first_release_with,
 )
-from sglang_envelope.request.generated import define
-from sglang_envelope.request.rules import FIELD_OWNERS, RULES, RULES_BY_CODE, Rule
+from sglang_envelope.request.generated import define, shortcut_test
+from sglang_envelope.request.rules import FIELD_OWNERS, RULES, RULES_BY_CODE, Holds, Rule
 
 if TYPE_CHECKING:
     from sglang_envelope.request.types import ClientRequest
@@ -42,7 +42,7 @@ def _on_sampling(rule: Rule) -> bool:
 _Check = Callable[[Any], "dict[str, object] | None"]
 #: (code, field, message, check, guards, holds): guards are the indices of the guarding
 #: fields (none: the check always runs); holds is the rule's `holds`.
-_Entry = tuple[str, "str | None", str, _Check, "tuple[int, ...]", "str | None"]
+_Entry = tuple[str, "str | None", str, _Check, "tuple[int, ...]", "Holds | None"]
 
 
 class _Checks(NamedTuple):
@@ -164,7 +164,7 @@ def _scope_source(
         holds = entry[5]
         indent = "            "
         if holds is not None:  # the check is called only when the shortcut cannot tell
-            lines.append(f"{indent}if not ({holds.format(v=var)}):")
+            lines.append(f"{indent}if not ({shortcut_test(holds, var)}):")
             indent += "    "
         lines.append(f"{indent}f = c{tag}{k}({var})")
         lines.append(f"{indent}if f is not None:")

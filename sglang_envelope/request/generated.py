@@ -1,6 +1,7 @@
 """Python source the library writes and runs, registered so that tracebacks show it.
 
-`contract.py` compiles each target's rule table into one function. Its source
+`contract.py` compiles each target's rule table into one function, with each
+rule's shortcut (`rules.Holds`, data) spelled by `shortcut_test`. Its source
 is put in `linecache` under a filename of its own, so a traceback through it,
 `inspect.getsource` and debuggers show the generated lines instead of nothing.
 The filename names what the source is and a digest of it: the same source
@@ -14,7 +15,9 @@ import linecache
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["define"]
+from sglang_envelope.request.rules import Holds
+
+__all__ = ["define", "shortcut_test"]
 
 
 def define(source: str, namespace: dict[str, Any], name: str, label: str) -> Callable[..., Any]:
@@ -30,3 +33,19 @@ def define(source: str, namespace: dict[str, Any], name: str, label: str) -> Cal
     exec(compile(source, filename, "exec"), namespace)  # the library's own source
     function: Callable[..., Any] = namespace[name]
     return function
+
+
+def shortcut_test(holds: Holds, var: str) -> str:
+    """`holds` as a Python test of the struct named `var`: field names and numbers only."""
+    read = [f"{var}.{name}" for name in holds.fields]
+    if holds.kind == "false":
+        return f"not {read[0]}"
+    if holds.kind == "any_true":
+        return " or ".join(read)
+    if holds.kind == "nonempty":
+        return f"{read[0]} != ()"
+    low, high = float(holds.low), float(holds.high)  # finite: their repr is Python
+    if holds.kind == "at_least":
+        return f"{read[0]} is None or {read[0]} >= {low!r}"
+    below = "<" if holds.open_low else "<="
+    return f"{read[0]} is None or {low!r} {below} {read[0]} <= {high!r}"

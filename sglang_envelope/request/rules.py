@@ -27,8 +27,9 @@ from __future__ import annotations
 import math
 import operator
 import re
+import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import msgspec
 from msgspec import UNSET
@@ -391,6 +392,26 @@ def _grammars(p: SamplingParams) -> dict[str, object] | None:
     return {} if given > 1 else None
 
 
+class Holds(NamedTuple):
+    """A rule's shortcut, as data: a test of the checked struct's `fields`.
+
+    - `kind="false"`: the one field is false or None;
+    - `kind="any_true"`: any of the fields is true;
+    - `kind="nonempty"`: the one field is not the empty tuple;
+    - `kind="in_range"`: the one field is None, or a number from `low` (excluded
+      when `open_low`) to `high`;
+    - `kind="at_least"`: the one field is None, or a number of at least `low`.
+
+    `contract.shortcut_test` spells it in the compiled check.
+    """
+
+    kind: Literal["false", "any_true", "nonempty", "in_range", "at_least"]
+    fields: tuple[str, ...]
+    low: float = 0.0
+    high: float = 0.0
+    open_low: bool = False
+
+
 class Rule(NamedTuple):
     """One rule of the contract.
 
@@ -410,13 +431,13 @@ class Rule(NamedTuple):
     #: be broken: while all hold their defaults, the check is skipped.
     when: str | tuple[str, ...] | None = None
     template: str | None = None
-    #: A Python expression over the checked struct, `{v}`, that is true only when the
-    #: rule holds: while it is, the check is not called (a shortcut; `check` decides).
-    holds: str | None = None
+    #: A test of the checked struct that is true only when the rule holds: while it
+    #: is, the check is not called (a shortcut; `check` decides). See `Holds`.
+    holds: Holds | None = None
 
 
 def _sglang(
-    code: str, field: str, template: str, check: Any, when: Any, holds: str | None = None
+    code: str, field: str, template: str, check: Any, when: Any, holds: Holds | None = None
 ) -> Rule:
     return Rule(code, field, template, check, when, template, holds)
 
@@ -425,8 +446,7 @@ def _range(
     code: str, name: str, template: str, low: float, high: float, *, open_low: bool = False
 ) -> Rule:
     """SGLang's range check of `sampling_params.name`, whose default (None) is inside."""
-    below = "<" if open_low else "<="
-    holds = f"{{v}}.{name} is None or {low!r} {below} {{v}}.{name} <= {high!r}"
+    holds = Holds("in_range", (name,), low, high, open_low)
     check = _outside(name, low, high, open_low=open_low)
     return _sglang(code, f"sampling_params.{name}", template, check, name, holds)
 
@@ -495,16 +515,17 @@ RULES: tuple[Rule, ...] = (
          "return_flat_raw_output_top_logprobs is only set on the finished response "
          "and does not support stream=True.",
          lambda r: {} if (r.return_flat_raw_output_top_logprobs and bool(r.stream)) else None,
-         when="return_flat_raw_output_top_logprobs", holds="not {v}.stream"),
+         when="return_flat_raw_output_top_logprobs", holds=Holds("false", ("stream",))),
     Rule("b64_without_flat", "return_flat_raw_top_logprobs_b64",
          "return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs "
          "or return_flat_raw_output_top_logprobs.",
          lambda r: {} if (r.return_flat_raw_top_logprobs_b64 and not (
              r.return_flat_raw_top_logprobs or r.return_flat_raw_output_top_logprobs)) else None,
          when="return_flat_raw_top_logprobs_b64",
-         holds="{v}.return_flat_raw_top_logprobs or {v}.return_flat_raw_output_top_logprobs"),
+         holds=Holds("any_true", ("return_flat_raw_top_logprobs",
+                                  "return_flat_raw_output_top_logprobs"))),
     Rule("empty_input_ids", "input_ids", "input_ids cannot be empty.",
-         lambda r: {} if (not r.input_ids) else None, holds="{v}.input_ids != ()"),
+         lambda r: {} if (not r.input_ids) else None, holds=Holds("nonempty", ("input_ids",))),
     Rule("session_id_with_session_params", "session_id",
          "session_id and session_params cannot both be set.",
          lambda r: {} if (r.session_id is not None and is_given(r.session_params)) else None,
@@ -558,7 +579,7 @@ RULES: tuple[Rule, ...] = (
     _sglang("temperature_out_of_range", "sampling_params.temperature",
             "temperature must be a non-negative finite number, got {temperature}.",
             _bad_temperature, "temperature",
-            "{v}.temperature is None or 0.0 <= {v}.temperature <= 1.7976931348623157e308"),
+            Holds("in_range", ("temperature",), 0.0, sys.float_info.max)),
     _range("top_p_out_of_range", "top_p",
            "top_p must be in (0, 1], got {top_p}.",
            0.0, 1.0, open_low=True),
@@ -587,7 +608,7 @@ RULES: tuple[Rule, ...] = (
     _sglang("max_new_tokens_negative", "sampling_params.max_new_tokens",
             "max_new_tokens must be at least 0, got {max_new_tokens}.",
             _max_negative, "max_new_tokens",
-            "{v}.max_new_tokens is None or {v}.max_new_tokens >= 0"),
+            Holds("at_least", ("max_new_tokens",), 0)),
     _sglang("min_new_tokens_over_max", "sampling_params.min_new_tokens",
             "min_new_tokens must be in [0, max_new_tokens({max_new_tokens})], "
             "got {min_new_tokens}.", _min_over_max, "min_new_tokens"),
