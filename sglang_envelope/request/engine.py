@@ -330,7 +330,8 @@ def _prefill_dp_rank(bootstrap: Bootstrap | None, routing: Routing | None) -> in
 #: Where each field the roles change sits among the engine body's fields (the client's first).
 _FIELD_INDEX = {name: index for index, name in enumerate(EngineBody.__struct_fields__)}
 #: The engine body's own fields, after the client's; all None for a request without bootstrap.
-_ENGINE_FIELDS = EngineBody.__struct_fields__[len(RequestFields.__struct_fields__) :]
+_CLIENT_COUNT = len(RequestFields.__struct_fields__)  # a ClientRequest's fields in its JSON
+_ENGINE_FIELDS = EngineBody.__struct_fields__[_CLIENT_COUNT:]
 assert _ENGINE_FIELDS == (
     "bootstrap_host",
     "bootstrap_port",
@@ -422,7 +423,7 @@ def build_engine_request(
         and input_ids is envelope.request.input_ids
     ):  # a decode worker's usual call: the steps below that it takes, and no others
         request = envelope.request
-        values = [*_astuple(request), *_astuple(bootstrap), None, None, None]
+        values = [*_astuple(request)[:_CLIENT_COUNT], *_astuple(bootstrap), None, None, None]
         values[_RID_AT] = envelope.rid
         values[_STREAM_AT] = not values[_OUTPUT_FLAT_AT]
         body = EngineBody(*values)
@@ -443,10 +444,10 @@ def build_engine_request(
     # positional, as the body is made on every request.
     if type(bootstrap) is Bootstrap and needs_bootstrap:
         # host, port, room, prefill_dp_rank; then routed_dp_rank, trace header, labels
-        values = [*_astuple(request), *_astuple(bootstrap), None, None, None]
+        values = [*_astuple(request)[:_CLIENT_COUNT], *_astuple(bootstrap), None, None, None]
     else:
         _check_bootstrap(role, plan, bootstrap)  # raises unless there is none to give
-        values = [*_astuple(request), *_NO_ENGINE_FIELDS]
+        values = [*_astuple(request)[:_CLIENT_COUNT], *_NO_ENGINE_FIELDS]
     if target is not None and target != request.target:
         _refuse_other_target(target, request.target)
     values[_RID_AT] = envelope.rid
