@@ -87,13 +87,10 @@ def test_a_million_ids_are_read_in_chunks_into_one_tuple() -> None:
 
 def test_the_chunked_path_is_the_one_taken_for_a_large_valid_body() -> None:
     body = msgspec.json.encode({"input_ids": list(range(300_000)), "stream": True})
-    token = _request._decoding.set(True)  # as decode_client_request calls it
-    try:
-        chunked = _request._decode_large(body)
-    finally:
-        _request._decoding.reset(token)
+    chunked = _request._decode_large(body)  # the typed values, before any rule
     assert chunked is not None
-    assert chunked == decode_client_request(body)
+    decoded = decode_client_request(body)
+    assert msgspec.structs.astuple(chunked) == msgspec.structs.astuple(decoded)[:-2]
 
 
 @pytest.mark.parametrize("kind", [bytearray, memoryview, "envelope"])

@@ -226,7 +226,7 @@ def test_body_and_input_ids_are_bounded() -> None:
 
 
 def test_every_sglang_field_is_either_the_clients_or_owned() -> None:
-    client_fields = set(ClientRequest.__struct_fields__)
+    client_fields = set(ClientRequest.__struct_fields__) - {"target", "passed_fields"}
     assert client_fields.isdisjoint(FIELD_OWNERS)
     assert client_fields | set(FIELD_OWNERS) == set(GENERATE_REQ_INPUT_FIELDS)
 

@@ -11,7 +11,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 import pytest
@@ -27,6 +27,7 @@ from sglang_envelope import (
     RequestRejected,
     Role,
     Routing,
+    Target,
     WorkerEnvelope,
     build_engine_request,
     decode_client_request,
@@ -739,3 +740,73 @@ def test_what_is_inside_those_bounds_is_accepted() -> None:
         {"sampling_params": {"stop_regex": ["a+", "b|c"]}},
     ):
         decode_client_request({"input_ids": [5, 6, 7], **body})
+
+
+# --- no state outside the declared fields ---------------------------------------------
+
+ROUTED = (("routed_dp_rank", msgspec.Raw(b"7")), ("bootstrap_host", msgspec.Raw(b'"evil"')))
+
+
+def test_a_client_request_has_no_writable_dict() -> None:
+    """Its target and passed keys are declared fields, as frozen as the rest: there is no
+    `__dict__` to put serving-system fields or another target in."""
+    from sglang_envelope.request.types import PassedFields
+
+    request = decode_client_request(OUTPUT_FLAT)
+    with pytest.raises(AttributeError):
+        request.__dict__["passed_fields"] = PassedFields(top_level=ROUTED)
+    with pytest.raises(AttributeError):
+        request.__dict__["target"] = Target(sglang="0.5.21")
+    with pytest.raises(AttributeError):
+        request.target = Target(sglang="0.5.21")  # type: ignore[misc]
+    assert request.target == Target()
+    out = _build(to_worker_envelope(request, rid="r"), Role.AGGREGATED).to_dict()
+    assert "bootstrap_host" not in out and "routed_dp_rank" not in out
+
+
+def test_passed_fields_and_target_given_by_hand_are_checked() -> None:
+    from sglang_envelope.request.types import PassedFields
+
+    for top in (ROUTED[:1], ROUTED[1:]):
+        with pytest.raises(RequestRejected):
+            ClientRequest(input_ids=[1], passed_fields=PassedFields(top_level=top))  # type: ignore[arg-type]
+        request = decode_client_request(OUTPUT_FLAT)
+        with pytest.raises(RequestRejected):
+            msgspec.structs.replace(request, passed_fields=PassedFields(top_level=top))
+    with pytest.raises(EnvelopeError, match="passed_fields must be a PassedFields"):
+        ClientRequest(input_ids=[1], passed_fields=(("x", 1),))  # type: ignore[arg-type]
+    with pytest.raises(EnvelopeError, match="target must be a Target"):
+        ClientRequest(input_ids=[1], target="0.5.21")  # type: ignore[arg-type]
+    # Another target is that target's rules: 0.5.21 has no output-flat logprobs.
+    with pytest.raises(RequestRejected):
+        ClientRequest(**OUTPUT_FLAT, target=Target(sglang="0.5.21"))
+    old = ClientRequest(input_ids=(1,), target=Target(sglang="0.5.21"))
+    assert old.target == Target(sglang="0.5.21") and old.input_ids == (1,)
+    assert old == decode_client_request(b'{"input_ids": [1]}', target=Target(sglang="0.5.21"))
+
+
+class _Lying(bytearray):
+    """A body whose `__len__` runs code of the caller's and lies about its size."""
+
+    made: ClassVar[list[Any]] = []
+
+    def __len__(self) -> int:
+        try:  # a request that breaks three rules, made while the body is decoded
+            fields = {**OUTPUT_FLAT, "input_ids": (), "stream": True}
+            self.made.append(ClientRequest(**fields, sampling_params={"n": 8}))  # type: ignore[arg-type]
+        except RequestRejected as error:
+            self.made.append(error)
+        return 10
+
+
+def test_a_lying_len_neither_skips_the_rules_nor_the_size_bound() -> None:
+    _Lying.made.clear()
+    body = _Lying(msgspec.json.encode({"input_ids": [1] * 493}))
+    assert bytearray.__len__(body) == 1001
+    with pytest.raises(RequestRejected) as caught:
+        decode_client_request(body, max_body_bytes=100)  # type: ignore[arg-type]
+    assert caught.value.code == "body_too_large"
+    small = _Lying(msgspec.json.encode({"input_ids": [1]}))
+    assert decode_client_request(small).input_ids == (1,)  # type: ignore[arg-type]
+    assert len(small) == 10  # the lie, told outside any decode
+    assert _Lying.made and all(isinstance(made, RequestRejected) for made in _Lying.made)

@@ -14,6 +14,7 @@ import msgspec
 
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.releases.target import Target
+from sglang_envelope.request.body import json_size
 from sglang_envelope.request.decode_errors import (
     DECODE_ERRORS,
     KNOWN_FIELDS,
@@ -36,8 +37,7 @@ from sglang_envelope.request.types import (
     ClientRequest,
     contract_of,
     decode_with_limits,
-    json_size,
-    with_passed_fields,
+    request_json,
 )
 
 __all__ = ["WorkerEnvelope", "decode_envelope", "encode_envelope", "to_worker_envelope"]
@@ -120,11 +120,10 @@ def encode_envelope(envelope: WorkerEnvelope) -> bytes:
     """
     if type(envelope) is not WorkerEnvelope:
         raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")
-    passed = envelope.request.passed_fields
-    if passed is NO_PASSED_FIELDS:
-        return _encoder.encode(envelope)
-    request = with_passed_fields(_encoder.encode(envelope.request), passed)
-    return _encoder.encode(_WireEnvelope(envelope.rid, msgspec.Raw(request)))
+    request = envelope.request
+    if request.passed_fields is NO_PASSED_FIELDS and request.target is DEFAULT_TARGET:
+        return _encoder.encode(envelope)  # the request's own two fields left out as defaults
+    return _encoder.encode(_WireEnvelope(envelope.rid, msgspec.Raw(request_json(request))))
 
 
 def _envelope_error(error: Exception, data: Any) -> Exception:

@@ -7,28 +7,30 @@ which fields are whose). Types follow SGLang's HTTP contract gate
 it does not. Decoding is one typed msgspec pass; a failure is translated into
 `RequestRejected` by `_decode_errors.translate_validation_error`.
 
-Every `ClientRequest` that exists has passed every rule: one decoded by
-`decode_client_request` is checked once, right after the typed decode; one made
-any other way (by hand, by `msgspec.structs.replace`, by a decoder of the
-caller's) is checked when it is made, by encoding it and decoding the result as
-a client body, and takes the decoded copy's values. Its containers are
-immutable (tuples, frozen structs, and `msgspec.Raw` for JSON objects and
-free-form values, checked without being built: `_limits`), so a checked
-request stays as checked.
+Every `ClientRequest` that exists has passed every rule of its `target`, and
+holds nothing but its declared fields (no `__dict__`): one decoded by
+`decode_client_request` is made from the typed decode's values once every rule
+was applied to them (`_from_checked`); one made any other way (by hand, by
+`msgspec.structs.replace`, by a decoder of the caller's) is checked when it is
+made, by encoding it (its passed keys included) and decoding the result as a
+client body for its target, and takes the decoded copy's values. Its
+containers are immutable (tuples, frozen structs, and `msgspec.Raw` for JSON
+objects and free-form values, checked without being built: `_limits`), so a
+checked request stays as checked.
 """
 
 from __future__ import annotations
 
-import contextvars
 import itertools
 from collections.abc import Iterator, Mapping
-from typing import Annotated, Any, ClassVar, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
 from sglang_envelope.errors.exceptions import EnvelopeError
 from sglang_envelope.releases.target import Target
+from sglang_envelope.request.body import as_json
 from sglang_envelope.request.contract import (
     Contract,
     contract_for,
@@ -52,7 +54,6 @@ from sglang_envelope.request.limits import (
     make_limits,
     raw_check,
 )
-from sglang_envelope.request.mapping_body import mapping_json
 from sglang_envelope.request.rules import (
     DEFAULT_TARGET,
     FIELD_OWNERS,
@@ -176,10 +177,6 @@ class RequestFields(msgspec.Struct, frozen=True, omit_defaults=True):
     token_indices_to_pool: Raw | UnsetType = UNSET
 
 
-#: Set while `decode_with_limits` decodes: the request is checked right after.
-_decoding: contextvars.ContextVar[bool] = contextvars.ContextVar("decoding", default=False)
-
-
 class PassedFields(NamedTuple):
     """Keys no table knows, passed through unchanged: `(key, JSON)` pairs, in body order."""
 
@@ -190,34 +187,47 @@ class PassedFields(NamedTuple):
 NO_PASSED_FIELDS = PassedFields()
 
 
-class ClientRequest(
-    RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=True, dict=True
-):
+class _Wire(RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A client body as the typed decode reads it, before any rule: never handed out."""
+
+
+class _Checked(NamedTuple):
+    """What a decode that applied every rule hands `ClientRequest` (as its
+    `passed_fields`, replaced at once): the target checked and the keys passed."""
+
+    target: Target
+    passed: PassedFields
+
+
+class ClientRequest(RequestFields, frozen=True, forbid_unknown_fields=True):
     """One native `/generate` request with token input, as the client sent it.
 
     Fields left out by the client keep SGLang's defaults and are left out again
     when the request is encoded; a field the client set is kept as set, an
     explicit `"stream": false` included. Every instance has passed every rule
     of its `target` (see the module's docstring): one made by hand is checked
-    for the default target and raises `RequestRejected` for a broken rule.
+    for its `target` (the default one unless given) and raises
+    `RequestRejected` for a broken rule.
     """
 
-    # Plain class attributes that a decode for another target shadows in the
-    # instance's `__dict__`: reading one calls nothing and makes no `__dict__`.
-    #: The target whose rules this request was checked against (not encoded).
-    target: ClassVar[Target] = DEFAULT_TARGET
+    #: The target whose rules this request was checked against (not part of its JSON).
+    target: Target = DEFAULT_TARGET
     #: Keys the tables do not know, kept as sent (a target with `unknown_fields="pass"`).
-    passed_fields: ClassVar[PassedFields] = NO_PASSED_FIELDS
+    passed_fields: PassedFields = NO_PASSED_FIELDS
 
     def __post_init__(self) -> None:
-        if _decoding.get():
-            return  # decode_with_limits checks it once decoded
-        checked = _check_made(self)
+        checked: object = self.passed_fields
+        if type(checked) is _Checked:  # made by _from_checked: the rules were applied
+            if self.target is not checked.target:
+                msgspec.structs.force_setattr(self, "target", checked.target)
+            msgspec.structs.force_setattr(self, "passed_fields", checked.passed)
+            return
+        made = _check_made(self)
         for name in self.__struct_fields__:
-            msgspec.structs.force_setattr(self, name, getattr(checked, name))
+            msgspec.structs.force_setattr(self, name, getattr(made, name))
 
     def __copy__(self) -> ClientRequest:
-        """The request itself: it is immutable, and a copy would lose its target."""
+        """The request itself: it is immutable."""
         return self
 
     def __deepcopy__(self, memo: object) -> ClientRequest:
@@ -225,8 +235,24 @@ class ClientRequest(
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its JSON and target, and decoded again for that target."""
-        body = with_passed_fields(_json.encode(self), self.passed_fields)
-        return (_decoded, (body, self.target))
+        return (_decoded, (request_json(self), self.target))
+
+
+#: The fields of a client body, in order: `ClientRequest`'s without its own two.
+CLIENT_FIELDS = RequestFields.__struct_fields__
+_NOT_JSON = ("target", "passed_fields")
+assert ClientRequest.__struct_fields__ == (*CLIENT_FIELDS, *_NOT_JSON)
+
+
+_astuple = msgspec.structs.astuple
+_CHECKED = _Checked(DEFAULT_TARGET, NO_PASSED_FIELDS)
+
+
+def _from_checked(wire: _Wire, target: Target, passed: PassedFields) -> ClientRequest:
+    """The `ClientRequest` of a body every rule of `target` was applied to."""
+    checked = _CHECKED if passed is NO_PASSED_FIELDS and target is DEFAULT_TARGET else None
+    # positional, as a request is made on every decode (keywords cost about 3 us more)
+    return ClientRequest(*_astuple(wire), target, checked or _Checked(target, passed))  # type: ignore[call-arg]
 
 
 _raw_members = msgspec.json.Decoder(dict[str, Raw])
@@ -248,6 +274,18 @@ def with_passed_fields(data: bytes, passed: PassedFields) -> bytes:
     return _json.encode(members)
 
 
+def request_json(request: ClientRequest) -> bytes:
+    """The request as the client body it stands for: its JSON, without its target, with
+    the keys it passes."""
+    data = _json.encode(request)
+    if request.target is DEFAULT_TARGET and request.passed_fields is NO_PASSED_FIELDS:
+        return data  # both left out, as their defaults
+    members = _raw_members.decode(data)
+    for name in _NOT_JSON:
+        members.pop(name, None)
+    return with_passed_fields(_json.encode(members), request.passed_fields)
+
+
 def _raw_to_value(value: Any) -> Any:
     if isinstance(value, Raw):
         return msgspec.json.decode(value)
@@ -259,24 +297,42 @@ def _decoded(body: bytes, target: Target) -> ClientRequest:
 
 
 def _check_made(request: ClientRequest) -> ClientRequest:
-    """The request made by hand, checked as a client body and decoded into private copies."""
+    """The request made by hand, checked as the client body it stands for (its passed
+    keys included) for its target, and decoded into private copies."""
+    target, passed = request.target, request.passed_fields
+    contract_of(target)  # EnvelopeError when it is not a Target
+    if type(passed) is not PassedFields or not all(map(_are_pairs, passed)):
+        raise EnvelopeError("passed_fields must be a PassedFields of (str, JSON) pairs")
     try:
         plain = msgspec.to_builtins(request, enc_hook=_raw_to_value)
-    except (TypeError, ValueError, OverflowError, RecursionError) as error:
+        for name in _NOT_JSON:
+            plain.pop(name, None)
+        top, sampling = msgspec.to_builtins(passed, enc_hook=_raw_to_value)
+    except (TypeError, ValueError, OverflowError, RecursionError, *DECODE_ERRORS) as error:
         raise reject(
             "not_json", detail=f"a field holds a value JSON cannot carry: {error}"
         ) from None
-    return decode_client_request(plain)
+    if sampling:
+        inner = plain.get("sampling_params")
+        plain["sampling_params"] = {**(inner if isinstance(inner, dict) else {}), **dict(sampling)}
+    plain.update(top)
+    return decode_client_request(plain, target=target)
+
+
+def _are_pairs(pairs: object) -> bool:
+    return type(pairs) is tuple and all(
+        type(p) is tuple and len(p) == 2 and type(p[0]) is str for p in pairs
+    )
 
 
 # --- decoding -------------------------------------------------------------------
 
-_decoder = msgspec.json.Decoder(ClientRequest)
-KNOWN_FIELDS[""] = frozenset(ClientRequest.__struct_fields__)
+_decoder = msgspec.json.Decoder(_Wire)
+KNOWN_FIELDS[""] = frozenset(CLIENT_FIELDS)
 KNOWN_FIELDS["sampling_params"] = frozenset(SamplingParams.__struct_fields__)
 KNOWN_FIELDS["sampling_params.watermark"] = frozenset(Watermark.__struct_fields__)
 prepare_checks(
-    {field.name: field.default for field in msgspec.structs.fields(ClientRequest)},
+    {field.name: field.default for field in msgspec.structs.fields(_Wire)},
     {field.name: field.default for field in msgspec.structs.fields(SamplingParams)},
     tuple((field.path, raw_check(field, "")) for field in REQUEST_RAW_FIELDS),
     tuple((field.path, raw_check(field, "sampling_params.")) for field in SAMPLING_RAW_FIELDS),
@@ -284,48 +340,8 @@ prepare_checks(
 _DEFAULT_CONTRACT = contract_for(DEFAULT_TARGET)
 assert not _DEFAULT_CONTRACT.splits  # the default target refuses keys no table knows
 #: Keys some table knows: a typed field's, or one only the serving system sets.
-_KNOWN_TOP = frozenset(ClientRequest.__struct_fields__) | frozenset(FIELD_OWNERS)
+_KNOWN_TOP = frozenset(CLIENT_FIELDS) | frozenset(FIELD_OWNERS)
 _KNOWN_SAMPLING = frozenset(SamplingParams.__struct_fields__)
-
-
-def json_size(data: object) -> int | None:
-    """The size in bytes of JSON text held as bytes, or None for another type."""
-    if isinstance(data, (bytes, bytearray, Raw)):
-        return len(data)
-    if isinstance(data, memoryview):
-        return data.nbytes
-    return None
-
-
-def _as_json(body: object, limit: int) -> bytes | bytearray | memoryview | Raw:
-    """The body as JSON bytes, refused as too large before any work on it."""
-    if type(body) is bytes:  # the usual body: one test instead of json_size's
-        if len(body) > limit:
-            raise reject("body_too_large", size=len(body), limit=limit)
-        return body
-    size = json_size(body)
-    if size is not None:
-        if size > limit:
-            raise reject("body_too_large", size=size, limit=limit)
-        return body  # type: ignore[return-value]  # json_size said it is bytes-like
-    if isinstance(body, str):
-        if len(body) > limit:  # each character is at least one byte
-            raise reject("body_too_large", size=len(body), limit=limit)
-        data = _encode_text(body)
-    elif isinstance(body, Mapping):
-        data = mapping_json(body, limit)
-    else:
-        raise reject("not_object", got=type(body).__name__)
-    if len(data) > limit:
-        raise reject("body_too_large", size=len(data), limit=limit)
-    return data
-
-
-def _encode_text(body: str) -> bytes:
-    try:
-        return body.encode("utf-8")
-    except UnicodeError as error:
-        raise reject("not_json", detail=str(error)) from None
 
 
 def contract_of(target: object) -> Contract:
@@ -395,14 +411,14 @@ def _check_input_ids(ids: tuple[int, ...], limits: Limits) -> None:
 LARGE_BODY_BYTES = 1 << 20
 #: About how many bytes of `input_ids` each chunk holds.
 _CHUNK_BYTES = 1 << 18
-#: `ClientRequest` with `input_ids` left as the client's JSON bytes.
+#: `_Wire` with `input_ids` left as the client's JSON bytes.
 _LeanRequest = msgspec.defstruct(
     "_LeanRequest",
     [
         (f.name, Raw if f.name == "input_ids" else f.type)
         if f.required
         else (f.name, Raw if f.name == "input_ids" else f.type, f.default)
-        for f in msgspec.structs.fields(ClientRequest)
+        for f in msgspec.structs.fields(_Wire)
     ],
     kw_only=True,
     forbid_unknown_fields=True,
@@ -448,7 +464,7 @@ def int_chunks(
         position = cut + 1
 
 
-def _decode_large(body: bytes) -> ClientRequest | None:
+def _decode_large(body: bytes) -> _Wire | None:
     """A large body decoded without holding all its token ids twice (msgspec builds a
     tuple through a list): the ids a chunk at a time into a tuple sized once.
 
@@ -476,16 +492,15 @@ def _decode_large(body: bytes) -> ClientRequest | None:
         return None
     fields = msgspec.structs.asdict(lean)
     fields["input_ids"] = ids
-    return ClientRequest(**fields)  # checked by the caller, like a decoded one
+    return _Wire(**fields)  # checked by the caller, like a decoded one
 
 
-def _typed_decode(body: Any, contract: Contract) -> ClientRequest:
+def _typed_decode(body: bytes | Raw, contract: Contract) -> _Wire:
     """The typed decode of a body (a large one through `_decode_large`), its checks left
     to the caller; a failure as SGLang's refusal."""
-    token = _decoding.set(True)
     try:
         if len(body) <= LARGE_BODY_BYTES:
-            request: ClientRequest = _decoder.decode(body)
+            request: _Wire = _decoder.decode(body)
         else:  # an envelope's request is a Raw: read as bytes
             large = body if type(body) is bytes else bytes(body)
             request = _decode_large(large) or _decoder.decode(body)
@@ -494,8 +509,6 @@ def _typed_decode(body: Any, contract: Contract) -> ClientRequest:
         if without is None:
             raise translate_validation_error(error, data=body, contract=contract) from None
         return _typed_decode(without, contract)
-    finally:
-        _decoding.reset(token)
     return request
 
 
@@ -530,18 +543,14 @@ def decode_with_limits(
     if type(data) is bytes and len(data) <= max_body_bytes and not contract.splits:
         body: Any = data
     else:
-        body = _as_json(data, max_body_bytes)
+        body = as_json(data, max_body_bytes)
         if contract.splits:
             body, passed = _split_unknown(body, limits, contract)
-    request = _typed_decode(body, contract)
-    if len(request.input_ids) > max_input_ids or max_token_id is not None:
-        _check_input_ids(request.input_ids, limits)
-    contract.check(request, limits)  # the raw fields' bounds, then the rules
-    if contract is not _DEFAULT_CONTRACT:
-        request.__dict__["target"] = contract.target
-        if passed is not NO_PASSED_FIELDS:
-            request.__dict__["passed_fields"] = passed
-    return request
+    wire = _typed_decode(body, contract)
+    if len(wire.input_ids) > max_input_ids or max_token_id is not None:
+        _check_input_ids(wire.input_ids, limits)
+    contract.check(wire, limits)  # type: ignore[arg-type]  # the raw fields' bounds, then the rules
+    return _from_checked(wire, contract.target, passed)
 
 
 def decode_client_request(
@@ -579,9 +588,9 @@ def decode_client_request(
     ):
         if contract is _DEFAULT_CONTRACT and type(body) is bytes and len(body) <= LARGE_BODY_BYTES:
             # The usual call: only the typed decode and the checks are left to do.
-            request = _typed_decode(body, contract)
-            contract.check(request, DEFAULT_LIMITS)
-            return request
+            wire = _typed_decode(body, contract)
+            contract.check(wire, DEFAULT_LIMITS)  # type: ignore[arg-type]
+            return _from_checked(wire, DEFAULT_TARGET, NO_PASSED_FIELDS)
         return decode_with_limits(body, DEFAULT_LIMITS, contract)
     limits = make_limits(
         max_body_bytes, max_input_ids, max_json_depth, max_json_items, max_token_id
