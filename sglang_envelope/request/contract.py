@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from msgspec import UNSET
 
@@ -25,11 +25,9 @@ from sglang_envelope.releases.target import (
     Target,
     first_release_with,
 )
+from sglang_envelope.request.fields import RequestFields
 from sglang_envelope.request.generated import define, shortcut_test
 from sglang_envelope.request.rules import FIELD_OWNERS, RULES, RULES_BY_CODE, Holds, Rule
-
-if TYPE_CHECKING:
-    from sglang_envelope.request.types import ClientRequest
 
 __all__ = ["Contract", "RawCheck", "check_request", "contract_for", "prepare_checks"]
 
@@ -174,7 +172,7 @@ def _scope_source(
 
 def _compile(
     request: _Checks, sampling: _Checks, label: str
-) -> Callable[[ClientRequest, Any], None]:
+) -> Callable[[RequestFields, Any], None]:
     """A target's checks as one Python function (`label` in tracebacks), compiled once:
     the request's fields held as JSON bytes, then its `sampling_params`' (`_RAW_CHECKS`,
     bounded by the limits the function is given), then the request's rules, then those
@@ -245,7 +243,7 @@ class Contract(NamedTuple):
     splits: bool  # whether any key passes
     #: `check(request, limits)` raises `RequestRejected` for the first field held as JSON
     #: bytes past `limits` (a `_limits.Limits`), then for the first rule the request breaks.
-    check: Callable[[ClientRequest, Any], None]
+    check: Callable[[RequestFields, Any], None]
 
 
 #: Checks a field held as JSON bytes (its value, the decode's limits); raises `RequestRejected`.
@@ -395,7 +393,7 @@ def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | Non
     return top, frozenset(installed.sampling_params_fields) - typed_sampling
 
 
-def check_request(request: ClientRequest, contract: Contract, limits: Any) -> None:
+def check_request(request: RequestFields, contract: Contract, limits: Any) -> None:
     """Raise `RequestRejected` for the first field held as JSON bytes past `limits`, then
     the first rule of `contract`, that `request` breaks."""
     contract.check(request, limits)

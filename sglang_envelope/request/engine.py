@@ -21,14 +21,8 @@ from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.deployment import Deployment, check_engine_body
 from sglang_envelope.request.envelope import WorkerEnvelope, _is_utf8
-from sglang_envelope.request.types import (
-    NO_PASSED_FIELDS,
-    PassedFields,
-    RequestFields,
-    SamplingParams,
-    TokenId,
-    with_passed_fields,
-)
+from sglang_envelope.request.fields import RequestFields, SamplingParams, TokenId
+from sglang_envelope.request.types import NO_PASSED_FIELDS, PassedFields, with_passed_fields
 
 __all__ = [
     "ROLE_PLANS",

@@ -29,16 +29,14 @@ import operator
 import re
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 from msgspec import UNSET
 
 from sglang_envelope.errors.exceptions import RequestRejected
 from sglang_envelope.releases.target import Target
-
-if TYPE_CHECKING:
-    from sglang_envelope.request.types import ClientRequest, SamplingParams
+from sglang_envelope.request.fields import RequestFields, SamplingParams
 
 __all__ = [
     "DEFAULT_TARGET",
@@ -152,16 +150,16 @@ _SAMPLING_EPS = 1e-6  # SGLang's: a smaller temperature means greedy (top_k 1)
 _INT64 = (-(2**63), 2**63 - 1)
 
 
-def _priority_out_of_range(r: ClientRequest) -> dict[str, object] | None:
+def _priority_out_of_range(r: RequestFields) -> dict[str, object] | None:
     p = r.priority
     return {} if p is not None and not _INT64[0] <= p <= _INT64[1] else None
 
 
-def _mode_without_mask(r: ClientRequest) -> dict[str, object] | None:
+def _mode_without_mask(r: RequestFields) -> dict[str, object] | None:
     return {} if r.sampling_logprobs_mode is not None and not r.return_sampling_mask else None
 
 
-def _watermark_in_both(r: ClientRequest) -> dict[str, object] | None:
+def _watermark_in_both(r: RequestFields) -> dict[str, object] | None:
     params = r.sampling_params
     inner = None if params is None or params is UNSET else params.watermark
     return {} if is_given(r.watermark) and inner is not None and inner is not UNSET else None
@@ -349,7 +347,7 @@ def _stop_regex_invalid(p: SamplingParams) -> dict[str, object] | None:
     return None
 
 
-def _pooling_given(r: ClientRequest) -> dict[str, object] | None:
+def _pooling_given(r: RequestFields) -> dict[str, object] | None:
     return {} if is_given(r.token_indices_to_pool) else None
 
 
@@ -373,7 +371,7 @@ def _seed_out_of_range(p: SamplingParams) -> dict[str, object] | None:
     )
 
 
-def _start_below_minus_one(r: ClientRequest) -> dict[str, object] | None:
+def _start_below_minus_one(r: RequestFields) -> dict[str, object] | None:
     start = r.logprob_start_len
     return {"start": start} if r.return_logprob and start is not None and start < -1 else None
 

@@ -1,0 +1,122 @@
+"""The fields of SGLang's `/generate` body a client may set, as types.
+
+`RequestFields` is what a client request and an engine body share;
+`SamplingParams` and `Watermark` are the typed `sampling_params`. They carry no
+checks of their own: `rules.py` reads them, and `types.ClientRequest` (which
+adds the checks) and `engine.EngineBody` derive from `RequestFields`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import UNSET, Raw, UnsetType
+
+__all__ = ["RequestFields", "SamplingParams", "TokenId", "Watermark"]
+
+TokenId = Annotated[int, msgspec.Meta(ge=0, lt=2**32)]
+
+
+class Watermark(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """`sampling_params.watermark` as SGLang's contract gate accepts it."""
+
+    enabled: bool | UnsetType | None = UNSET
+    key: str | UnsetType | None = UNSET
+    context_window: int | UnsetType | None = UNSET
+
+
+class SamplingParams(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """The client's `sampling_params`, typed as SGLang's contract gate accepts them.
+
+    It holds the keys of every known release (`ebnf_full_assistant`, which the
+    gate refuses but `SamplingParams` takes, too); which of them a target takes
+    is its contract's (`_contract.contract_for`).
+
+    A key the client left out is `UNSET` (and left out again when encoded); an
+    explicit `null` is None, which SGLang may read differently (a null
+    `max_new_tokens` means no limit). Lists and objects (`stop`,
+    `stop_token_ids`, `stop_regex`, `logit_bias`, `custom_params`, `choice`)
+    are the client's JSON as `msgspec.Raw` bytes, checked but never built as
+    Python objects. The field order is SGLang's, which its unknown-field
+    message lists.
+    """
+
+    max_new_tokens: int | UnsetType | None = UNSET
+    stop: Raw | UnsetType = UNSET
+    stop_token_ids: Raw | UnsetType = UNSET
+    stop_regex: Raw | UnsetType = UNSET
+    temperature: int | float | UnsetType | None = UNSET
+    top_p: int | float | UnsetType | None = UNSET
+    top_k: int | UnsetType | None = UNSET
+    min_p: int | float | UnsetType | None = UNSET
+    frequency_penalty: int | float | UnsetType | None = UNSET
+    presence_penalty: int | float | UnsetType | None = UNSET
+    repetition_penalty: int | float | UnsetType | None = UNSET
+    min_new_tokens: int | UnsetType | None = UNSET
+    n: int | UnsetType | None = UNSET
+    json_schema: str | UnsetType | None = UNSET
+    regex: str | UnsetType | None = UNSET
+    ebnf: str | UnsetType | None = UNSET
+    structural_tag: str | UnsetType | None = UNSET
+    ignore_eos: bool | UnsetType | None = UNSET
+    skip_special_tokens: bool | UnsetType | None = UNSET
+    spaces_between_special_tokens: bool | UnsetType | None = UNSET
+    no_stop_trim: bool | UnsetType | None = UNSET
+    stream_interval: int | UnsetType | None = UNSET
+    logit_bias: Raw | UnsetType = UNSET
+    sampling_seed: int | UnsetType | None = UNSET
+    custom_params: Raw | UnsetType = UNSET
+    beam_width: int | UnsetType | None = UNSET
+    watermark: Watermark | UnsetType | None = UNSET
+    ebnf_full_assistant: bool | UnsetType | None = UNSET
+    choice: Raw | UnsetType = UNSET
+
+
+class RequestFields(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The `GenerateReqInput` fields a client may set: shared by the client request and
+    the engine body (which are different types: an engine body is not a client request).
+
+    `input_ids` is a tuple; every other list or object is the client's JSON as
+    `msgspec.Raw` bytes (`msgspec.json.decode(raw)` gives the value), checked
+    but never built as Python objects, so its cost stays that of its bytes.
+    """
+
+    input_ids: tuple[TokenId, ...]
+    rid: str | None = None
+    session_id: str | None = None
+    sampling_params: SamplingParams | UnsetType | None = UNSET
+    stream: bool | None = None
+    return_logprob: bool | None = None
+    logprob_start_len: int | None = None
+    top_logprobs_num: int | None = None
+    token_ids_logprob: Raw | UnsetType = UNSET
+    return_text_in_logprobs: bool | None = None
+    return_flat_raw_top_logprobs: bool = False
+    return_flat_raw_output_top_logprobs: bool = False
+    return_flat_raw_top_logprobs_b64: bool = False
+    return_sampling_mask: bool | None = None
+    sampling_logprobs_mode: Literal["selected", "support"] | None = None
+    return_hidden_states: bool | None = None
+    return_routed_experts: bool = False
+    routed_experts_start_len: int = 0
+    return_indexer_topk: bool = False
+    return_entropy: bool = False
+    return_prompt_token_ids: bool = False
+    session_params: Raw | UnsetType = UNSET
+    lora_path: str | None = None
+    custom_logit_processor: str | None = None
+    conversation_id: str | None = None
+    require_reasoning: bool | None = None
+    max_thinking_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    priority: int | None = None
+    extra_key: str | None = None
+    cache_salt: str | None = None
+    no_logs: bool = False
+    watermark: Raw | UnsetType = UNSET
+    multi_item_delimiter_indices: Raw | UnsetType = UNSET
+    token_indices_to_pool: Raw | UnsetType = UNSET
