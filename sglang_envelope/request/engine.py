@@ -22,7 +22,12 @@ from sglang_envelope.releases.target import Target
 from sglang_envelope.request.deployment import Deployment, check_engine_body
 from sglang_envelope.request.envelope import WorkerEnvelope, _is_utf8
 from sglang_envelope.request.fields import RequestFields, SamplingParams, TokenId
-from sglang_envelope.request.types import NO_PASSED_FIELDS, PassedFields, with_passed_fields
+from sglang_envelope.request.types import (
+    NO_PASSED_FIELDS,
+    ClientRequest,
+    PassedFields,
+    with_passed_fields,
+)
 
 __all__ = [
     "ROLE_PLANS",
@@ -398,19 +403,9 @@ def build_engine_request(
         fields["input_ids"] = _check_input_ids(input_ids)
     fields["stream"] = plan.always_streams or not request.return_flat_raw_output_top_logprobs
     if bootstrap is not None:
-        fields.update(
-            bootstrap_host=bootstrap.host,
-            bootstrap_port=bootstrap.port,
-            bootstrap_room=bootstrap.room,
-            disagg_prefill_dp_rank=bootstrap.prefill_dp_rank,
-        )
+        fields.update(_bootstrapped(bootstrap))
     if plan.is_prefill:
-        fields["return_flat_raw_output_top_logprobs"] = False
-        fields["return_flat_raw_top_logprobs_b64"] = (
-            request.return_flat_raw_top_logprobs_b64 and request.return_flat_raw_top_logprobs
-        )
-        fields["sampling_params"] = _prefill_sampling(request.sampling_params)
-        fields["routed_dp_rank"] = _prefill_dp_rank(bootstrap, routing)
+        fields.update(_prefill_fields(envelope.request, bootstrap, routing))
     if routing is not None:
         fields.update(_routed(role, routing))
     # The client's fields lead a ClientRequest, as they lead an EngineBody (both derive
@@ -418,6 +413,31 @@ def build_engine_request(
     body = _replace(EngineBody(*_astuple(request)[:_CLIENT_FIELD_COUNT]), **fields)
     check_engine_body(deployment, body)
     return _made(role, body, request.passed_fields)
+
+
+def _bootstrapped(bootstrap: Bootstrap) -> dict[str, Any]:
+    """The engine body's fields where the prefill/decode pair meets."""
+    return {
+        "bootstrap_host": bootstrap.host,
+        "bootstrap_port": bootstrap.port,
+        "bootstrap_room": bootstrap.room,
+        "disagg_prefill_dp_rank": bootstrap.prefill_dp_rank,
+    }
+
+
+def _prefill_fields(
+    request: ClientRequest, bootstrap: Bootstrap | None, routing: Routing | None
+) -> dict[str, Any]:
+    """What the prefill leg changes: no output-flat (decode provides it), Base64 only
+    with prompt-flat, one sequence of one token, and its rank (`_prefill_dp_rank`)."""
+    return {
+        "return_flat_raw_output_top_logprobs": False,
+        "return_flat_raw_top_logprobs_b64": (
+            request.return_flat_raw_top_logprobs_b64 and request.return_flat_raw_top_logprobs
+        ),
+        "sampling_params": _prefill_sampling(request.sampling_params),
+        "routed_dp_rank": _prefill_dp_rank(bootstrap, routing),
+    }
 
 
 def _routed(role: Role, routing: Routing) -> dict[str, Any]:
