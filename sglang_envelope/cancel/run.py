@@ -93,45 +93,53 @@ async def run_abort(
         await _wait((first_token, finished), float(plan.first_token_wait_s))
     waited = loop.time() - start if plan.wait_for_first_token else 0.0
     first_token_seen = _is_set(first_token)
+    sends, stopped = await _post_on_schedule(plan, send, first_token, finished, start, deadline)
+    return AbortOutcome(
+        waited_s=waited, first_token_seen=first_token_seen, sends=sends, stopped=stopped
+    )
+
+
+async def _post_on_schedule(
+    plan: AbortPlan,
+    send: Callable[[bytes], Awaitable[int]],
+    first_token: asyncio.Event | None,
+    finished: asyncio.Event | None,
+    start: float,
+    deadline: float,
+) -> tuple[tuple[AbortSend, ...], StopReason]:
+    """Post `plan.body` and its repeats (`run_abort`'s steps 2 and 3): the posts made, and
+    why they stopped."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
     sends: list[AbortSend] = []
     delays = iter(plan.retry_delays_s)
-    stopped: StopReason
-    while True:
-        if _is_set(finished):
-            stopped = "finished"
-            break
+    while not _is_set(finished):
         token_seen = _is_set(first_token)
         sent_at = loop.time()
         if sends and sent_at > deadline:  # the sleep overran
-            stopped = "deadline"
-            break
+            return tuple(sends), "deadline"
         pending = send(plan.body)
         if not inspect.isawaitable(pending):
             raise EnvelopeError(f"send must return an awaitable, got {type(pending).__name__}")
         try:
             status = await (asyncio.wait_for(pending, deadline - sent_at) if sends else pending)
         except asyncio.TimeoutError:
-            stopped = "deadline"
-            break
+            return tuple(sends), "deadline"
         if type(status) is not int:
             raise EnvelopeError(
                 f"send must return an HTTP status (an int), got {show_value(status)}"
             )
         sends.append(AbortSend(sent_at - start, status))
         if token_seen and 200 <= status < 300:
-            stopped = "first_token"
-            break
+            return tuple(sends), "first_token"
         delay = next(delays, None)
         if delay is None:
-            stopped = "schedule"
-            break
+            return tuple(sends), "schedule"
         if loop.time() + delay > deadline:
-            stopped = "deadline"
-            break
+            return tuple(sends), "deadline"
         await asyncio.sleep(delay)
-    return AbortOutcome(
-        waited_s=waited, first_token_seen=first_token_seen, sends=tuple(sends), stopped=stopped
-    )
+    return tuple(sends), "finished"
 
 
 def _check(plan: object, send: object, first_token: object, finished: object) -> None:
