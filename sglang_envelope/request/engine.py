@@ -379,20 +379,12 @@ def build_engine_request(
     missing or unexpected `bootstrap`, a `deployment` that is not a
     `Deployment`, `input_ids` that are not token ids.
     """
-    if type(deployment) is not Deployment:
-        raise EnvelopeError(
-            f"deployment must be a Deployment, got {type(deployment).__name__}: describe the "
-            "SGLang server with Deployment.from_server_info(...) or Deployment(vocab_size=...)"
-        )
+    _check_arguments(envelope, deployment, routing)
     try:
         role, plan = _PLANS_BY_NAME[role]
     except (KeyError, TypeError):  # TypeError: an unhashable role
         roles = ", ".join(r.value for r in Role)
         raise EnvelopeError(f"role must be one of {roles}, got {show_value(role)}") from None
-    if type(envelope) is not WorkerEnvelope:
-        raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")
-    if routing is not None and type(routing) is not Routing:
-        raise EnvelopeError(f"routing must be a Routing, got {type(routing).__name__}")
     _check_bootstrap(role, plan, bootstrap)
     request = envelope.request
     if target is not None and target != request.target:
@@ -413,6 +405,18 @@ def build_engine_request(
     body = _replace(EngineBody(*_astuple(request)[:_CLIENT_FIELD_COUNT]), **fields)
     check_engine_body(deployment, body)
     return _made(role, body, request.passed_fields)
+
+
+def _check_arguments(envelope: object, deployment: object, routing: object) -> None:
+    if type(deployment) is not Deployment:
+        raise EnvelopeError(
+            f"deployment must be a Deployment, got {type(deployment).__name__}: describe the "
+            "SGLang server with Deployment.from_server_info(...) or Deployment(vocab_size=...)"
+        )
+    if type(envelope) is not WorkerEnvelope:
+        raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")
+    if routing is not None and type(routing) is not Routing:
+        raise EnvelopeError(f"routing must be a Routing, got {type(routing).__name__}")
 
 
 def _bootstrapped(bootstrap: Bootstrap) -> dict[str, Any]:

