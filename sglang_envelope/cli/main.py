@@ -465,6 +465,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    for add in (_add_demo, _add_normalize, _add_aggregate, _add_flat):
+        add(commands)
+    return parser
+
+
+def _add_demo(commands: _Commands[_Parser]) -> None:
     demo = _command(
         commands,
         "demo",
@@ -476,6 +482,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(run=cmd_demo)
 
+
+def _add_normalize(commands: _Commands[_Parser]) -> None:
     normalize = _command(
         commands,
         "normalize",
@@ -513,6 +521,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the data-parallel rank to route to (routed_dp_rank); prefill routes to "
         "--prefill-dp-rank when it is given",
     )
+    _add_server_args(normalize)
+    normalize.set_defaults(run=cmd_normalize)
+
+
+def _add_server_args(normalize: _Parser) -> None:
+    """normalize's arguments that describe the SGLang server: its deployment and target."""
     normalize.add_argument(
         "--vocab-size",
         metavar="N|none",
@@ -548,8 +562,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="keys the release tables do not know: reject them, or pass them through "
         "unchanged for a newer SGLang (default: %(default)s)",
     )
-    normalize.set_defaults(run=cmd_normalize)
 
+
+def _add_aggregate(commands: _Commands[_Parser]) -> None:
     aggregate = _command(
         commands,
         "aggregate",
@@ -582,6 +597,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     aggregate.set_defaults(run=cmd_aggregate)
 
+
+def _add_flat(commands: _Commands[_Parser]) -> None:
     flat = _command(
         commands,
         "flat",
@@ -607,7 +624,6 @@ def build_parser() -> argparse.ArgumentParser:
         f"limit_exceeded (default {DEFAULT_MAX_NESTED_POSITIONS})",
     )
     flat.set_defaults(run=cmd_flat)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
