@@ -328,6 +328,21 @@ def encode_flat_top_logprobs(
             keys["shape"]: shape,
             keys["null_prefix"]: null_prefix,
         }
+    val_b64, idx_b64 = _base64_arrays(values, token_ids, where)
+    return {
+        keys["val_flat_b64"]: val_b64,
+        keys["idx_flat_b64"]: idx_b64,
+        keys["val_flat_b64_dtype"]: "float32",
+        keys["idx_flat_b64_dtype"]: "int32",
+        keys["shape"]: shape,
+        keys["null_prefix"]: null_prefix,
+    }
+
+
+def _base64_arrays(
+    values: list[Any], token_ids: list[Any], where: Callable[[int], str]
+) -> tuple[str, str]:
+    """The logprobs as little-endian float32 and the ids as int32, each in Base64."""
     try:
         val_arr = array("f", values)  # beyond float32 gives ±inf, as numpy's cast does
     except OverflowError:  # an int beyond float64, which numpy rejects too
@@ -339,14 +354,10 @@ def encode_flat_top_logprobs(
     if _SWAP:
         val_arr.byteswap()
         idx_arr.byteswap()
-    return {
-        keys["val_flat_b64"]: binascii.b2a_base64(val_arr.tobytes(), newline=False).decode(),
-        keys["idx_flat_b64"]: binascii.b2a_base64(idx_arr.tobytes(), newline=False).decode(),
-        keys["val_flat_b64_dtype"]: "float32",
-        keys["idx_flat_b64_dtype"]: "int32",
-        keys["shape"]: shape,
-        keys["null_prefix"]: null_prefix,
-    }
+    return (
+        binascii.b2a_base64(val_arr.tobytes(), newline=False).decode(),
+        binascii.b2a_base64(idx_arr.tobytes(), newline=False).decode(),
+    )
 
 
 def _layout(nested: Sequence[Sequence[object] | None], top_logprobs_num: int) -> tuple[int, int]:
