@@ -33,13 +33,8 @@ from sglang_envelope.errors.exceptions import (
     show_value,
 )
 
-__all__ = [
-    "DEFAULT_MAX_NESTED_POSITIONS",
-    "MAX_POSITIONS",
-    "FlatTopLogprobs",
-    "decode_flat_top_logprobs",
-    "encode_flat_top_logprobs",
-]
+__all__ = ["DEFAULT_MAX_NESTED_POSITIONS", "MAX_POSITIONS", "FlatTopLogprobs"]
+__all__ += ["decode_flat_top_logprobs", "encode_flat_top_logprobs"]
 
 Side = Literal["input", "output"]
 NestedRows = list[list[tuple[float, int, None]] | None]
@@ -341,7 +336,7 @@ def encode_flat_top_logprobs(
 
 def _base64_arrays(
     values: list[Any], token_ids: list[Any], where: Callable[[int], str]
-) -> tuple[str, str]:
+) -> tuple[str, ...]:
     """The logprobs as little-endian float32 and the ids as int32, each in Base64."""
     try:
         val_arr = array("f", values)  # beyond float32 gives ±inf, as numpy's cast does
@@ -354,9 +349,8 @@ def _base64_arrays(
     if _SWAP:
         val_arr.byteswap()
         idx_arr.byteswap()
-    return (
-        binascii.b2a_base64(val_arr.tobytes(), newline=False).decode(),
-        binascii.b2a_base64(idx_arr.tobytes(), newline=False).decode(),
+    return tuple(
+        binascii.b2a_base64(a.tobytes(), newline=False).decode() for a in (val_arr, idx_arr)
     )
 
 
