@@ -29,14 +29,8 @@ from sglang_envelope.errors.exceptions import (
 )
 from sglang_envelope.response.frames import decode_json, json_type
 
-__all__ = [
-    "DEFAULT_MAX_EVENT_BYTES",
-    "SSE_DONE",
-    "SseDecoder",
-    "as_frame",
-    "decode_frame",
-    "encode_sse",
-]
+__all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSE_DONE", "SseDecoder", "as_frame", "decode_frame"]
+__all__ += ["encode_sse"]
 
 DEFAULT_MAX_EVENT_BYTES: Final = 64 * 1024 * 1024
 """The default bound on one event: 64 MiB, the size of a long cumulative frame."""
