@@ -22,7 +22,8 @@ import msgspec
 from msgspec import UNSET
 
 from sglang_envelope.errors.exceptions import EnvelopeError, RequestRejected, show_value
-from sglang_envelope.request.rules import RULES_BY_CODE, logprobs_past_prompt
+from sglang_envelope.request.checks import logprobs_past_prompt
+from sglang_envelope.request.rules import RULES_BY_CODE
 from sglang_envelope.request.types import int_chunks
 
 __all__ = ["DEPLOYMENT_RULES", "Deployment", "DeploymentRule", "check_engine_body"]

@@ -1,57 +1,59 @@
 """The request contract as data: who may set each field, and every rule with its code.
 
-Two tables hold the whole contract, and `docs/contract.md` shows the same
-tables (a test checks that the two agree):
-
-- `FIELD_OWNERS` names every field of SGLang's `GenerateReqInput` that a
-  client may not send, and why: it is input other than one list of token ids,
-  or only the serving system sets it.
-- `RULES` lists every rule: its stable code, the field it is about, the message
-  a client sees, and the check. Rules whose check is None are enforced by the
-  typed decode of `ClientRequest`; their messages are filled in from msgspec's
-  verdict by `_decode_errors.translate_validation_error`.
-
-The rules are shared by every `Target`; `_contract.contract_for(target)`
-compiles them once per target from its release tables: the fields and
-`sampling_params` keys the release has (a field it lacks is refused, naming
-the first release with it), its gate or none, SGLang's own checks that
-release makes (a rule with a `template` holds where the tables carry that
-message) and its words.
-
-Messages that quote SGLang use its own words, so a client sees the same text
-whether the frontend or the engine refused it.
+`FIELD_OWNERS` names every `GenerateReqInput` field a client may not send, and
+why. `RULES` lists every rule: its code, field, message and check (`checks.py`;
+None: the typed decode enforces it, and `decode_errors.py` words msgspec's
+verdict). `docs/contract.md` shows both tables; a test checks they agree.
+`contract.contract_for(target)` compiles the rules once per `Target` from its
+release tables, in that release's words. Messages that quote SGLang use its
+own words, so a client reads the same text whichever side refused it.
 """
 
 from __future__ import annotations
 
-import math
-import operator
-import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
-import msgspec
-from msgspec import UNSET
-
 from sglang_envelope.errors.exceptions import RequestRejected
 from sglang_envelope.releases.target import Target
-from sglang_envelope.request.fields import RequestFields, SamplingParams
+from sglang_envelope.request.checks import (
+    bad_temperature,
+    bad_top_k,
+    beam_width_below_one,
+    bias_overflows,
+    grammars,
+    is_given,
+    logit_bias_key_not_integer,
+    logprobs_past_prompt,
+    max_negative,
+    min_negative,
+    min_over_max,
+    mode_without_mask,
+    n_not_one,
+    outside,
+    penalty_overflows,
+    pooling_given,
+    priority_out_of_range,
+    resolve_is,
+    seed_out_of_range,
+    start_below_minus_one,
+    stop_regex_invalid,
+    stop_regex_too_long,
+    too_many_stop_regexes,
+    too_many_stops,
+    watermark_in_both,
+    watermark_is,
+)
 
-__all__ = [
-    "DEFAULT_TARGET",
-    "FIELD_OWNERS",
-    "GENERATE_REQ_INPUT_FIELDS",
-    "NULL_AS_ABSENT",
-    "RULES",
+__all__ = ["DEFAULT_TARGET", "FIELD_OWNERS", "GENERATE_REQ_INPUT_FIELDS", "NULL_AS_ABSENT", "RULES"]
+__all__ += [
     "RULES_BY_CODE",
     "SAMPLING_PARAMS_FIELDS",
     "SGLANG_CHECKS_LEFT",
     "TARGET_RULES",
     "Rule",
-    "is_given",
     "reject",
-    "watermark_problem",
 ]
 
 #: The target of every call that names none: SGLang 0.5.23 over HTTP.
@@ -120,275 +122,6 @@ FIELD_OWNERS: Mapping[str, str] = {
 OWNED_BOOLEANS = ("use_audio_in_video", "log_metrics", "return_bytes", "background")
 NULL_AS_ABSENT = frozenset(FIELD_OWNERS).difference(OWNED_BOOLEANS)
 
-_NULL = msgspec.Raw(b"null")
-
-
-def is_given(value: object) -> bool:
-    """True for a JSON value held as `msgspec.Raw` that is neither absent nor null."""
-    return value is not UNSET and value != _NULL
-
-
-def _given(value: Any, default: Any) -> Any:
-    return default if value is UNSET else value
-
-
-def _value(value: Any, default: Any) -> Any:
-    """A sampling parameter as SGLang's `SamplingParams.__post_init__` leaves it."""
-    return default if value is UNSET or value is None else value
-
-
-def _n_not_one(p: SamplingParams) -> dict[str, object] | None:
-    # An explicit null is refused too: SGLang's gate reads it as 1, but
-    # normalize_batch_and_arguments() then fails on it with a TypeError.
-    n = p.n
-    return None if n is UNSET or n == 1 else {"n": n}
-
-
-# --- SGLang's own checks after dispatch (their messages are the release tables') ---
-
-_SAMPLING_EPS = 1e-6  # SGLang's: a smaller temperature means greedy (top_k 1)
-_INT64 = (-(2**63), 2**63 - 1)
-
-
-def _priority_out_of_range(r: RequestFields) -> dict[str, object] | None:
-    p = r.priority
-    return {} if p is not None and not _INT64[0] <= p <= _INT64[1] else None
-
-
-def _mode_without_mask(r: RequestFields) -> dict[str, object] | None:
-    return {} if r.sampling_logprobs_mode is not None and not r.return_sampling_mask else None
-
-
-def _watermark_in_both(r: RequestFields) -> dict[str, object] | None:
-    params = r.sampling_params
-    inner = None if params is None or params is UNSET else params.watermark
-    return {} if is_given(r.watermark) and inner is not None and inner is not UNSET else None
-
-
-_WATERMARK_KEYS = frozenset(("enabled", "key", "context_window"))
-_HEX = frozenset("0123456789abcdefABCDEF")
-
-
-def watermark_problem(value: Any) -> str | None:
-    """SGLang's `normalize_watermark_request` verdict on a watermark: its message, or None."""
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        return "watermark must be an object"
-    if set(value) - _WATERMARK_KEYS:
-        return "watermark contains unknown fields"
-    enabled, key, window = value.get("enabled"), value.get("key"), value.get("context_window")
-    if enabled is not None and type(enabled) is not bool:
-        return "watermark enabled must be a boolean"
-    if key is not None:
-        if not isinstance(key, str):
-            return "watermark key must be a hex string"
-        digits = key[2:] if key.lower().startswith("0x") else key
-        if not 1 <= len(digits) <= 16:
-            return "watermark key must contain 1 to 16 hex digits"
-        if not _HEX.issuperset(digits):
-            return "watermark key must contain only hex digits"
-    if window is not None and (type(window) is not int or window < 1):
-        return "watermark context_window must be a positive integer"
-    return None
-
-
-def _watermark_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, object] | None]:
-    """The check that the watermark (`inner`: in `sampling_params`) breaks with `message`."""
-
-    def check(value: Any) -> dict[str, object] | None:
-        mark = value.watermark
-        if mark is UNSET or mark is None:
-            return None
-        plain = msgspec.to_builtins(mark) if inner else msgspec.json.decode(mark)
-        return {} if watermark_problem(plain) == message else None
-
-    return check
-
-
-def _resolve_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, object] | None]:
-    """The check that `resolve_watermark_request` refuses the watermark (`inner`: the one in
-    `sampling_params`; a request with both is refused before) with `message`, once
-    `SamplingParams` has accepted it."""
-
-    def check(value: Any) -> dict[str, object] | None:
-        mark = value.watermark
-        if mark is UNSET or mark is None or (not inner and mark == _NULL):
-            return None
-        plain = msgspec.to_builtins(mark) if inner else msgspec.json.decode(mark)
-        if not isinstance(plain, dict) or watermark_problem(plain) is not None:
-            return None
-        enabled, key = plain.get("enabled"), plain.get("key")
-        found = (
-            "request watermark key cannot be combined with enabled=false"
-            if enabled is False and key is not None
-            else "request watermark must set enabled or key"
-            if enabled is None and key is None
-            else None
-        )
-        return {} if found == message else None
-
-    return check
-
-
-def _stop_list(raw: Any) -> list[str] | None:
-    if raw is UNSET or raw == _NULL:
-        return None
-    value = msgspec.json.decode(raw)
-    return [value] if isinstance(value, str) else list(value)
-
-
-def _too_many_stops(p: SamplingParams) -> dict[str, object] | None:
-    stops = _stop_list(p.stop)
-    return {"count": len(stops)} if stops is not None and len(stops) > 32 else None
-
-
-def _too_many_stop_regexes(p: SamplingParams) -> dict[str, object] | None:
-    stops = _stop_list(p.stop_regex)
-    return {"count": len(stops)} if stops is not None and len(stops) > 32 else None
-
-
-def _stop_regex_too_long(p: SamplingParams) -> dict[str, object] | None:
-    for pattern in _stop_list(p.stop_regex) or ():
-        size = len(pattern.encode("utf-8"))
-        if size > 256:
-            return {"stop_regex_len": size}
-    return None
-
-
-def _logit_bias_key_not_integer(p: SamplingParams) -> dict[str, object] | None:
-    bias = p.logit_bias
-    if bias is UNSET or bias == _NULL:
-        return None
-    for key in msgspec.json.decode(bias):  # its size was bounded by the decode
-        try:
-            int(key)
-        except ValueError as error:
-            return {"detail": str(error)}
-    return None
-
-
-def _beam_width_below_one(p: SamplingParams) -> dict[str, object] | None:
-    width = _value(p.beam_width, None)
-    return {"beam_width": width} if width is not None and width < 1 else None
-
-
-def _temperature(p: SamplingParams) -> float:
-    return _value(p.temperature, 1.0)  # type: ignore[no-any-return]
-
-
-def _bad_temperature(p: SamplingParams) -> dict[str, object] | None:
-    t = p.temperature
-    if t is UNSET or t is None or (t >= 0.0 and math.isfinite(t)):
-        return None
-    return {"temperature": t}
-
-
-def _outside(name: str, low: float, high: float, *, open_low: bool = False) -> Any:
-    """The range check of `name`, whose default (None, or left out) is inside the range."""
-    read = operator.attrgetter(name)
-
-    def check(p: SamplingParams) -> dict[str, object] | None:
-        v = read(p)
-        if v is UNSET or v is None:
-            return None  # the default, which is inside
-        inside = (low < v if open_low else low <= v) and v <= high
-        return None if inside else {name: v}
-
-    return check
-
-
-def _bad_top_k(p: SamplingParams) -> dict[str, object] | None:
-    k = _value(p.top_k, -1)
-    if 0 <= _temperature(p) < _SAMPLING_EPS:
-        k = 1  # greedy
-    return {"top_k": k} if k != -1 and k < 1 else None
-
-
-def _max_negative(p: SamplingParams) -> dict[str, object] | None:
-    high = p.max_new_tokens
-    return None if high is UNSET or high is None or high >= 0 else {"max_new_tokens": high}
-
-
-#: The smallest repetition penalty whose division of float32 logits stays finite for any
-#: logit a model gives, at the smallest temperature that samples (1e-6): SGLang scales
-#: logits by both in float32 (3.4e38 at most).
-SMALLEST_REPETITION_PENALTY = 1e-20
-
-
-def _penalty_overflows(p: SamplingParams) -> dict[str, object] | None:
-    value = p.repetition_penalty
-    if value is UNSET or value is None or not 0 < value < SMALLEST_REPETITION_PENALTY:
-        return None
-    return {"repetition_penalty": value}
-
-
-#: The largest logit bias whose sum with a logit, divided by the smallest temperature that
-#: samples (1e-6), stays a finite float32.
-LARGEST_LOGIT_BIAS = 1e30
-
-
-def _bias_overflows(p: SamplingParams) -> dict[str, object] | None:
-    bias = p.logit_bias
-    if bias is UNSET or bias == _NULL:
-        return None
-    for key, value in msgspec.json.decode(bias).items():  # bounded by the decode
-        if isinstance(value, (int, float)) and not abs(value) <= LARGEST_LOGIT_BIAS:
-            return {"key": key, "value": value}
-    return None
-
-
-def _stop_regex_invalid(p: SamplingParams) -> dict[str, object] | None:
-    for pattern in _stop_list(p.stop_regex) or ():  # at most 32 of 256 bytes, checked before
-        try:
-            re.compile(pattern)
-        except (re.error, RecursionError, OverflowError) as error:
-            return {"pattern": pattern, "detail": str(error)}
-    return None
-
-
-def _pooling_given(r: RequestFields) -> dict[str, object] | None:
-    return {} if is_given(r.token_indices_to_pool) else None
-
-
-def _min_negative(p: SamplingParams) -> dict[str, object] | None:
-    low = _value(p.min_new_tokens, 0)
-    return {"min_new_tokens": low} if low < 0 else None
-
-
-def _min_over_max(p: SamplingParams) -> dict[str, object] | None:
-    low = _value(p.min_new_tokens, 0)
-    high = _given(p.max_new_tokens, 128)
-    if high is None or low <= high:
-        return None
-    return {"min_new_tokens": low, "max_new_tokens": high}
-
-
-def _seed_out_of_range(p: SamplingParams) -> dict[str, object] | None:
-    seed = _value(p.sampling_seed, None)
-    return (
-        {"sampling_seed": seed} if seed is not None and not _INT64[0] <= seed <= _INT64[1] else None
-    )
-
-
-def _start_below_minus_one(r: RequestFields) -> dict[str, object] | None:
-    start = r.logprob_start_len
-    return {"start": start} if r.return_logprob and start is not None and start < -1 else None
-
-
-def logprobs_past_prompt(r: Any) -> dict[str, object] | None:
-    """SGLang's scheduler's check of a request (or an engine body, which has the same
-    fields) that asks for logprobs from past its prompt."""
-    start, size = r.logprob_start_len, len(r.input_ids)
-    if not r.return_logprob or start is None or start <= size:
-        return None
-    return {"start": start, "tokens": size}
-
-
-def _grammars(p: SamplingParams) -> dict[str, object] | None:
-    given = sum(1 for g in (p.json_schema, p.regex, p.ebnf, p.structural_tag) if g)
-    return {} if given > 1 else None
-
 
 class Holds(NamedTuple):
     """A rule's shortcut, as data: a test of the checked struct's `fields`.
@@ -445,7 +178,7 @@ def _range(
 ) -> Rule:
     """SGLang's range check of `sampling_params.name`, whose default (None) is inside."""
     holds = Holds("in_range", (name,), low, high, open_low)
-    check = _outside(name, low, high, open_low=open_low)
+    check = outside(name, low, high, open_low=open_low)
     return _sglang(code, f"sampling_params.{name}", template, check, name, holds)
 
 
@@ -531,52 +264,52 @@ RULES: tuple[Rule, ...] = (
     # The tokenizer manager's checks, then SamplingParams(**sampling_params) on the
     # watermark, in its order (the rule holds where the release tables carry it).
     _sglang("priority_out_of_range", "priority", _PRIORITY_MESSAGE,
-            _priority_out_of_range, "priority"),
+            priority_out_of_range, "priority"),
     _sglang("sampling_logprobs_mode_without_mask", "sampling_logprobs_mode",
             "sampling_logprobs_mode can only be set when return_sampling_mask=true.",
-            _mode_without_mask, "sampling_logprobs_mode"),
+            mode_without_mask, "sampling_logprobs_mode"),
     _sglang("watermark_in_both_places", "watermark",
             "watermark must be provided either at the request top level or inside "
-            "sampling_params, not both", _watermark_in_both, "watermark"),
-    *(_sglang(code, "watermark", message, _watermark_is(message, inner=False), "watermark")
+            "sampling_params, not both", watermark_in_both, "watermark"),
+    *(_sglang(code, "watermark", message, watermark_is(message, inner=False), "watermark")
       for code, message in zip(_WATERMARK_CODES, _WATERMARK_MESSAGES, strict=True)),
     # resolve_watermark_request()'s checks that need only the request (the release
     # tables do not list them; they hold where SGLang has a watermark at all).
-    *(Rule(code, "watermark", message, _resolve_is(message, inner=False), "watermark")
+    *(Rule(code, "watermark", message, resolve_is(message, inner=False), "watermark")
       for code, message in _RESOLVE),
     *(Rule(f"sampling_{code}", "sampling_params.watermark", message,
-           _resolve_is(message, inner=True), "watermark")
+           resolve_is(message, inner=True), "watermark")
       for code, message in _RESOLVE),
     # Sampling: one sequence a request, and SGLang's SamplingParams.normalize() and
     # .verify() checks, in its words and order.
     Rule("parallel_sampling", "sampling_params.n",
          "sampling_params.n must be 1: this endpoint returns one sequence per request, got {n}",
-         _n_not_one, when="n"),
+         n_not_one, when="n"),
     # A key SGLang's gate lets through that its SamplingParams has no argument for.
     Rule("unsupported_sampling_param", "sampling_params.{key}",
          "Unexpected keyword argument '{key}'"),
     *(_sglang(f"sampling_{code}", "sampling_params.watermark", message,
-              _watermark_is(message, inner=True), "watermark")
+              watermark_is(message, inner=True), "watermark")
       for code, message in zip(_WATERMARK_CODES, _WATERMARK_MESSAGES, strict=True)),
     _sglang("too_many_stop_strings", "sampling_params.stop",
-            "at most 32 stop strings are allowed, got {count}", _too_many_stops, "stop"),
+            "at most 32 stop strings are allowed, got {count}", too_many_stops, "stop"),
     _sglang("too_many_stop_regexes", "sampling_params.stop_regex",
             "at most 32 stop_regex patterns are allowed, got {count}",
-            _too_many_stop_regexes, "stop_regex"),
+            too_many_stop_regexes, "stop_regex"),
     _sglang("stop_regex_too_long", "sampling_params.stop_regex",
             "stop_regex is {stop_regex_len} bytes, over the 256-byte limit",
-            _stop_regex_too_long, "stop_regex"),
+            stop_regex_too_long, "stop_regex"),
     # SGLang compiles it with `re` after dispatch and fails without an answer (a
     # plain-text 500, or a stream cut before its first event).
     Rule("stop_regex_invalid", "sampling_params.stop_regex",
          "stop_regex {pattern!r} is not a valid regular expression: {detail}",
-         _stop_regex_invalid, "stop_regex"),
+         stop_regex_invalid, "stop_regex"),
     _sglang("beam_width_below_one", "sampling_params.beam_width",
-            "beam_width must be at least 1, got {beam_width}.", _beam_width_below_one,
+            "beam_width must be at least 1, got {beam_width}.", beam_width_below_one,
             "beam_width"),
     _sglang("temperature_out_of_range", "sampling_params.temperature",
             "temperature must be a non-negative finite number, got {temperature}.",
-            _bad_temperature, "temperature",
+            bad_temperature, "temperature",
             Holds("in_range", ("temperature",), 0.0, sys.float_info.max)),
     _range("top_p_out_of_range", "top_p",
            "top_p must be in (0, 1], got {top_p}.",
@@ -585,7 +318,7 @@ RULES: tuple[Rule, ...] = (
            "min_p must be in [0, 1], got {min_p}.",
            0.0, 1.0),
     _sglang("top_k_out_of_range", "sampling_params.top_k",
-            "top_k must be -1 (disable) or at least 1, got {top_k}.", _bad_top_k, "top_k"),
+            "top_k must be -1 (disable) or at least 1, got {top_k}.", bad_top_k, "top_k"),
     _range("frequency_penalty_out_of_range", "frequency_penalty",
            "frequency_penalty must be in [-2, 2], got {frequency_penalty}.",
            -2.0, 2.0),
@@ -599,40 +332,40 @@ RULES: tuple[Rule, ...] = (
     # top_k or top_p then stops every SGLang process (torch.multinomial on inf).
     Rule("repetition_penalty_overflows_logits", "sampling_params.repetition_penalty",
          "repetition_penalty must be at least 1e-20: a smaller one overflows SGLang's float32 "
-         "logits, got {repetition_penalty}", _penalty_overflows, "repetition_penalty"),
+         "logits, got {repetition_penalty}", penalty_overflows, "repetition_penalty"),
     _sglang("min_new_tokens_negative", "sampling_params.min_new_tokens",
             "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}.",
-            _min_negative, "min_new_tokens"),
+            min_negative, "min_new_tokens"),
     _sglang("max_new_tokens_negative", "sampling_params.max_new_tokens",
             "max_new_tokens must be at least 0, got {max_new_tokens}.",
-            _max_negative, "max_new_tokens",
+            max_negative, "max_new_tokens",
             Holds("at_least", ("max_new_tokens",), 0)),
     _sglang("min_new_tokens_over_max", "sampling_params.min_new_tokens",
             "min_new_tokens must be in [0, max_new_tokens({max_new_tokens})], "
-            "got {min_new_tokens}.", _min_over_max, "min_new_tokens"),
+            "got {min_new_tokens}.", min_over_max, "min_new_tokens"),
     Rule("logit_bias_key_not_integer", "sampling_params.logit_bias", "{detail}",
-         _logit_bias_key_not_integer, "logit_bias"),
+         logit_bias_key_not_integer, "logit_bias"),
     # A bias past it makes the float32 logits inf, and sampling with top_k, top_p or min_p
     # then stops every SGLang process (found by the live fuzz).
     Rule("logit_bias_overflows_logits", "sampling_params.logit_bias",
          "logit_bias[{key!r}] is {value}; a bias must be within [-1e30, 1e30]: a larger one "
-         "overflows SGLang's float32 logits", _bias_overflows, "logit_bias"),
+         "overflows SGLang's float32 logits", bias_overflows, "logit_bias"),
     _sglang("sampling_seed_out_of_range", "sampling_params.sampling_seed",
             "sampling_seed must be in [-2**63, 2**63 - 1], got {sampling_seed}.",
-            _seed_out_of_range, "sampling_seed"),
+            seed_out_of_range, "sampling_seed"),
     _sglang("several_grammars", "sampling_params",
             "Only one of json_schema, regex, ebnf, or structural_tag can be set.",
-            _grammars, ("json_schema", "regex", "ebnf", "structural_tag")),
+            grammars, ("json_schema", "regex", "ebnf", "structural_tag")),
     # Its pooled logprobs index the computed positions, which a cached prefix shortens:
     # any value can stop every SGLang process (0.5.23, found by the live fuzz).
     Rule("token_indices_to_pool_unsafe", "token_indices_to_pool",
          "token_indices_to_pool is not accepted: SGLang 0.5.23 indexes the positions it "
          "computed with it, and a prompt in its prefix cache makes any index stop every "
-         "SGLang process", _pooling_given, "token_indices_to_pool"),
+         "SGLang process", pooling_given, "token_indices_to_pool"),
     # SGLang's scheduler asserts on it: the assertion stops every SGLang process.
     Rule("logprob_start_len_below_minus_one", "logprob_start_len",
          "logprob_start_len must be -1 (output logprobs only) or at least 0, got {start}",
-         _start_below_minus_one, ("return_logprob", "logprob_start_len")),
+         start_below_minus_one, ("return_logprob", "logprob_start_len")),
     # The scheduler's, after the deployment's checks (`DEPLOYMENT_RULES`), which repeat it
     # on the ids an engine request sends.
     Rule("logprob_start_len_past_prompt", "logprob_start_len",

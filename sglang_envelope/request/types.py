@@ -31,6 +31,7 @@ from msgspec import Raw
 from sglang_envelope.errors.exceptions import EnvelopeError
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.body import as_json
+from sglang_envelope.request.checks import is_given
 from sglang_envelope.request.contract import (
     Contract,
     contract_for,
@@ -55,13 +56,7 @@ from sglang_envelope.request.limits import (
     make_limits,
     raw_check,
 )
-from sglang_envelope.request.rules import (
-    DEFAULT_TARGET,
-    FIELD_OWNERS,
-    NULL_AS_ABSENT,
-    is_given,
-    reject,
-)
+from sglang_envelope.request.rules import DEFAULT_TARGET, FIELD_OWNERS, NULL_AS_ABSENT, reject
 
 __all__ = [
     "ClientRequest",

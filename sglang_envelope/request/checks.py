@@ -1,0 +1,287 @@
+"""The checks the rules call: one pure function each, of the request or its
+`sampling_params`, returning None when the request keeps the rule, else the
+facts its message is filled with. `rules.RULES` says which check each rule
+runs, its code, field and words.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from sglang_envelope.request.fields import RequestFields, SamplingParams
+
+NULL = msgspec.Raw(b"null")
+
+
+def is_given(value: object) -> bool:
+    """True for a JSON value held as `msgspec.Raw` that is neither absent nor null."""
+    return value is not UNSET and value != NULL
+
+
+def or_default(value: Any, default: Any) -> Any:
+    return default if value is UNSET else value
+
+
+def param_value(value: Any, default: Any) -> Any:
+    """A sampling parameter as SGLang's `SamplingParams.__post_init__` leaves it."""
+    return default if value is UNSET or value is None else value
+
+
+def n_not_one(p: SamplingParams) -> dict[str, object] | None:
+    # An explicit null is refused too: SGLang's gate reads it as 1, but
+    # normalize_batch_and_arguments() then fails on it with a TypeError.
+    n = p.n
+    return None if n is UNSET or n == 1 else {"n": n}
+
+
+# --- SGLang's own checks after dispatch (their messages are the release tables') ---
+
+SAMPLING_EPS = 1e-6  # SGLang's: a smaller temperature means greedy (top_k 1)
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def priority_out_of_range(r: RequestFields) -> dict[str, object] | None:
+    p = r.priority
+    return {} if p is not None and not INT64[0] <= p <= INT64[1] else None
+
+
+def mode_without_mask(r: RequestFields) -> dict[str, object] | None:
+    return {} if r.sampling_logprobs_mode is not None and not r.return_sampling_mask else None
+
+
+def watermark_in_both(r: RequestFields) -> dict[str, object] | None:
+    params = r.sampling_params
+    inner = None if params is None or params is UNSET else params.watermark
+    return {} if is_given(r.watermark) and inner is not None and inner is not UNSET else None
+
+
+WATERMARK_KEYS = frozenset(("enabled", "key", "context_window"))
+HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def watermark_problem(value: Any) -> str | None:
+    """SGLang's `normalize_watermark_request` verdict on a watermark: its message, or None."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return "watermark must be an object"
+    if set(value) - WATERMARK_KEYS:
+        return "watermark contains unknown fields"
+    enabled, key, window = value.get("enabled"), value.get("key"), value.get("context_window")
+    if enabled is not None and type(enabled) is not bool:
+        return "watermark enabled must be a boolean"
+    if key is not None:
+        if not isinstance(key, str):
+            return "watermark key must be a hex string"
+        digits = key[2:] if key.lower().startswith("0x") else key
+        if not 1 <= len(digits) <= 16:
+            return "watermark key must contain 1 to 16 hex digits"
+        if not HEX.issuperset(digits):
+            return "watermark key must contain only hex digits"
+    if window is not None and (type(window) is not int or window < 1):
+        return "watermark context_window must be a positive integer"
+    return None
+
+
+def watermark_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, object] | None]:
+    """The check that the watermark (`inner`: in `sampling_params`) breaks with `message`."""
+
+    def check(value: Any) -> dict[str, object] | None:
+        mark = value.watermark
+        if mark is UNSET or mark is None:
+            return None
+        plain = msgspec.to_builtins(mark) if inner else msgspec.json.decode(mark)
+        return {} if watermark_problem(plain) == message else None
+
+    return check
+
+
+def resolve_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, object] | None]:
+    """The check that `resolve_watermark_request` refuses the watermark (`inner`: the one in
+    `sampling_params`; a request with both is refused before) with `message`, once
+    `SamplingParams` has accepted it."""
+
+    def check(value: Any) -> dict[str, object] | None:
+        mark = value.watermark
+        if mark is UNSET or mark is None or (not inner and mark == NULL):
+            return None
+        plain = msgspec.to_builtins(mark) if inner else msgspec.json.decode(mark)
+        if not isinstance(plain, dict) or watermark_problem(plain) is not None:
+            return None
+        enabled, key = plain.get("enabled"), plain.get("key")
+        found = (
+            "request watermark key cannot be combined with enabled=false"
+            if enabled is False and key is not None
+            else "request watermark must set enabled or key"
+            if enabled is None and key is None
+            else None
+        )
+        return {} if found == message else None
+
+    return check
+
+
+def stop_list(raw: Any) -> list[str] | None:
+    if raw is UNSET or raw == NULL:
+        return None
+    value = msgspec.json.decode(raw)
+    return [value] if isinstance(value, str) else list(value)
+
+
+def too_many_stops(p: SamplingParams) -> dict[str, object] | None:
+    stops = stop_list(p.stop)
+    return {"count": len(stops)} if stops is not None and len(stops) > 32 else None
+
+
+def too_many_stop_regexes(p: SamplingParams) -> dict[str, object] | None:
+    stops = stop_list(p.stop_regex)
+    return {"count": len(stops)} if stops is not None and len(stops) > 32 else None
+
+
+def stop_regex_too_long(p: SamplingParams) -> dict[str, object] | None:
+    for pattern in stop_list(p.stop_regex) or ():
+        size = len(pattern.encode("utf-8"))
+        if size > 256:
+            return {"stop_regex_len": size}
+    return None
+
+
+def logit_bias_key_not_integer(p: SamplingParams) -> dict[str, object] | None:
+    bias = p.logit_bias
+    if bias is UNSET or bias == NULL:
+        return None
+    for key in msgspec.json.decode(bias):  # its size was bounded by the decode
+        try:
+            int(key)
+        except ValueError as error:
+            return {"detail": str(error)}
+    return None
+
+
+def beam_width_below_one(p: SamplingParams) -> dict[str, object] | None:
+    width = param_value(p.beam_width, None)
+    return {"beam_width": width} if width is not None and width < 1 else None
+
+
+def effective_temperature(p: SamplingParams) -> float:
+    return param_value(p.temperature, 1.0)  # type: ignore[no-any-return]
+
+
+def bad_temperature(p: SamplingParams) -> dict[str, object] | None:
+    t = p.temperature
+    if t is UNSET or t is None or (t >= 0.0 and math.isfinite(t)):
+        return None
+    return {"temperature": t}
+
+
+def outside(name: str, low: float, high: float, *, open_low: bool = False) -> Any:
+    """The range check of `name`, whose default (None, or left out) is inside the range."""
+    read = operator.attrgetter(name)
+
+    def check(p: SamplingParams) -> dict[str, object] | None:
+        v = read(p)
+        if v is UNSET or v is None:
+            return None  # the default, which is inside
+        inside = (low < v if open_low else low <= v) and v <= high
+        return None if inside else {name: v}
+
+    return check
+
+
+def bad_top_k(p: SamplingParams) -> dict[str, object] | None:
+    k = param_value(p.top_k, -1)
+    if 0 <= effective_temperature(p) < SAMPLING_EPS:
+        k = 1  # greedy
+    return {"top_k": k} if k != -1 and k < 1 else None
+
+
+def max_negative(p: SamplingParams) -> dict[str, object] | None:
+    high = p.max_new_tokens
+    return None if high is UNSET or high is None or high >= 0 else {"max_new_tokens": high}
+
+
+#: The smallest repetition penalty whose division of float32 logits stays finite for any
+#: logit a model gives, at the smallest temperature that samples (1e-6): SGLang scales
+#: logits by both in float32 (3.4e38 at most).
+SMALLEST_REPETITION_PENALTY = 1e-20
+
+
+def penalty_overflows(p: SamplingParams) -> dict[str, object] | None:
+    value = p.repetition_penalty
+    if value is UNSET or value is None or not 0 < value < SMALLEST_REPETITION_PENALTY:
+        return None
+    return {"repetition_penalty": value}
+
+
+#: The largest logit bias whose sum with a logit, divided by the smallest temperature that
+#: samples (1e-6), stays a finite float32.
+LARGEST_LOGIT_BIAS = 1e30
+
+
+def bias_overflows(p: SamplingParams) -> dict[str, object] | None:
+    bias = p.logit_bias
+    if bias is UNSET or bias == NULL:
+        return None
+    for key, value in msgspec.json.decode(bias).items():  # bounded by the decode
+        if isinstance(value, (int, float)) and not abs(value) <= LARGEST_LOGIT_BIAS:
+            return {"key": key, "value": value}
+    return None
+
+
+def stop_regex_invalid(p: SamplingParams) -> dict[str, object] | None:
+    for pattern in stop_list(p.stop_regex) or ():  # at most 32 of 256 bytes, checked before
+        try:
+            re.compile(pattern)
+        except (re.error, RecursionError, OverflowError) as error:
+            return {"pattern": pattern, "detail": str(error)}
+    return None
+
+
+def pooling_given(r: RequestFields) -> dict[str, object] | None:
+    return {} if is_given(r.token_indices_to_pool) else None
+
+
+def min_negative(p: SamplingParams) -> dict[str, object] | None:
+    low = param_value(p.min_new_tokens, 0)
+    return {"min_new_tokens": low} if low < 0 else None
+
+
+def min_over_max(p: SamplingParams) -> dict[str, object] | None:
+    low = param_value(p.min_new_tokens, 0)
+    high = or_default(p.max_new_tokens, 128)
+    if high is None or low <= high:
+        return None
+    return {"min_new_tokens": low, "max_new_tokens": high}
+
+
+def seed_out_of_range(p: SamplingParams) -> dict[str, object] | None:
+    seed = param_value(p.sampling_seed, None)
+    return (
+        {"sampling_seed": seed} if seed is not None and not INT64[0] <= seed <= INT64[1] else None
+    )
+
+
+def start_below_minus_one(r: RequestFields) -> dict[str, object] | None:
+    start = r.logprob_start_len
+    return {"start": start} if r.return_logprob and start is not None and start < -1 else None
+
+
+def logprobs_past_prompt(r: Any) -> dict[str, object] | None:
+    """SGLang's scheduler's check of a request (or an engine body, which has the same
+    fields) that asks for logprobs from past its prompt."""
+    start, size = r.logprob_start_len, len(r.input_ids)
+    if not r.return_logprob or start is None or start <= size:
+        return None
+    return {"start": start, "tokens": size}
+
+
+def grammars(p: SamplingParams) -> dict[str, object] | None:
+    given = sum(1 for g in (p.json_schema, p.regex, p.ebnf, p.structural_tag) if g)
+    return {} if given > 1 else None
