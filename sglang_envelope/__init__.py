@@ -21,14 +21,13 @@ from sglang_envelope.errors.answers import (
 # --- request side ---
 from sglang_envelope.request.deployment import DEPLOYMENT_RULES, Deployment
 from sglang_envelope.request.engine import (
-    Bootstrap,
     EngineBody,
     EngineRequest,
     Role,
     RoleName,
-    Routing,
     build_engine_request,
 )
+from sglang_envelope.request.routing import Bootstrap, Routing
 from sglang_envelope.request.envelope import (
     WorkerEnvelope,
     decode_envelope,

@@ -27,7 +27,7 @@ from sglang_envelope import (
     decode_client_request,
     to_worker_envelope,
 )
-from sglang_envelope.request.engine import Bootstrap
+from sglang_envelope.request.routing import Bootstrap
 from sglang_envelope.request.rules import RULES, SGLANG_CHECKS_LEFT
 from tests.strategies import DEPLOYMENT
 

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from sglang_envelope.request.deployment import Deployment
-from sglang_envelope.request.engine import Bootstrap
+from sglang_envelope.request.routing import Bootstrap
 from sglang_envelope.response.flat import encode_flat_top_logprobs
 
 __all__ = [

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import enum
 import threading
-import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -20,8 +19,9 @@ from msgspec import UNSET, Raw
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.deployment import Deployment, check_engine_body
-from sglang_envelope.request.envelope import WorkerEnvelope, _is_utf8
+from sglang_envelope.request.envelope import WorkerEnvelope
 from sglang_envelope.request.fields import RequestFields, SamplingParams, TokenId
+from sglang_envelope.request.routing import Bootstrap, Routing
 from sglang_envelope.request.types import (
     NO_PASSED_FIELDS,
     ClientRequest,
@@ -31,12 +31,10 @@ from sglang_envelope.request.types import (
 
 __all__ = [
     "ROLE_PLANS",
-    "Bootstrap",
     "EngineBody",
     "EngineRequest",
     "Role",
     "RoleName",
-    "Routing",
     "build_engine_request",
 ]
 
@@ -60,94 +58,6 @@ class Role(str, enum.Enum):
 
 #: A role's value, accepted wherever a `Role` is.
 RoleName = Literal["aggregated", "decode", "prefill"]
-
-#: SGLang's ranks are signed 64-bit at its gate; data-parallel ranks start at 0.
-_RANK = (0, 2**31 - 1)
-#: SGLang's tokenizer manager refuses a priority outside the signed 64-bit range.
-_PRIORITY = (-(2**63), 2**63 - 1)
-
-
-def _check_int(where: str, value: object, low: int, high: int) -> None:
-    if type(value) is not int or not low <= value <= high:
-        raise EnvelopeError(
-            f"{where} must be an integer in [{low}, {high}], got {show_value(value)}"
-        )
-
-
-def _check_text(where: str, value: object) -> None:
-    if type(value) is not str or not value or not _is_utf8(value):
-        raise EnvelopeError(f"{where} must be a non-empty UTF-8 string, got {show_value(value)}")
-
-
-class Bootstrap(msgspec.Struct, frozen=True):
-    """Where a disaggregated pair meets to hand over the KV cache.
-
-    `host`, `port` and `room` become SGLang's `bootstrap_host`, `bootstrap_port`
-    and `bootstrap_room`; `prefill_dp_rank`, when given, its
-    `disagg_prefill_dp_rank`, and on the prefill leg also its `routed_dp_rank`
-    (SGLang's data-parallel controller routes only on that one). Checked when
-    made: `EnvelopeError` names the field and what it must be.
-    """
-
-    host: str
-    port: int
-    room: int
-    prefill_dp_rank: int | None = None
-
-    def __post_init__(self) -> None:
-        _check_int("bootstrap.port", self.port, 1, 65535)
-        _check_int("bootstrap.room", self.room, 0, 2**63 - 1)
-        if self.prefill_dp_rank is not None:
-            _check_int("bootstrap.prefill_dp_rank", self.prefill_dp_rank, *_RANK)
-        _check_text("bootstrap.host", self.host)
-
-
-def _frozen_labels(where: str, value: object) -> Mapping[str, str] | None:
-    """A read-only private copy of a mapping of strings to strings, checked."""
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise EnvelopeError(f"{where} must be a mapping of str to str, got {type(value).__name__}")
-    copy = dict(value)
-    for key, item in copy.items():
-        for what, text in (("key", key), ("value", item)):
-            if type(text) is not str or not _is_utf8(text):
-                raise EnvelopeError(
-                    f"{where} {what}s must be UTF-8 strings, got {show_value(text)}"
-                )
-    return types.MappingProxyType(copy)
-
-
-class Routing(msgspec.Struct, frozen=True, kw_only=True):
-    """What the router or worker decides for one engine request; every field optional.
-
-    - `dp_rank` becomes `routed_dp_rank` (aggregated and decode; prefill takes
-      its rank from `Bootstrap.prefill_dp_rank`).
-    - `trace_header` (str to str) becomes `external_trace_header`.
-    - `lora_path` becomes `lora_path`, replacing the client's.
-    - `priority` becomes `priority`, replacing the client's.
-    - `labels` (str to str) becomes `custom_labels`, SGLang's metric labels.
-
-    Checked when made: `EnvelopeError` names the field. The mappings are
-    kept as read-only copies.
-    """
-
-    dp_rank: int | None = None
-    trace_header: Mapping[str, str] | None = None
-    lora_path: str | None = None
-    priority: int | None = None
-    labels: Mapping[str, str] | None = None
-
-    def __post_init__(self) -> None:
-        if self.dp_rank is not None:
-            _check_int("routing.dp_rank", self.dp_rank, *_RANK)
-        if self.priority is not None:
-            _check_int("routing.priority", self.priority, *_PRIORITY)
-        if self.lora_path is not None:
-            _check_text("routing.lora_path", self.lora_path)
-        for name in ("trace_header", "labels"):
-            frozen = _frozen_labels(f"routing.{name}", getattr(self, name))
-            msgspec.structs.force_setattr(self, name, frozen)
 
 
 class EngineBody(RequestFields, frozen=True, omit_defaults=True):
