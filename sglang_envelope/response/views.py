@@ -115,8 +115,12 @@ _SGLANG_TOP_KEYS: Final = ("prompt_token_ids",)
 _Field = tuple[str, Any] | tuple[str, Any, Any]
 
 
-def _view(name: str, fields: list[_Field], *, strict: bool) -> Any:
-    return msgspec.defstruct(name, fields, gc=False, forbid_unknown_fields=strict, kw_only=True)
+def _view(
+    name: str, fields: list[_Field], *, strict: bool, rename: dict[str, str] | None = None
+) -> Any:
+    return msgspec.defstruct(
+        name, fields, rename=rename or None, gc=False, forbid_unknown_fields=strict, kw_only=True
+    )
 
 
 def _delta_fields(in_meta: bool) -> list[_Field]:
@@ -156,25 +160,13 @@ def _incremental(
     (`top`, `meta`: `MiddleReader`); a few such sets are kept, since each costs
     about 0.4 ms to make."""
     meta_fields, meta_names = _learned(meta)
-    meta_view = msgspec.defstruct(
-        "_IncrementalMeta",
-        _meta_fields() + meta_fields,
-        rename=meta_names or None,
-        gc=False,
-        forbid_unknown_fields=True,
-        kw_only=True,
+    meta_view = _view(
+        "_IncrementalMeta", _meta_fields() + meta_fields, strict=True, rename=meta_names
     )
     top_fields, top_names = _learned(top)
     fields = [*_delta_fields(False), ("meta_info", meta_view), *_MIDDLE, _INDEX[indexed]]
     fields += [(key, Any, UNSET) for key in _SGLANG_TOP_KEYS]
-    frame_view = msgspec.defstruct(
-        "_IncrementalFrame",
-        fields + top_fields,
-        rename=top_names or None,
-        gc=False,
-        forbid_unknown_fields=True,
-        kw_only=True,
-    )
+    frame_view = _view("_IncrementalFrame", fields + top_fields, strict=True, rename=top_names)
     decode: Callable[[Payload], Any] = msgspec.json.Decoder(frame_view).decode
     return decode
 
