@@ -5,7 +5,7 @@ A `Target` names an SGLang release and how requests reach it: `"http"`, the
 release wires one, then the engine's steps), or `"engine"`, in-process
 (`GenerateReqInput(**kwargs)` handed to the tokenizer manager). Its `tables`
 are that release's contract, generated from the release's own code into
-`_release_tables.py`. `Target.installed()` reads the field lists from the SGLang
+`tables.py`. `Target.installed()` reads the field lists from the SGLang
 importable in this process instead, so an in-process worker on a release newer
 than the tables still gets its exact fields.
 """
@@ -82,7 +82,7 @@ class Features(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
 
 class ReleaseTables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One SGLang release's request contract (see `_release_tables.py`)."""
+    """One SGLang release's request contract (see `tables.py`)."""
 
     sglang: str
     generate_req_input_fields: tuple[str, ...]

@@ -80,7 +80,7 @@ DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError, B
 
 _members = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
-#: Where a struct sits in the body, and the names it knows; filled in by `_request.py`.
+#: Where a struct sits in the body, and the names it knows; filled in by `types.py`.
 KNOWN_FIELDS: dict[str, frozenset[str]] = {}
 
 

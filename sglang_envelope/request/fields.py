@@ -35,7 +35,7 @@ class SamplingParams(
 
     It holds the keys of every known release (`ebnf_full_assistant`, which the
     gate refuses but `SamplingParams` takes, too); which of them a target takes
-    is its contract's (`_contract.contract_for`).
+    is its contract's (`contract.contract_for`).
 
     A key the client left out is `UNSET` (and left out again when encoded); an
     explicit `null` is None, which SGLang may read differently (a null

@@ -1,11 +1,11 @@
 """The client's request: SGLang's native token-input `/generate` body, decoded and checked.
 
 `ClientRequest` mirrors the single-request form of SGLang 0.5.23's
-`GenerateReqInput`, limited to the fields a client may set (see `_rules.py` for
+`GenerateReqInput`, limited to the fields a client may set (see `rules.py` for
 which fields are whose). Types follow SGLang's HTTP contract gate
 (`sglang/api/v1/api_types.py`) where it has the field, and the dataclass where
 it does not. Decoding is one typed msgspec pass; a failure is translated into
-`RequestRejected` by `_decode_errors.translate_validation_error`.
+`RequestRejected` by `decode_errors.translate_validation_error`.
 
 Every `ClientRequest` that exists has passed every rule of its `target`, and
 holds nothing but its declared fields (no `__dict__`): one decoded by
@@ -15,7 +15,7 @@ was applied to them (`_from_checked`); one made any other way (by hand, by
 made, by encoding it (its passed keys included) and decoding the result as a
 client body for its target, and takes the decoded copy's values. Its
 containers are immutable (tuples, frozen structs, and `msgspec.Raw` for JSON
-objects and free-form values, checked without being built: `_limits`), so a
+objects and free-form values, checked without being built: `limits`), so a
 checked request stays as checked.
 """
 

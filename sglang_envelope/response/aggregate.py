@@ -13,7 +13,7 @@ The mode is read from the frames unless the caller gives it (see
 ``meta_info.finish_reason`` is not null.
 
 `aggregate_sse` decodes every frame once. Once the mode is known, a middle
-frame is read through a typed view (`_frame_views`) with the full decoder's
+frame is read through a typed view (`views`) with the full decoder's
 verdict: an incremental one builds its deltas and nothing else a dict would
 hold; a cumulative one, whose content the answer does not need, builds only
 its finish reason. The terminal frame, and anything a view cannot read, is

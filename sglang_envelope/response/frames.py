@@ -2,7 +2,7 @@
 
 A frame is what SGLang writes in one SSE event; a non-streaming body is one
 frame, the final one. This module holds the rules that apply to a single
-object; `_aggregate` applies them along a stream.
+object; `aggregate` applies them along a stream.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Relay SGLang's /generate stream to a streaming client: checked, in the client's mode.
 
-The engine streams in one mode (see `_aggregate`) and the client asked for one.
+The engine streams in one mode (see `aggregate`) and the client asked for one.
 The relay reads the engine's SSE bytes and writes client-ready SSE bytes, ending
 with ``data: [DONE]\\n\\n`` as SGLang's ``http_server.stream_results`` does.
 A failure becomes SGLang's error frame (`error_event`) and ``[DONE]``, never an
@@ -14,11 +14,11 @@ bounds): a frame goes out only once admitted, the terminal frame only after
 aggregation's final checks.
 
 * Converting, incremental engine to cumulative client: the deltas are kept as
-  the JSON text they came in (`_aggregate_bytes`, one growing buffer a field),
+  the JSON text they came in (`aggregate_bytes`, one growing buffer a field),
   and each frame sent is the last frame read with those texts spliced in.
 * Converting, cumulative engine to incremental client: each delta is cut from
   the cumulative field's JSON elements, as SGLang cuts them
-  (``tokenizer_manager._slice_streaming_output_meta_info``; `_delta_cut`).
+  (``tokenizer_manager._slice_streaming_output_meta_info``; `delta_cut`).
 
 A converted stream sends at most one frame per chunk read, the latest state,
 as SGLang itself does when frames queue up behind a slow reader

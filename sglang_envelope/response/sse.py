@@ -11,7 +11,7 @@ linear in the stream. Runs of lines in SGLang's own shape, a ``data: `` line
 then a blank line, are recognised a whole chunk at a time; anything else goes
 through the line-by-line WHATWG rules. `SseDecoder._feed_sglang_shaped` reads
 a chunk whose events are all in that shape at once and returns their bytes as
-received, for a relay that passes them on (`_relay`).
+received, for a relay that passes them on (`relay`).
 """
 
 from __future__ import annotations
