@@ -33,6 +33,7 @@ from sglang_envelope.errors.exceptions import (
     LimitExceeded,
     RequestRejected,
     ResponseError,
+    UpstreamError,
 )
 
 __all__ = [
@@ -79,6 +80,7 @@ ERROR_STATUSES: Final[dict[type[EnvelopeError], ErrorStatus]] = {
     RequestRejected: ErrorStatus(400, SGLANG_ERROR_TYPE),  # 413 for body_too_large
     EngineError: ErrorStatus(500, SGLANG_ERROR_TYPE),  # SGLang's own status when it gave one
     LimitExceeded: ErrorStatus(502, "limit_exceeded"),
+    UpstreamError: ErrorStatus(502, "upstream_error"),  # 504 when it timed out
     ResponseError: ErrorStatus(502, "response_error"),
     EnvelopeError: ErrorStatus(500, "envelope_error"),
 }
@@ -127,6 +129,7 @@ def _engine_status(exc: EngineError) -> int:
 OWN_STATUSES: Final[dict[type[EnvelopeError], Callable[[Any], int]]] = {
     RequestRejected: _rejection_status,
     EngineError: _engine_status,
+    UpstreamError: lambda exc: exc.status,
 }
 
 
@@ -212,7 +215,10 @@ def error_response(
     if layer == "pydantic":
         body = {"object": "error", "message": message, "type": "Bad Request", "param": None}
         return ErrorAnswer(400, JSON, _ENCODER.encode({**body, "code": 400}))
-    kept_status = isinstance(exc, RequestRejected) and status != 400  # body_too_large: 413
+    # body_too_large (413) and an unreachable SGLang (502, 504): no stream was begun
+    kept_status = isinstance(exc, UpstreamError) or (
+        isinstance(exc, RequestRejected) and status != 400
+    )
     if stream and not kept_status:
         return ErrorAnswer(200, EVENT_STREAM, _frame(error) + _DONE)
     return ErrorAnswer(status, JSON, _ENCODER.encode({"error": {"message": message}}))

@@ -24,6 +24,7 @@ __all__ = [
     "RejectionCode",
     "RequestRejected",
     "ResponseError",
+    "UpstreamError",
 ]
 
 RejectionCode = Literal[
@@ -176,6 +177,25 @@ class EngineError(ResponseError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.message, self.code), self.__dict__
+
+
+class UpstreamError(ResponseError):
+    """SGLang could not be reached, or did not answer in time: the transport failed.
+
+    `status` is the HTTP status a gateway answers with: 502 (down, refused, reset,
+    or the connection broke mid-answer) or 504 (timed out). `message` says what
+    failed.
+    """
+
+    def __init__(self, message: str, status: int = 502) -> None:
+        if status not in (502, 504):
+            raise EnvelopeError(f"status: expected 502 or 504, got {show_value(status)}")
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.message, self.status), self.__dict__
 
 
 _REPR = reprlib.Repr()

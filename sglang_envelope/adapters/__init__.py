@@ -1,0 +1,1 @@
+"""Transports to SGLang over real HTTP clients, each importing its client only when used."""

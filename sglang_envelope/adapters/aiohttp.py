@@ -1,0 +1,98 @@
+"""A `Transport` over an ``aiohttp.ClientSession`` (the ``[aiohttp]`` extra).
+
+    transport = AiohttpTransport("http://127.0.0.1:30000")
+    service = Service(transport, deployment=deployment)
+
+aiohttp's failures become `UpstreamError`: a timeout 504, any other client
+failure (refused, reset, broken mid-answer) 502. The session is made on first
+use, inside the running event loop, as aiohttp requires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+
+from sglang_envelope.errors.exceptions import UpstreamError
+from sglang_envelope.serve.transport import EngineReply
+
+__all__ = ["AiohttpTransport"]
+
+#: No read timeout: SGLang may queue a request, or pause a stream, for long.
+DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5.0)
+_JSON = {"content-type": "application/json"}
+_FAILURES = (aiohttp.ClientError, asyncio.TimeoutError)
+
+
+def _upstream(error: BaseException) -> UpstreamError:
+    if isinstance(error, asyncio.TimeoutError):
+        return UpstreamError(f"SGLang did not answer in time: {type(error).__name__}", 504)
+    return UpstreamError(f"SGLang could not be reached: {type(error).__name__}: {error}")
+
+
+class AiohttpTransport:
+    """SGLang at `base_url`, over `session` (one of its own when None; closed by `aclose`)."""
+
+    __slots__ = ("_base_url", "_owned", "_session")
+
+    def __init__(self, base_url: str, *, session: aiohttp.ClientSession | None = None) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._owned = session is None
+        self._session = session
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=DEFAULT_TIMEOUT)
+        return self._session
+
+    async def generate(self, body: bytes, headers: Mapping[str, str]) -> EngineReply:
+        url = self._base_url + "/generate"
+        try:
+            response = await self._client().post(url, data=body, headers={**_JSON, **headers})
+        except _FAILURES as error:
+            raise _upstream(error) from error
+
+        async def close() -> None:
+            response.release()
+
+        return EngineReply(response.status, _chunks(response), close, dict(response.headers))
+
+    async def abort(self, body: bytes) -> int:
+        try:
+            async with self._client().post(
+                self._base_url + "/abort_request", data=body, headers=_JSON
+            ) as response:
+                await response.read()
+                return response.status
+        except _FAILURES as error:
+            raise _upstream(error) from error
+
+    async def get(self, path: str) -> tuple[int, bytes]:
+        """GET `path` (``/get_server_info``, ``/v1/loads``): the status and the body."""
+        try:
+            async with self._client().get(self._base_url + path) as response:
+                return response.status, await response.read()
+        except _FAILURES as error:
+            raise _upstream(error) from error
+
+    async def aclose(self) -> None:
+        """Close the session, when the transport made it."""
+        if self._owned and self._session is not None:
+            await self._session.close()
+
+    async def __aenter__(self) -> AiohttpTransport:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+
+async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in response.content.iter_any():
+            yield chunk
+    except _FAILURES as error:
+        raise _upstream(error) from error

@@ -1,0 +1,97 @@
+"""Aborts that outlive the task that asked for them.
+
+A client that goes away cancels the task answering it. Under anyio (Starlette,
+FastAPI) every ``await`` in that task's ``finally`` is cancelled too, so an
+abort awaited there never reaches SGLang. `Aborts.start` therefore runs each
+abort in a task of its own, begun without suspending: it carries out
+`plan_abort`'s plan with `run_abort` while the answer is read to its end, then
+releases the connection. `Aborts` keeps every such task until it ends, and
+`Aborts.wait` awaits them all, for a server's shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from sglang_envelope.cancel.plan import AbortPolicy, plan_abort
+from sglang_envelope.cancel.run import AbortOutcome, run_abort
+from sglang_envelope.request.engine import EngineRequest
+from sglang_envelope.serve.transport import TRANSPORT_FAILURES, Transport, as_upstream_error
+from sglang_envelope.serve.watch import WatchedReply
+
+__all__ = ["AbortReport", "Aborts"]
+
+#: What a finished abort reports: what was done, or why it could not be done.
+AbortReport = Callable[[EngineRequest, "AbortOutcome | Exception"], object]
+
+#: At most this many bytes of an abandoned answer are read to its end.
+DRAIN_MAX_BYTES = 1 << 26
+
+
+class Aborts:
+    """The aborts under way, each in its own task."""
+
+    __slots__ = ("_policy", "_report", "_tasks")
+
+    def __init__(self, policy: AbortPolicy, report: AbortReport | None) -> None:
+        self._policy = policy
+        self._report = report
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def start(
+        self, engine: EngineRequest, watched: WatchedReply, transport: Transport,
+        reading: asyncio.Task[object] | None = None,
+    ) -> None:  # fmt: skip
+        """Abort `engine` and read `watched` to its end (or let `reading` do it), detached.
+
+        Never suspends, so it can run in a cancelled task's ``finally``.
+        """
+        task = asyncio.get_running_loop().create_task(
+            self._abort(engine, watched, transport, reading)
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def release(self, watched: WatchedReply) -> None:
+        """Release an answer read to its end, detached (never suspends)."""
+        task = asyncio.get_running_loop().create_task(watched.release())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @property
+    def pending(self) -> int:
+        """How many aborts and releases are still under way."""
+        return len(self._tasks)
+
+    async def wait(self) -> None:
+        """Until every abort under way has ended (each is bounded by its plan's deadline)."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _abort(
+        self, engine: EngineRequest, watched: WatchedReply, transport: Transport,
+        reading: asyncio.Task[object] | None,
+    ) -> None:  # fmt: skip
+        plan = plan_abort(
+            engine, first_token_seen=watched.first_output.is_set(), policy=self._policy
+        )
+        if reading is None:
+            reading = asyncio.ensure_future(watched.drain(DRAIN_MAX_BYTES))
+        result: AbortOutcome | Exception
+        try:
+            result = await run_abort(
+                plan, transport.abort, first_token=watched.first_output, finished=watched.finished
+            )
+        except TRANSPORT_FAILURES as error:
+            result = as_upstream_error(error)
+        except Exception as error:  # reported, not lost: the caller's hook sees it
+            result = error
+        try:
+            await asyncio.wait([reading], timeout=plan.deadline_s)
+        finally:
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
+            await watched.release()
+        if self._report is not None:
+            self._report(engine, result)

@@ -1,0 +1,85 @@
+"""One engine answer, watched as it is read: its first output, its end, and the rest.
+
+`WatchedReply` is the async iterator the readers (`relay_sse_async`,
+`aggregate_sse_async`) read SGLang's answer through. It sets `first_output`
+when a frame carries output, by Dynamo's rule (non-empty ``output_ids`` or
+``text``), and `finished` when the answer's body has ended. Closing it does
+not close the connection: an answer given up early is read to its end by
+`drain`, while its abort goes out, and only then released (`release`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sglang_envelope.errors.exceptions import EnvelopeError
+from sglang_envelope.response.sse import SseDecoder
+from sglang_envelope.serve.transport import EngineReply
+
+__all__ = ["WatchedReply", "is_output"]
+
+
+def is_output(frame: dict[str, Any]) -> bool:
+    """Whether an SSE frame carries output, by Dynamo's rule: ``output_ids`` or ``text``."""
+    return bool(frame.get("output_ids")) or bool(frame.get("text"))
+
+
+class WatchedReply:
+    """SGLang's answer to one engine request, read once, by one reader at a time."""
+
+    __slots__ = ("_decoder", "_released", "finished", "first_output", "reply")
+
+    def __init__(self, reply: EngineReply, *, streamed: bool) -> None:
+        self.reply = reply
+        self.first_output = asyncio.Event()
+        self.finished = asyncio.Event()
+        # A unary answer has no frames: its first output is its end.
+        self._decoder: SseDecoder | None = SseDecoder() if streamed else None
+        self._released = False
+
+    def __aiter__(self) -> WatchedReply:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self.finished.is_set():
+            raise StopAsyncIteration
+        try:
+            chunk = await self.reply.chunks.__anext__()
+        except StopAsyncIteration:
+            self.finished.set()
+            self.first_output.set()
+            raise
+        if self._decoder is not None:
+            self._watch(chunk)
+        return chunk
+
+    def _watch(self, chunk: bytes) -> None:
+        """Look for the first output in `chunk`; stop looking once found or unreadable."""
+        decoder = self._decoder
+        assert decoder is not None
+        try:
+            frames = decoder.feed(chunk)
+        except EnvelopeError:  # the reader reports it; the watch only stops
+            self._decoder = None
+            return
+        if any(is_output(frame) for frame in frames) or decoder.done:
+            self.first_output.set()
+            self._decoder = None
+
+    async def aclose(self) -> None:
+        """A reader stopped: keep the connection, for `drain` (this never suspends)."""
+
+    async def drain(self, max_bytes: int) -> None:
+        """Read the rest of the answer, up to `max_bytes` more, dropping it."""
+        read = 0
+        async for chunk in self:
+            read += len(chunk)
+            if read > max_bytes:
+                return
+
+    async def release(self) -> None:
+        """Release the connection, once."""
+        if not self._released:
+            self._released = True
+            await self.reply.close()
