@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from sglang_envelope.cancel.plan import AbortPolicy, plan_abort
 from sglang_envelope.cancel.run import AbortOutcome, run_abort
 from sglang_envelope.request.engine import EngineRequest
-from sglang_envelope.serve.transport import TRANSPORT_FAILURES, Transport, as_upstream_error
+from sglang_envelope.serve.legs import Leg
+from sglang_envelope.serve.transport import TRANSPORT_FAILURES, as_upstream_error
 from sglang_envelope.serve.watch import WatchedReply
 
 __all__ = ["AbortReport", "Aborts"]
@@ -39,17 +41,16 @@ class Aborts:
         self._report = report
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def start(
-        self, engine: EngineRequest, watched: WatchedReply, transport: Transport,
-        reading: asyncio.Task[object] | None = None,
-    ) -> None:  # fmt: skip
-        """Abort `engine` and read `watched` to its end (or let `reading` do it), detached.
+    def start(self, leg: Leg, reading: asyncio.Future[Any] | None = None) -> None:
+        """Abort `leg` and read its answer to the end (or let `reading` do it), detached.
 
-        Never suspends, so it can run in a cancelled task's ``finally``.
+        Never suspends, so it can run in a cancelled task's ``finally``. A leg
+        already being aborted is left to that abort.
         """
-        task = asyncio.get_running_loop().create_task(
-            self._abort(engine, watched, transport, reading)
-        )
+        if leg.watched.aborting:
+            return
+        leg.watched.aborting = True
+        task = asyncio.get_running_loop().create_task(self._abort(leg, reading))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -69,10 +70,8 @@ class Aborts:
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _abort(
-        self, engine: EngineRequest, watched: WatchedReply, transport: Transport,
-        reading: asyncio.Task[object] | None,
-    ) -> None:  # fmt: skip
+    async def _abort(self, leg: Leg, reading: asyncio.Future[Any] | None) -> None:
+        engine, watched = leg.engine, leg.watched
         plan = plan_abort(
             engine, first_token_seen=watched.first_output.is_set(), policy=self._policy
         )
@@ -81,7 +80,10 @@ class Aborts:
         result: AbortOutcome | Exception
         try:
             result = await run_abort(
-                plan, transport.abort, first_token=watched.first_output, finished=watched.finished
+                plan,
+                leg.transport.abort,
+                first_token=watched.first_output,
+                finished=watched.finished,
             )
         except TRANSPORT_FAILURES as error:
             result = as_upstream_error(error)

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, Final, NamedTuple
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final
 
 import msgspec
 
@@ -38,30 +38,41 @@ from sglang_envelope.errors.answers import (
     EVENT_STREAM,
     JSON,
     error_event,
-    error_response,
     stream_requested,
 )
-from sglang_envelope.errors.exceptions import EnvelopeError, ResponseError
+from sglang_envelope.errors.exceptions import (
+    EnvelopeError,
+    ResponseError,
+    UpstreamError,
+    show_value,
+)
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.deployment import Deployment
 from sglang_envelope.request.engine import EngineRequest, Role, build_engine_request
 from sglang_envelope.request.envelope import WorkerEnvelope, decode_envelope, to_worker_envelope
-from sglang_envelope.request.routing import Routing
+from sglang_envelope.request.routing import Bootstrap, Routing
 from sglang_envelope.request.types import decode_client_request
-from sglang_envelope.response.aggregate import DEFAULT_MAX_BYTES, parse_unary
-from sglang_envelope.response.aiter import aggregate_sse_async
+from sglang_envelope.response.aggregate import DEFAULT_MAX_BYTES
 from sglang_envelope.response.finalize import finalize_response
+from sglang_envelope.response.merge import merge_prefill_logprobs
 from sglang_envelope.response.relay import relay_sse_async
 from sglang_envelope.response.sse import SSE_DONE
-from sglang_envelope.response.types import GenerateResponse
 from sglang_envelope.serve.aborts import AbortReport, Aborts
+from sglang_envelope.serve.answer import (
+    Answer,
+    envelope_stream_requested,
+    id_bytes,
+    refused,
+    whole_answer,
+)
+from sglang_envelope.serve.legs import Leg
+from sglang_envelope.serve.pair import PrefillLeg, PrefillServer, with_prompt_logprobs
 from sglang_envelope.serve.transport import (
     TRANSPORT_FAILURES,
     Transport,
     as_upstream_error,
-    check_reply,
 )
-from sglang_envelope.serve.watch import WatchedReply
+from sglang_envelope.serve.watch import read_past_done, until_done_or_gone
 
 __all__ = ["CLIENT_GONE", "Answer", "Service"]
 
@@ -70,40 +81,27 @@ CLIENT_GONE: Final = 499
 _encode = msgspec.json.encode
 
 
-class Answer(NamedTuple):
-    """The client's answer: write `status` and `headers`, then every chunk of `body`."""
-
-    status: int
-    headers: Mapping[str, str]
-    body: AsyncIterator[bytes]
-
-    @property
-    def media_type(self) -> str:
-        return self.headers["content-type"]
-
-
-async def _one(body: bytes) -> AsyncIterator[bytes]:
-    yield body
-
-
-def _answer(status: int, media_type: str, body: bytes) -> Answer:
-    return Answer(status, {"content-type": media_type}, _one(body))
-
-
-def _refused(exc: EnvelopeError, stream: bool) -> Answer:
-    return _answer(*error_response(exc, stream=stream))
-
-
 def new_rid() -> str:
     """A request id for the engine: 32 lowercase hex digits, unique."""
     return uuid.uuid4().hex
+
+
+def _check_type(name: str, value: object, kind: type) -> None:
+    if not isinstance(value, kind):
+        raise EnvelopeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+
+
+def _check_transport(name: str, transport: object) -> None:
+    for method in ("generate", "abort"):
+        if not callable(getattr(transport, method, None)):
+            raise EnvelopeError(f"{name} must have an async {method}() method")
 
 
 class Service:
     """One SGLang server (or prefill/decode pair), served to clients."""
 
     __slots__ = (
-        "_aborts", "_client_incremental", "_deployment", "_new_rid", "_poll_s",
+        "_aborts", "_client_incremental", "_deployment", "_new_rid", "_poll_s", "_prefill",
         "_routing", "_target", "_transport", "max_bytes",
     )  # fmt: skip
 
@@ -112,6 +110,7 @@ class Service:
         transport: Transport,
         *,
         deployment: Deployment,
+        prefill: PrefillServer | None = None,
         target: Target = Target(),  # noqa: B008 -- frozen, so sharing is safe
         routing: Routing | None = None,
         abort_policy: AbortPolicy = AbortPolicy(),  # noqa: B008
@@ -121,16 +120,23 @@ class Service:
         disconnect_poll_s: float = 0.1,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
-        if not isinstance(deployment, Deployment):
-            raise EnvelopeError(f"deployment must be a Deployment, got {type(deployment).__name__}")
-        for name, method in (("generate", "generate"), ("abort", "abort")):
-            if not callable(getattr(transport, method, None)):
-                raise EnvelopeError(f"transport must have an async {name}() method")
-        if not isinstance(abort_policy, AbortPolicy):
+        _check_transport("transport", transport)
+        if prefill is not None:
+            _check_type("prefill", prefill, PrefillServer)
+            _check_transport("prefill.transport", prefill.transport)
+        _check_type("deployment", deployment, Deployment)
+        _check_type("target", target, Target)
+        _check_type("abort_policy", abort_policy, AbortPolicy)
+        if routing is not None:
+            _check_type("routing", routing, Routing)
+        if type(disconnect_poll_s) not in (int, float) or not 0 < disconnect_poll_s <= 60:
             raise EnvelopeError(
-                f"abort_policy must be an AbortPolicy, got {type(abort_policy).__name__}"
+                f"disconnect_poll_s: expected seconds in (0, 60], got {disconnect_poll_s!r}"
             )
+        if type(max_bytes) is not int or max_bytes < 1:
+            raise EnvelopeError(f"max_bytes: expected a positive int, got {show_value(max_bytes)}")
         self._transport = transport
+        self._prefill = prefill
         self._deployment = deployment
         self._target = target
         self._routing = routing
@@ -173,7 +179,7 @@ class Service:
             request = decode_client_request(body, target=self._target)
             envelope = to_worker_envelope(request, rid=self._new_rid())
         except EnvelopeError as exc:
-            return _refused(exc, stream_requested(body))
+            return refused(exc, stream_requested(body))
         return await self.answer(
             envelope, client_rid=request.rid or envelope.rid,
             disconnected=disconnected, routing=routing,
@@ -195,7 +201,7 @@ class Service:
             client_rid = envelope.request.rid or envelope.rid
             owned = to_worker_envelope(envelope.request, rid=self._new_rid())
         except EnvelopeError as exc:
-            return _refused(exc, _envelope_stream_requested(wire))
+            return refused(exc, envelope_stream_requested(wire))
         return await self.answer(
             owned, client_rid=client_rid, disconnected=disconnected, routing=routing
         )
@@ -210,158 +216,141 @@ class Service:
     ) -> Answer:
         """The answer to `envelope`, run under `envelope.rid`, given back as `client_rid`."""
         try:
-            engine = build_engine_request(
-                envelope, input_ids=envelope.request.input_ids, role=Role.AGGREGATED,
-                deployment=self._deployment, routing=routing or self._routing,
-            )  # fmt: skip
-            watched = await self._send(engine)
+            engines = self._engine_requests(envelope, routing or self._routing)
         except EnvelopeError as exc:
-            return _refused(exc, envelope.stream)
-        if watched.reply.status != 200:
-            return await self._engine_refused(watched, envelope.stream)
+            return refused(exc, envelope.stream)
+        sent = await asyncio.gather(*(Leg.send(*pair) for pair in engines), return_exceptions=True)
+        legs = [leg for leg in sent if isinstance(leg, Leg)]
+        failure = next((error for error in sent if isinstance(error, BaseException)), None)
+        if failure is not None:  # a leg not sent: the other is aborted
+            for leg in legs:
+                self._settle(leg)
+            if not isinstance(failure, EnvelopeError):
+                raise failure
+            return refused(failure, envelope.stream)
+        main = legs[-1]
+        prefill = self._read_prefill(legs[0], main) if len(legs) == 2 else None
+        if main.status != 200:
+            return await self._refused_by_engine(main, prefill, envelope.stream)
         if envelope.stream:
-            body = self._relayed(engine, watched, client_rid)
+            body = self._relayed(main, client_rid, prefill)
             return Answer(200, {"content-type": EVENT_STREAM}, body)
-        return await self._unary(engine, watched, client_rid, disconnected)
+        return await self._unary(main, client_rid, disconnected, prefill)
 
-    async def _send(self, engine: EngineRequest) -> WatchedReply:
-        try:
-            reply = await self._transport.generate(engine.to_json(), engine.headers)
-        except TRANSPORT_FAILURES as error:
-            raise as_upstream_error(error) from error
-        return WatchedReply(check_reply(reply), streamed=engine.stream)
+    def _engine_requests(
+        self, envelope: WorkerEnvelope, routing: Routing | None
+    ) -> list[tuple[EngineRequest, Transport]]:
+        """The engine requests to send, with their transports: the prefill leg first."""
+        if self._prefill is None:
+            return [(self._build(envelope, Role.AGGREGATED, None, routing), self._transport)]
+        bootstrap = self._prefill.bootstrap()
+        legs = ((Role.PREFILL, self._prefill.transport), (Role.DECODE, self._transport))
+        return [(self._build(envelope, role, bootstrap, routing), to) for role, to in legs]
 
-    async def _engine_refused(self, watched: WatchedReply, stream: bool) -> Answer:
-        """SGLang's error answer (not 200), as the client's mode has it."""
+    def _build(
+        self, envelope: WorkerEnvelope, role: Role, bootstrap: Bootstrap | None,
+        routing: Routing | None,
+    ) -> EngineRequest:  # fmt: skip
+        return build_engine_request(
+            envelope, input_ids=envelope.request.input_ids, role=role,
+            deployment=self._deployment, bootstrap=bootstrap, routing=routing,
+        )  # fmt: skip
+
+    def _read_prefill(self, leg: Leg, main: Leg) -> PrefillLeg:
+        """Read the prefill's answer to its end; its failure aborts the decode leg at once."""
+        reading = asyncio.ensure_future(leg.response(self._deployment, self.max_bytes))
+        prefill = PrefillLeg(leg, reading)
+
+        def ended(task: asyncio.Future[Any]) -> None:
+            failed = not task.cancelled() and task.exception() is not None
+            if failed and not main.watched.finished.is_set():  # its reader reads it to the end
+                self._aborts.start(main, asyncio.ensure_future(main.watched.finished.wait()))
+
+        reading.add_done_callback(ended)
+        return prefill
+
+    async def _refused_by_engine(
+        self, main: Leg, prefill: PrefillLeg | None, stream: bool
+    ) -> Answer:
+        """SGLang's error answer (not 200), in the client's mode; the other leg aborted."""
         try:
-            body = await _read_all(watched, self.max_bytes)
-            parse_unary(body, status=watched.reply.status)  # raises SGLang's error
-            error: EnvelopeError = ResponseError(f"SGLang answered {watched.reply.status}")
+            await main.response(self._deployment, self.max_bytes)  # raises SGLang's error
+            error: EnvelopeError = ResponseError(f"SGLang answered {main.status}")
         except EnvelopeError as exc:
             error = exc
         finally:
-            await watched.release()
-        return _refused(error, stream)
+            self._settle(main, prefill=prefill)
+        return refused(error, stream)
+
+    def _settle(
+        self,
+        leg: Leg,
+        reading: asyncio.Future[Any] | None = None,
+        prefill: PrefillLeg | None = None,
+    ) -> None:
+        """Abort each answer not read to its end, else release it (never suspends)."""
+        if leg.watched.finished.is_set():
+            self._aborts.release(leg.watched)
+        else:
+            self._aborts.start(leg, reading)
+        if prefill is not None:
+            self._settle(prefill.leg, None if prefill.reading.done() else prefill.reading)
 
     async def _relayed(
-        self, engine: EngineRequest, watched: WatchedReply, client_rid: str
+        self, main: Leg, client_rid: str, prefill: PrefillLeg | None
     ) -> AsyncIterator[bytes]:
         """SGLang's stream, relayed in the client's mode under the client's rid."""
-        engine_id, client_id = _id_bytes(engine, client_rid)
+        engine_id, client_id = id_bytes(main.engine, client_rid)
+        merge = prefill is not None and main.engine.body.return_logprob is True
         try:
             async for out in relay_sse_async(
-                watched,
+                main.watched,
                 incremental=self._deployment.incremental_streaming_output,
                 client_incremental=self._client_incremental,
                 max_bytes=self.max_bytes,
             ):
+                if prefill is not None and prefill.failure() is not None:
+                    raise prefill.failure()  # type: ignore[misc]
+                if merge:
+                    out = await with_prompt_logprobs(out, prefill)  # type: ignore[arg-type]
                 yield out.replace(engine_id, client_id)
-            await _read_past_done(watched)
-        except TRANSPORT_FAILURES as error:  # the connection broke mid-answer
+            await read_past_done(main.watched)
+        except UpstreamError as error:  # the connection broke mid-answer
+            yield error_event(error) + SSE_DONE
+        except TRANSPORT_FAILURES as error:
             yield error_event(as_upstream_error(error)) + SSE_DONE
+        except EnvelopeError as error:  # the prefill's failure
+            yield error_event(error) + SSE_DONE
         finally:
-            self._settle(engine, watched)
-
-    def _settle(
-        self, engine: EngineRequest, watched: WatchedReply, reading: asyncio.Task[Any] | None = None
-    ) -> None:
-        """Abort an answer not read to its end, else release it (never suspends)."""
-        if watched.finished.is_set():
-            self._aborts.release(watched)
-        else:
-            self._aborts.start(engine, watched, self._transport, reading)
+            self._settle(main, prefill=prefill)
 
     async def _unary(
         self,
-        engine: EngineRequest,
-        watched: WatchedReply,
+        main: Leg,
         client_rid: str,
         disconnected: Callable[[], Awaitable[bool]] | None,
+        prefill: PrefillLeg | None,
     ) -> Answer:
         """A unary client's answer, aborted at once when the client goes away."""
-        reading = asyncio.ensure_future(self._read_unary(engine, watched))
+        reading = asyncio.ensure_future(self._whole(main, prefill))
         try:
-            gone = await _until_done_or_gone(reading, disconnected, self._poll_s)
+            gone = await until_done_or_gone(reading, disconnected, self._poll_s)
         except BaseException:  # cancelled (aiohttp cancels a handler whose client left)
-            self._settle(engine, watched, None if reading.done() else reading)
+            self._settle(main, None if reading.done() else reading, prefill)
             raise
+        self._settle(main, None if reading.done() else reading, prefill)
         if gone:
-            self._settle(engine, watched, reading)
-            return _answer(CLIENT_GONE, JSON, b"")
-        self._settle(engine, watched)
+            return whole_answer(CLIENT_GONE, JSON, b"")
         try:
             response = reading.result()
-        except TRANSPORT_FAILURES as error:
-            return _refused(as_upstream_error(error), False)
         except EnvelopeError as exc:
-            return _refused(exc, False)
-        finished = finalize_response(dict(response), engine=engine, client_rid=client_rid)
-        return _answer(200, JSON, _encode(finished))
+            return refused(exc, False)
+        finished = finalize_response(response, engine=main.engine, client_rid=client_rid)
+        return whole_answer(200, JSON, _encode(finished))
 
-    async def _read_unary(self, engine: EngineRequest, watched: WatchedReply) -> GenerateResponse:
-        if engine.stream:
-            incremental = self._deployment.incremental_streaming_output
-            response = await aggregate_sse_async(
-                watched, incremental=incremental, max_bytes=self.max_bytes
-            )
-            await _read_past_done(watched)
+    async def _whole(self, main: Leg, prefill: PrefillLeg | None) -> dict[str, Any]:
+        """The decode (or aggregated) answer, with the prefill's prompt logprobs."""
+        response = await main.response(self._deployment, self.max_bytes)
+        if prefill is None:
             return response
-        return parse_unary(await _read_all(watched, self.max_bytes))
-
-
-def _id_bytes(engine: EngineRequest, client_rid: str) -> tuple[bytes, bytes]:
-    """The bytes that open a frame's ``meta_info`` under the engine's rid, and the client's.
-
-    SGLang writes ``id`` first in ``meta_info``; inside a JSON string a quote is
-    escaped, so these bytes occur only where SGLang put them.
-    """
-    return (
-        b'"meta_info":{"id":' + _encode(engine.body.rid),
-        b'"meta_info":{"id":' + _encode(client_rid),
-    )
-
-
-async def _read_past_done(watched: WatchedReply) -> None:
-    """After SGLang's ``[DONE]``, its answer ends: read on until it does, or a byte comes."""
-    async for _ in watched:
-        return  # more after [DONE]: the answer is left unfinished, and aborted
-
-
-async def _read_all(watched: WatchedReply, max_bytes: int) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in watched:
-        size += len(chunk)
-        if size > max_bytes:
-            raise ResponseError(f"SGLang's answer is over max_bytes ({max_bytes} bytes)")
-        parts.append(chunk)
-    return b"".join(parts)
-
-
-async def _until_done_or_gone(
-    reading: asyncio.Future[Any],
-    disconnected: Callable[[], Awaitable[bool]] | None,
-    poll_s: float,
-) -> bool:
-    """Wait for `reading`; True as soon as `disconnected()` says the client went away."""
-    if disconnected is None:
-        await asyncio.wait([reading])
-        return False
-    while not reading.done():
-        await asyncio.wait([reading], timeout=poll_s)
-        if not reading.done() and await disconnected():
-            return True
-    return False
-
-
-class _EnvelopeRequest(msgspec.Struct):
-    request: msgspec.Raw = msgspec.Raw(b"{}")
-
-
-def _envelope_stream_requested(wire: object) -> bool:
-    """The client's mode, read from an envelope that did not decode (never raises)."""
-    try:
-        raw = msgspec.json.decode(wire, type=_EnvelopeRequest)  # type: ignore[call-overload]
-    except (msgspec.DecodeError, TypeError, ValueError):
-        return False
-    return stream_requested(bytes(raw.request))
+        return dict(merge_prefill_logprobs(await prefill.response(), response))

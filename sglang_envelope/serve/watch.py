@@ -11,13 +11,14 @@ not close the connection: an answer given up early is read to its end by
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sglang_envelope.errors.exceptions import EnvelopeError
+from sglang_envelope.errors.exceptions import EnvelopeError, ResponseError
 from sglang_envelope.response.sse import SseDecoder
 from sglang_envelope.serve.transport import EngineReply
 
-__all__ = ["WatchedReply", "is_output"]
+__all__ = ["WatchedReply", "is_output", "read_all", "read_past_done", "until_done_or_gone"]
 
 
 def is_output(frame: dict[str, Any]) -> bool:
@@ -28,7 +29,7 @@ def is_output(frame: dict[str, Any]) -> bool:
 class WatchedReply:
     """SGLang's answer to one engine request, read once, by one reader at a time."""
 
-    __slots__ = ("_decoder", "_released", "finished", "first_output", "reply")
+    __slots__ = ("_decoder", "_released", "aborting", "finished", "first_output", "reply")
 
     def __init__(self, reply: EngineReply, *, streamed: bool) -> None:
         self.reply = reply
@@ -37,6 +38,8 @@ class WatchedReply:
         # A unary answer has no frames: its first output is its end.
         self._decoder: SseDecoder | None = SseDecoder() if streamed else None
         self._released = False
+        #: Set when an abort of this answer has begun (`Aborts.start`).
+        self.aborting = False
 
     def __aiter__(self) -> WatchedReply:
         return self
@@ -83,3 +86,40 @@ class WatchedReply:
         if not self._released:
             self._released = True
             await self.reply.close()
+
+
+async def read_past_done(watched: WatchedReply) -> None:
+    """After SGLang's ``[DONE]`` its answer ends: read on until it does, or a byte comes.
+
+    A byte after ``[DONE]`` leaves the answer unfinished, so it is aborted.
+    """
+    async for _ in watched:
+        return
+
+
+async def read_all(watched: WatchedReply, max_bytes: int) -> bytes:
+    """The whole answer; `ResponseError` past `max_bytes`."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in watched:
+        size += len(chunk)
+        if size > max_bytes:
+            raise ResponseError(f"SGLang's answer is over max_bytes ({max_bytes} bytes)")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def until_done_or_gone(
+    reading: asyncio.Future[Any],
+    disconnected: Callable[[], Awaitable[bool]] | None,
+    poll_s: float,
+) -> bool:
+    """Wait for `reading`; True as soon as `disconnected()` says the client went away."""
+    if disconnected is None:
+        await asyncio.wait([reading])
+        return False
+    while not reading.done():
+        await asyncio.wait([reading], timeout=poll_s)
+        if not reading.done() and await disconnected():
+            return True
+    return False

@@ -1,0 +1,93 @@
+"""A prefill/decode pair, served as one request.
+
+SGLang's disaggregated serving takes the same body, with one bootstrap room,
+on both servers at once; the decode server's answer is the client's. Three
+facts, seen on a real pair, shape this module:
+
+- both answers must be read to the end: a prefill connection closed early
+  aborts the prefill leg, and the decode leg then waits for its timeout
+  (300 s). `PrefillLeg` reads the prefill answer to its end in a task;
+- a leg that fails leaves the other waiting for that same timeout, so the
+  other leg is aborted at once: the decode leg when the prefill fails (here),
+  the prefill leg when the decode leg fails (the service, when it settles);
+- the decode answer carries the prompt logprobs empty, where an aggregated
+  server carries them in every frame and in the unary answer: `with_prompt_logprobs`
+  puts the prefill's into each decode frame (`merge_prefill_logprobs`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from typing import Any
+
+import msgspec
+
+from sglang_envelope.errors.exceptions import EnvelopeError
+from sglang_envelope.request.routing import Bootstrap
+from sglang_envelope.response.merge import merge_prefill_logprobs
+from sglang_envelope.response.sse import SseDecoder, encode_sse
+from sglang_envelope.serve.legs import Leg
+from sglang_envelope.serve.transport import Transport
+
+__all__ = ["PrefillLeg", "PrefillServer", "with_prompt_logprobs"]
+
+
+class PrefillServer(msgspec.Struct, frozen=True):
+    """The prefill server of a pair: its transport, and where its KV cache is handed over.
+
+    `bootstrap_host` and `bootstrap_port` are the prefill server's
+    ``--disaggregation-bootstrap-port`` address; each request gets a room of its
+    own (63 random bits, as SGLang's router draws them).
+    """
+
+    transport: Transport
+    bootstrap_host: str
+    bootstrap_port: int
+
+    def bootstrap(self, prefill_dp_rank: int | None = None) -> Bootstrap:
+        """A new `Bootstrap` for one request, checked (`EnvelopeError` names the field)."""
+        room = secrets.randbits(63)
+        return Bootstrap(self.bootstrap_host, self.bootstrap_port, room, prefill_dp_rank)
+
+
+class PrefillLeg:
+    """The prefill leg of one request: its answer read to the end, in a task."""
+
+    __slots__ = ("leg", "reading")
+
+    def __init__(self, leg: Leg, reading: asyncio.Future[dict[str, Any]]) -> None:
+        self.leg = leg
+        self.reading = reading
+
+    def failure(self) -> BaseException | None:
+        """The prefill's failure, once it has ended in one (None while it runs or after success)."""
+        if not self.reading.done() or self.reading.cancelled():
+            return None
+        return self.reading.exception()
+
+    async def response(self) -> dict[str, Any]:
+        """The prefill's answer; raises its failure (`EngineError`, `UpstreamError`, ...)."""
+        return await asyncio.shield(self.reading)
+
+
+async def with_prompt_logprobs(events: bytes, prefill: PrefillLeg) -> bytes:
+    """`events` (whole SSE events), each frame with the prefill's prompt logprobs.
+
+    Frames without ``meta_info`` (SGLang's error frames) and ``[DONE]`` are
+    kept as they are; the prefill's answer is awaited only for a frame that
+    carries output.
+    """
+    decoder = SseDecoder(max_event_bytes=max(len(events), 1))
+    out: list[bytes] = []
+    try:
+        frames = decoder.feed(events)
+    except EnvelopeError:  # not the relay's own writing: leave it as it is
+        return events
+    for frame in frames:
+        if type(frame.get("meta_info")) is dict:
+            frame = merge_prefill_logprobs(await prefill.response(), frame)
+        out.append(encode_sse(frame))
+    if decoder.done:
+        out.append(b"data: [DONE]\n\n")
+    return b"".join(out)
