@@ -10,6 +10,7 @@ from sglang_envelope.errors.exceptions import (
     RejectionCode,
     RequestRejected,
     ResponseError,
+    UpstreamError,
 )
 from sglang_envelope.errors.answers import (
     ErrorAnswer,
@@ -71,6 +72,12 @@ from sglang_envelope.response.merge import merge_prefill_logprobs
 from sglang_envelope.response.relay import relay_sse, relay_sse_async
 from sglang_envelope.response.sse import SSE_DONE, SseDecoder, encode_sse
 
+# --- the serving loop ---
+from sglang_envelope.serve.answer import Answer
+from sglang_envelope.serve.pair import PrefillServer
+from sglang_envelope.serve.service import CLIENT_GONE, Service
+from sglang_envelope.serve.transport import EngineReply, Transport
+
 # --- cancellation ---
 from sglang_envelope.cancel.plan import AbortPlan, AbortPolicy, plan_abort
 from sglang_envelope.cancel.run import AbortOutcome, AbortSend, run_abort
@@ -78,12 +85,19 @@ from sglang_envelope.cancel.run import AbortOutcome, AbortSend, run_abort
 __version__ = "0.2.0"
 
 __all__ = [
+    "CLIENT_GONE",
+    "Answer",
     "EngineError",
+    "EngineReply",
     "EnvelopeError",
     "LimitExceeded",
     "RejectionCode",
     "RequestRejected",
+    "PrefillServer",
     "ResponseError",
+    "Service",
+    "Transport",
+    "UpstreamError",
     "__version__",
     "ErrorAnswer",
     "error_event",

@@ -15,11 +15,13 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
+from aiohttp import web
 
 from sglang_envelope.errors.exceptions import UpstreamError
+from sglang_envelope.serve.service import Service
 from sglang_envelope.serve.transport import EngineReply
 
-__all__ = ["AiohttpTransport"]
+__all__ = ["AiohttpTransport", "respond"]
 
 #: No read timeout: SGLang may queue a request, or pause a stream, for long.
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5.0)
@@ -96,3 +98,26 @@ async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
             yield chunk
     except _FAILURES as error:
         raise _upstream(error) from error
+
+
+async def respond(request: web.Request, service: Service) -> web.StreamResponse:
+    """Serve one ``POST /generate`` with `service`, in an aiohttp handler.
+
+    A client that goes away is aborted: while a unary answer is awaited, once
+    its connection is closed; mid-stream, when a write to it fails.
+    """
+
+    def disconnected() -> bool:
+        transport = request.transport
+        return transport is None or transport.is_closing()
+
+    answer = await service.generate(await request.read(), disconnected=disconnected)
+    response = web.StreamResponse(status=answer.status, headers=dict(answer.headers))
+    try:
+        await response.prepare(request)
+        async for chunk in answer.body:
+            await response.write(chunk)
+        await response.write_eof()
+    finally:
+        await answer.body.aclose()
+    return response

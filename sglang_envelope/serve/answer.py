@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import NamedTuple
 
 import msgspec
@@ -21,14 +21,14 @@ class Answer(NamedTuple):
 
     status: int
     headers: Mapping[str, str]
-    body: AsyncIterator[bytes]
+    body: AsyncGenerator[bytes, None]
 
     @property
     def media_type(self) -> str:
         return self.headers["content-type"]
 
 
-async def _one(body: bytes) -> AsyncIterator[bytes]:
+async def _one(body: bytes) -> AsyncGenerator[bytes, None]:
     yield body
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, Final
 
 import msgspec
@@ -72,7 +72,7 @@ from sglang_envelope.serve.transport import (
     Transport,
     as_upstream_error,
 )
-from sglang_envelope.serve.watch import read_past_done, until_done_or_gone
+from sglang_envelope.serve.watch import Disconnected, read_past_done, until_done_or_gone
 
 __all__ = ["CLIENT_GONE", "Answer", "Service"]
 
@@ -165,7 +165,7 @@ class Service:
         self,
         body: bytes,
         *,
-        disconnected: Callable[[], Awaitable[bool]] | None = None,
+        disconnected: Disconnected | None = None,
         routing: Routing | None = None,
     ) -> Answer:
         """The answer to a client's ``POST /generate`` `body`, checked once.
@@ -189,7 +189,7 @@ class Service:
         self,
         wire: bytes,
         *,
-        disconnected: Callable[[], Awaitable[bool]] | None = None,
+        disconnected: Disconnected | None = None,
         routing: Routing | None = None,
     ) -> Answer:
         """The answer to a worker envelope off the wire (`encode_envelope`), checked again.
@@ -211,7 +211,7 @@ class Service:
         envelope: WorkerEnvelope,
         *,
         client_rid: str,
-        disconnected: Callable[[], Awaitable[bool]] | None = None,
+        disconnected: Disconnected | None = None,
         routing: Routing | None = None,
     ) -> Answer:
         """The answer to `envelope`, run under `envelope.rid`, given back as `client_rid`."""
@@ -298,7 +298,7 @@ class Service:
 
     async def _relayed(
         self, main: Leg, client_rid: str, prefill: PrefillLeg | None
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """SGLang's stream, relayed in the client's mode under the client's rid."""
         engine_id, client_id = id_bytes(main.engine, client_rid)
         merge = prefill is not None and main.engine.body.return_logprob is True
@@ -328,7 +328,7 @@ class Service:
         self,
         main: Leg,
         client_rid: str,
-        disconnected: Callable[[], Awaitable[bool]] | None,
+        disconnected: Disconnected | None,
         prefill: PrefillLeg | None,
     ) -> Answer:
         """A unary client's answer, aborted at once when the client goes away."""

@@ -11,14 +11,22 @@ not close the connection: an answer given up early is read to its end by
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 from sglang_envelope.errors.exceptions import EnvelopeError, ResponseError
 from sglang_envelope.response.sse import SseDecoder
 from sglang_envelope.serve.transport import EngineReply
 
-__all__ = ["WatchedReply", "is_output", "read_all", "read_past_done", "until_done_or_gone"]
+__all__ = [
+    "Disconnected",
+    "WatchedReply",
+    "is_output",
+    "read_all",
+    "read_past_done",
+    "until_done_or_gone",
+]
 
 
 def is_output(frame: dict[str, Any]) -> bool:
@@ -26,10 +34,29 @@ def is_output(frame: dict[str, Any]) -> bool:
     return bool(frame.get("output_ids")) or bool(frame.get("text"))
 
 
-class WatchedReply:
-    """SGLang's answer to one engine request, read once, by one reader at a time."""
+class _Failed:
+    """The read of the answer failed with `error`."""
 
-    __slots__ = ("_decoder", "_released", "aborting", "finished", "first_output", "reply")
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+_END: Final = object()
+
+
+class WatchedReply:
+    """SGLang's answer to one engine request, read once, by one reader at a time.
+
+    One task of its own reads the transport's chunks (a cancelled reader must
+    not break the transport's iterator, which an abort still reads to the end);
+    readers take them from a queue one chunk ahead.
+    """
+
+    __slots__ = (
+        "_decoder", "_pump", "_queue", "_released", "aborting", "finished", "first_output", "reply",
+    )  # fmt: skip
 
     def __init__(self, reply: EngineReply, *, streamed: bool) -> None:
         self.reply = reply
@@ -40,6 +67,17 @@ class WatchedReply:
         self._released = False
         #: Set when an abort of this answer has begun (`Aborts.start`).
         self.aborting = False
+        self._queue: asyncio.Queue[object] = asyncio.Queue(maxsize=1)
+        self._pump = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        try:
+            async for chunk in self.reply.chunks:
+                await self._queue.put(chunk)
+        except Exception as error:  # the reader gets it, in order
+            await self._queue.put(_Failed(error))
+        else:
+            await self._queue.put(_END)
 
     def __aiter__(self) -> WatchedReply:
         return self
@@ -47,12 +85,14 @@ class WatchedReply:
     async def __anext__(self) -> bytes:
         if self.finished.is_set():
             raise StopAsyncIteration
-        try:
-            chunk = await self.reply.chunks.__anext__()
-        except StopAsyncIteration:
+        item = await self._queue.get()
+        if item is _END or isinstance(item, _Failed):
             self.finished.set()
             self.first_output.set()
-            raise
+            if isinstance(item, _Failed):
+                raise item.error
+            raise StopAsyncIteration
+        chunk: bytes = item  # type: ignore[assignment]
         if self._decoder is not None:
             self._watch(chunk)
         return chunk
@@ -76,15 +116,20 @@ class WatchedReply:
     async def drain(self, max_bytes: int) -> None:
         """Read the rest of the answer, up to `max_bytes` more, dropping it."""
         read = 0
-        async for chunk in self:
-            read += len(chunk)
-            if read > max_bytes:
-                return
+        try:
+            async for chunk in self:
+                read += len(chunk)
+                if read > max_bytes:
+                    return
+        except Exception:  # the connection broke: there is nothing left to read
+            return
 
     async def release(self) -> None:
-        """Release the connection, once."""
+        """Stop reading and release the connection, once."""
         if not self._released:
             self._released = True
+            self._pump.cancel()
+            await asyncio.gather(self._pump, return_exceptions=True)
             await self.reply.close()
 
 
@@ -109,10 +154,13 @@ async def read_all(watched: WatchedReply, max_bytes: int) -> bytes:
     return b"".join(parts)
 
 
+#: The framework's test for a client gone: sync or async (Starlette's
+#: ``request.is_disconnected``).
+Disconnected = Callable[[], "bool | Awaitable[bool]"]
+
+
 async def until_done_or_gone(
-    reading: asyncio.Future[Any],
-    disconnected: Callable[[], Awaitable[bool]] | None,
-    poll_s: float,
+    reading: asyncio.Future[Any], disconnected: Disconnected | None, poll_s: float
 ) -> bool:
     """Wait for `reading`; True as soon as `disconnected()` says the client went away."""
     if disconnected is None:
@@ -120,6 +168,11 @@ async def until_done_or_gone(
         return False
     while not reading.done():
         await asyncio.wait([reading], timeout=poll_s)
-        if not reading.done() and await disconnected():
+        if reading.done():
+            break
+        gone = disconnected()
+        if inspect.isawaitable(gone):
+            gone = await gone
+        if gone is True:
             return True
     return False
