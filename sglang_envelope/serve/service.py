@@ -167,13 +167,15 @@ class Service:
         *,
         disconnected: Disconnected | None = None,
         routing: Routing | None = None,
+        prefill_dp_rank: int | None = None,
     ) -> Answer:
         """The answer to a client's ``POST /generate`` `body`, checked once.
 
         `disconnected` is the framework's test for a client gone (Starlette's
         ``request.is_disconnected``), polled while a unary answer is awaited.
         `routing` is what the router decided for this request (the service's
-        own when None).
+        own when None); `prefill_dp_rank`, for a pair, the prefill server's
+        data-parallel rank (`Bootstrap.prefill_dp_rank`).
         """
         try:
             request = decode_client_request(body, target=self._target)
@@ -182,7 +184,7 @@ class Service:
             return refused(exc, stream_requested(body))
         return await self.answer(
             envelope, client_rid=request.rid or envelope.rid,
-            disconnected=disconnected, routing=routing,
+            disconnected=disconnected, routing=routing, prefill_dp_rank=prefill_dp_rank,
         )  # fmt: skip
 
     async def generate_envelope(
@@ -191,6 +193,7 @@ class Service:
         *,
         disconnected: Disconnected | None = None,
         routing: Routing | None = None,
+        prefill_dp_rank: int | None = None,
     ) -> Answer:
         """The answer to a worker envelope off the wire (`encode_envelope`), checked again.
 
@@ -203,8 +206,9 @@ class Service:
         except EnvelopeError as exc:
             return refused(exc, envelope_stream_requested(wire))
         return await self.answer(
-            owned, client_rid=client_rid, disconnected=disconnected, routing=routing
-        )
+            owned, client_rid=client_rid, disconnected=disconnected, routing=routing,
+            prefill_dp_rank=prefill_dp_rank,
+        )  # fmt: skip
 
     async def answer(
         self,
@@ -213,10 +217,11 @@ class Service:
         client_rid: str,
         disconnected: Disconnected | None = None,
         routing: Routing | None = None,
+        prefill_dp_rank: int | None = None,
     ) -> Answer:
         """The answer to `envelope`, run under `envelope.rid`, given back as `client_rid`."""
         try:
-            engines = self._engine_requests(envelope, routing or self._routing)
+            engines = self._engine_requests(envelope, routing or self._routing, prefill_dp_rank)
         except EnvelopeError as exc:
             return refused(exc, envelope.stream)
         sent = await asyncio.gather(*(Leg.send(*pair) for pair in engines), return_exceptions=True)
@@ -238,12 +243,12 @@ class Service:
         return await self._unary(main, client_rid, disconnected, prefill)
 
     def _engine_requests(
-        self, envelope: WorkerEnvelope, routing: Routing | None
+        self, envelope: WorkerEnvelope, routing: Routing | None, prefill_dp_rank: int | None
     ) -> list[tuple[EngineRequest, Transport]]:
         """The engine requests to send, with their transports: the prefill leg first."""
         if self._prefill is None:
             return [(self._build(envelope, Role.AGGREGATED, None, routing), self._transport)]
-        bootstrap = self._prefill.bootstrap()
+        bootstrap = self._prefill.bootstrap(prefill_dp_rank)
         legs = ((Role.PREFILL, self._prefill.transport), (Role.DECODE, self._transport))
         return [(self._build(envelope, role, bootstrap, routing), to) for role, to in legs]
 

@@ -134,12 +134,14 @@ class WatchedReply:
 
 
 async def read_past_done(watched: WatchedReply) -> None:
-    """After SGLang's ``[DONE]`` its answer ends: read on until it does, or a byte comes.
+    """After the last frame its reader needs, SGLang's answer ends: read on until it does.
 
-    A byte after ``[DONE]`` leaves the answer unfinished, so it is aborted.
+    SGLang's own ``data: [DONE]`` may still come (after an error frame, which
+    ends a reader); anything else leaves the answer unfinished, so it is aborted.
     """
-    async for _ in watched:
-        return
+    async for chunk in watched:
+        if chunk.strip() != b"data: [DONE]":
+            return
 
 
 async def read_all(watched: WatchedReply, max_bytes: int) -> bytes:

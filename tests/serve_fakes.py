@@ -1,0 +1,120 @@
+"""An in-memory transport for the serving loop's tests: scripted answers, recorded aborts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sglang_envelope import EngineReply
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+LIVE = [json.loads(line) for line in (FIXTURES / "live_answers.jsonl").read_text().splitlines()]
+
+
+def live_case(name: str, incremental: bool = False) -> dict[str, Any]:
+    return next(c for c in LIVE if c["name"] == name and c["incremental"] is incremental)
+
+
+def events(text: str) -> list[bytes]:
+    """The SSE events of a recorded stream, each with its blank line."""
+    return [part.encode() + b"\n\n" for part in text.split("\n\n") if part]
+
+
+class Script:
+    """How the fake answers one engine request."""
+
+    def __init__(
+        self,
+        status: int = 200,
+        chunks: list[bytes] | None = None,
+        *,
+        delay_s: float = 0.0,
+        first_delay_s: float = 0.0,
+        fail: BaseException | None = None,
+        fail_after: int | None = None,
+        until_abort: bool = False,
+    ) -> None:
+        self.status = status
+        self.chunks = chunks or []
+        self.delay_s = delay_s
+        self.first_delay_s = first_delay_s
+        self.fail = fail
+        self.fail_after = fail_after
+        self.until_abort = until_abort
+
+
+class FakeTransport:
+    """Answers each engine request by `script(body)`; records requests, aborts and drains."""
+
+    def __init__(self, script: Callable[[dict[str, Any]], Script]) -> None:
+        self.script = script
+        self.requests: list[dict[str, Any]] = []
+        self.aborts: list[dict[str, Any]] = []
+        self.abort_times: list[float] = []
+        self.read_to_end: list[str] = []
+        self.closed: list[str] = []
+        self.aborted: dict[str, asyncio.Event] = {}
+        self.send_error: BaseException | None = None
+
+    async def generate(self, body: bytes, headers: Mapping[str, str]) -> EngineReply:
+        if self.send_error is not None:
+            raise self.send_error
+        request = json.loads(body)
+        self.requests.append(request)
+        rid = request["rid"]
+        self.aborted[rid] = asyncio.Event()
+        script = self.script(request)
+
+        async def close() -> None:
+            self.closed.append(rid)
+
+        return EngineReply(script.status, self._chunks(rid, script), close)
+
+    async def _chunks(self, rid: str, script: Script) -> AsyncIterator[bytes]:
+        await asyncio.sleep(script.first_delay_s)
+        for index, chunk in enumerate(script.chunks):
+            if script.fail_after == index and script.fail is not None:
+                raise script.fail
+            if self.aborted[rid].is_set():
+                break
+            yield chunk.replace(b"RID", rid.encode())
+            await asyncio.sleep(script.delay_s)
+        if script.until_abort:
+            await self.aborted[rid].wait()
+            yield (
+                b'data: {"text":"","output_ids":[],"meta_info":{"id":"'
+                + rid.encode()
+                + b'","finish_reason":{"type":"abort","message":"Aborted"}}}\n\ndata: [DONE]\n\n'
+            )
+        self.read_to_end.append(rid)
+
+    async def abort(self, body: bytes) -> int:
+        request = json.loads(body)
+        self.aborts.append(request)
+        self.abort_times.append(asyncio.get_running_loop().time())
+        event = self.aborted.get(request["rid"])
+        if event is not None:
+            event.set()
+        return 200
+
+
+def frame(rid: str = "RID", ids: tuple[int, ...] = (7,), finish: Any = None, **meta: Any) -> bytes:
+    body = {"text": "x" * len(ids), "output_ids": list(ids), "meta_info": {"id": rid}}
+    body["meta_info"].update(finish_reason=finish, **meta)
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+LENGTH = {"type": "length", "length": 2}
+
+
+def simple_stream(rid: str = "RID") -> list[bytes]:
+    return [frame(rid, (7,)), frame(rid, (7, 8), LENGTH), DONE]
+
+
+def unary_body(rid: str = "RID") -> bytes:
+    body = {"text": "xy", "output_ids": [7, 8], "meta_info": {"id": rid, "finish_reason": LENGTH}}
+    return json.dumps(body, separators=(",", ":")).encode()

@@ -1,0 +1,297 @@
+"""The serving loop (`Service`) over an in-memory transport: modes, errors, rids, aborts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from sglang_envelope import (
+    CLIENT_GONE,
+    AbortPolicy,
+    Deployment,
+    EnvelopeError,
+    Service,
+    UpstreamError,
+    aggregate_sse,
+    decode_client_request,
+    encode_envelope,
+    error_response,
+    to_worker_envelope,
+)
+from tests.serve_fakes import (
+    DONE,
+    FakeTransport,
+    Script,
+    events,
+    frame,
+    live_case,
+    simple_stream,
+    unary_body,
+)
+
+DEPLOYMENT = Deployment(vocab_size=320, incremental_streaming_output=False)
+POLICY = AbortPolicy(retry_delays_s=(), deadline_s=2.0, first_token_wait_s=0.5)
+STREAM = b'{"rid": "client-a", "input_ids": [5, 6], "stream": true}'
+UNARY = b'{"rid": "client-a", "input_ids": [5, 6]}'
+FLAT = b'{"input_ids": [5, 6], "return_flat_raw_output_top_logprobs": true}'
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coroutine, 10))
+
+
+def service(transport: FakeTransport, **options: Any) -> Service:
+    options.setdefault("abort_policy", POLICY)
+    return Service(transport, deployment=DEPLOYMENT, **options)
+
+
+def streamed(request: dict[str, Any]) -> Script:
+    return Script(chunks=simple_stream() if request["stream"] else [unary_body()])
+
+
+async def read(answer: Any) -> bytes:
+    return b"".join([chunk async for chunk in answer.body])
+
+
+def test_a_streaming_client_gets_every_frame_under_its_own_rid() -> None:
+    async def main() -> tuple[Any, bytes, FakeTransport]:
+        transport = FakeTransport(streamed)
+        async with service(transport) as svc:
+            answer = await svc.generate(STREAM)
+            return answer, await read(answer), transport
+
+    answer, body, transport = run(main())
+    assert (answer.status, answer.media_type) == (200, "text/event-stream; charset=utf-8")
+    engine_rid = transport.requests[0]["rid"]
+    assert re.fullmatch("[0-9a-f]{32}", engine_rid), "the engine runs under an owned rid"
+    assert body.count(b'"meta_info":{"id":"client-a"') == 2 and engine_rid.encode() not in body
+    assert body.endswith(DONE)
+    assert transport.read_to_end == [engine_rid] and transport.aborts == []
+
+
+def test_a_unary_client_gets_one_body_from_an_internal_stream() -> None:
+    async def main() -> tuple[Any, bytes, FakeTransport]:
+        transport = FakeTransport(streamed)
+        async with service(transport) as svc:
+            answer = await svc.generate(UNARY)
+            return answer, await read(answer), transport
+
+    answer, body, transport = run(main())
+    assert transport.requests[0]["stream"] is True, "the engine request streams"
+    assert (answer.status, answer.media_type) == (200, "application/json")
+    response = msgspec.json.decode(body)
+    assert response["output_ids"] == [7, 8] and response["meta_info"]["id"] == "client-a"
+
+
+def test_output_flat_is_asked_unary_and_answered_as_sglang_answers() -> None:
+    async def main() -> tuple[bytes, FakeTransport]:
+        transport = FakeTransport(streamed)
+        async with service(transport) as svc:
+            return await read(await svc.generate(FLAT)), transport
+
+    body, transport = run(main())
+    assert transport.requests[0]["stream"] is False
+    meta = msgspec.json.decode(body)["meta_info"]
+    assert meta["id"] == transport.requests[0]["rid"], "no client rid: the engine's is given"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"text": "hi"}', b'{"text": "hi", "stream": true}', FLAT[:-1] + b', "stream": true}'],
+)
+def test_a_refused_request_never_reaches_the_engine(body: bytes) -> None:
+    async def main() -> tuple[Any, bytes, FakeTransport]:
+        transport = FakeTransport(streamed)
+        answer = await service(transport).generate(body)
+        return answer, await read(answer), transport
+
+    answer, written, transport = run(main())
+    assert transport.requests == []
+    stream = b'"stream": true' in body
+    with pytest.raises(EnvelopeError) as caught:
+        decode_client_request(body)
+    expected = error_response(caught.value, stream=stream)
+    assert (answer.status, answer.media_type, written) == tuple(expected)
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [(ConnectionRefusedError(), 502), (TimeoutError(), 504), (UpstreamError("down"), 502)],
+)
+@pytest.mark.parametrize("body", [STREAM, UNARY])
+def test_an_unreachable_sglang_is_answered_502_or_504(
+    error: BaseException, status: int, body: bytes
+) -> None:
+    async def main() -> tuple[Any, bytes]:
+        transport = FakeTransport(streamed)
+        transport.send_error = error
+        answer = await service(transport).generate(body)
+        return answer, await read(answer)
+
+    answer, written = run(main())
+    assert (answer.status, answer.media_type) == (status, "application/json")
+    assert set(msgspec.json.decode(written)) == {"error"}
+
+
+def test_a_connection_broken_mid_stream_ends_with_an_error_frame_and_done() -> None:
+    def script(request: dict[str, Any]) -> Script:
+        return Script(chunks=simple_stream(), fail=ConnectionResetError("reset"), fail_after=1)
+
+    async def main() -> bytes:
+        return await read(await service(FakeTransport(script)).generate(STREAM))
+
+    written = run(main())
+    first, error, done = events(written.decode())
+    assert b'"meta_info":{"id":"client-a"' in first and done == DONE
+    assert json.loads(error[6:])["error"]["code"] == 502
+
+
+@pytest.mark.parametrize("body", [STREAM, UNARY])
+def test_sglang_s_error_status_and_body_are_carried_through(body: bytes) -> None:
+    error = b'{"error":{"message":"Input length (9) exceeds the maximum allowed length"}}'
+
+    def script(request: dict[str, Any]) -> Script:
+        return Script(400, [error])
+
+    async def main() -> tuple[Any, bytes]:
+        answer = await service(FakeTransport(script)).generate(body)
+        return answer, await read(answer)
+
+    answer, written = run(main())
+    if body is STREAM:  # the engine's refusal of a streaming client: a 200 stream
+        assert answer.status == 200 and written.endswith(DONE)
+        assert json.loads(written.split(b"\n\n")[0][6:])["error"]["code"] == 400
+    else:
+        assert (answer.status, written) == (400, error)
+
+
+def long_stream(request: dict[str, Any]) -> Script:
+    return Script(chunks=[frame("RID", (7,))] * 3, delay_s=0.01, until_abort=True)
+
+
+def test_a_stream_closed_early_is_aborted_once_and_read_to_its_end() -> None:
+    async def main() -> FakeTransport:
+        transport = FakeTransport(long_stream)
+        async with service(transport) as svc:
+            answer = await svc.generate(STREAM)
+            first = await answer.body.__anext__()
+            assert b"client-a" in first
+            await answer.body.aclose()
+        return transport
+
+    transport = run(main())
+    rid = transport.requests[0]["rid"]
+    assert transport.aborts == [{"rid": rid}]
+    assert transport.read_to_end == [rid] and transport.closed == [rid]
+
+
+def test_a_stream_cancelled_by_an_anyio_cancel_scope_is_still_aborted() -> None:
+    async def main() -> FakeTransport:
+        transport = FakeTransport(long_stream)
+        svc = service(transport)
+        answer = await svc.generate(STREAM)
+        with anyio.move_on_after(0.05):  # Starlette cancels a stream whose client left so
+            async for _ in answer.body:
+                pass
+        await svc.aclose()
+        return transport
+
+    transport = anyio.run(main)
+    assert len(transport.aborts) == 1 and transport.read_to_end == [transport.requests[0]["rid"]]
+
+
+def slow_unary(request: dict[str, Any]) -> Script:
+    return Script(chunks=[unary_body()], first_delay_s=3.0)
+
+
+def test_a_unary_client_gone_is_aborted_before_the_answer_comes() -> None:
+    async def main() -> tuple[Any, float, FakeTransport]:
+        transport = FakeTransport(slow_unary)
+        gone_at: list[float] = []
+
+        async def disconnected() -> bool:
+            gone_at.append(asyncio.get_running_loop().time())
+            return len(gone_at) > 1
+
+        svc = service(transport, disconnect_poll_s=0.05)
+        answer = await svc.generate(FLAT, disconnected=disconnected)
+        answered_at = asyncio.get_running_loop().time()
+        await svc.aclose()
+        took = transport.abort_times[0] - gone_at[-1]
+        assert answered_at - gone_at[-1] < 0.5, "the client's answer does not wait for SGLang's"
+        return answer, took, transport
+
+    answer, took, transport = run(main())
+    assert answer.status == CLIENT_GONE
+    assert len(transport.aborts) == 1 and took < 0.5
+    assert transport.requests[0]["stream"] is False, "output-flat: a unary engine request"
+
+
+def test_a_cancelled_unary_handler_aborts() -> None:
+    async def main() -> FakeTransport:
+        transport = FakeTransport(slow_unary)
+        svc = service(transport)
+        task = asyncio.ensure_future(svc.generate(FLAT))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await svc.aclose()
+        return transport
+
+    transport = run(main())
+    assert len(transport.aborts) == 1
+
+
+def test_a_one_process_frontend_and_a_worker_answer_alike() -> None:
+    async def main() -> tuple[bytes, bytes]:
+        direct = await read(await service(FakeTransport(streamed)).generate(UNARY))
+        envelope = to_worker_envelope(decode_client_request(UNARY), rid="frontend-7")
+        wire = encode_envelope(envelope)
+        via = await read(await service(FakeTransport(streamed)).generate_envelope(wire))
+        return direct, via
+
+    direct, via = run(main())
+    assert direct == via
+
+
+def test_the_readers_see_what_a_direct_client_sees() -> None:
+    case = live_case("logprobs")
+
+    def script(request: dict[str, Any]) -> Script:
+        return Script(chunks=events(case["stream"]))
+
+    async def main() -> bytes:
+        body = json.dumps({**case["body"], "stream": True}).encode()
+        return await read(await service(FakeTransport(script)).generate(body))
+
+    written = run(main())
+    direct = aggregate_sse([case["stream"].encode()])
+    assert aggregate_sse([written])["output_ids"] == direct["output_ids"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("deployment", None),
+        ("abort_policy", 3),
+        ("disconnect_poll_s", 0),
+        ("max_bytes", -1),
+        ("prefill", "x"),
+    ],
+)
+def test_service_arguments_are_checked(option: str, value: Any) -> None:
+    options = {"deployment": DEPLOYMENT, option: value}
+    with pytest.raises(EnvelopeError, match=option):
+        Service(FakeTransport(streamed), **options)
+
+
+def test_a_transport_without_its_methods_is_refused() -> None:
+    with pytest.raises(EnvelopeError, match="generate"):
+        Service(object(), deployment=DEPLOYMENT)  # type: ignore[arg-type]
