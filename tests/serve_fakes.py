@@ -102,8 +102,8 @@ class FakeTransport:
 
 
 def frame(rid: str = "RID", ids: tuple[int, ...] = (7,), finish: Any = None, **meta: Any) -> bytes:
-    body = {"text": "x" * len(ids), "output_ids": list(ids), "meta_info": {"id": rid}}
-    body["meta_info"].update(finish_reason=finish, **meta)
+    meta_info: dict[str, Any] = {"id": rid, "finish_reason": finish, **meta}
+    body = {"text": "x" * len(ids), "output_ids": list(ids), "meta_info": meta_info}
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
