@@ -1,16 +1,12 @@
 """Every ```python block of README.md and docs/*.md runs as written.
 
 The blocks of one file run in order in one namespace, as a reader would type
-them into one session. A block may use top-level ``await`` (the docs show
-asyncio code that way): it is compiled with ``PyCF_ALLOW_TOP_LEVEL_AWAIT`` and
-run on one event loop per file.
+them into one session, and as plain Python: no top-level ``await`` (a page's
+asyncio code runs under ``asyncio.run``, as a reader's script would).
 """
 
 from __future__ import annotations
 
-import ast
-import asyncio
-import inspect
 import re
 from pathlib import Path
 from typing import Any
@@ -33,17 +29,10 @@ def python_blocks(path: Path) -> list[tuple[int, str]]:
 
 def run_blocks(path: Path) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": f"docs:{path.name}"}
-    loop = asyncio.new_event_loop()
-    try:
-        for line, code in python_blocks(path):
-            # Line numbers in tracebacks are the page's own.
-            source = "\n" * (line - 1) + code
-            compiled = compile(source, str(path), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-            result = eval(compiled, namespace)
-            if inspect.iscoroutine(result):
-                loop.run_until_complete(result)
-    finally:
-        loop.close()
+    for line, code in python_blocks(path):
+        # Line numbers in tracebacks are the page's own.
+        source = "\n" * (line - 1) + code
+        exec(compile(source, str(path), "exec"), namespace)
     return namespace
 
 
@@ -66,16 +55,13 @@ def test_the_pages_with_python_blocks_are_found() -> None:
     assert {"README.md", "docs/cancellation.md", "docs/flat-logprobs.md"} <= found
 
 
-def test_top_level_await_runs_on_one_loop_per_page(tmp_path: Path) -> None:
+def test_a_top_level_await_fails(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(
-        "```python\nimport asyncio\nevent = asyncio.Event()\nseen = []\n```\n"
-        "text\n"
-        "```python\nasyncio.get_running_loop().call_soon(event.set)\n"
-        "await event.wait()\nseen.append(1)\n```\n",
-        encoding="utf-8",
+        "```python\nimport asyncio\n\nawait asyncio.sleep(0)\n```\n", encoding="utf-8"
     )
-    assert run_blocks(page)["seen"] == [1]
+    with pytest.raises(SyntaxError, match="outside"):
+        run_blocks(page)
 
 
 def test_a_failing_block_fails_with_the_page_s_line(tmp_path: Path) -> None:

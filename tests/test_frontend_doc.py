@@ -1,4 +1,4 @@
-"""docs/frontend.md's frontend and worker, run against a fake SGLang over loopback.
+"""docs/pieces.md's frontend and worker, run against a fake SGLang over loopback.
 
 The page's own code (its Python blocks, in one namespace, as test_docs runs
 them) serves a client on 127.0.0.1 and talks to a stand-in for SGLang's HTTP
@@ -21,7 +21,7 @@ import pytest
 from sglang_envelope import AbortPolicy, Bootstrap, Role, aggregate_frames, encode_flat_top_logprobs
 from tests.test_docs import run_blocks
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "frontend.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "pieces.md"
 TIMEOUT_S = 10.0
 #: Most frames the fake streams while it waits for an abort.
 MAX_WAITING_FRAMES = 500
