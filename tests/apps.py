@@ -1,0 +1,90 @@
+"""docs/frontend.md's two apps, written out as files and run as their readers run them.
+
+`app_sources` reads the blocks whose first line is ``# app_starlette.py`` and
+``# app_aiohttp.py``; `running_app` starts one (``uvicorn app_starlette:app``,
+``python app_aiohttp.py``) in a subprocess pointed at an SGLang URL, waits
+until it listens, and stops it with SIGTERM (its shutdown runs), killing it
+only when it does not end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "frontend.md"
+APPS = ("app_starlette.py", "app_aiohttp.py")
+_BLOCK = re.compile(r"^```python\n(# (app_\w+\.py)\n.*?)^```", re.DOTALL | re.MULTILINE)
+READY_S = 20.0
+
+
+def app_sources() -> dict[str, str]:
+    """Each app's file name -> its source, as the page gives it."""
+    found = {match[2]: match[1] for match in _BLOCK.finditer(PAGE.read_text(encoding="utf-8"))}
+    assert set(found) == set(APPS), f"docs/frontend.md's app blocks: {sorted(found)}"
+    return found
+
+
+def own_lines(source: str) -> int:
+    """The lines of the user's own code: no imports, blanks, comments or docstrings."""
+    count = 0
+    for line in source.splitlines():
+        text = line.strip()
+        if not text or text.startswith(("#", "import ", "from ")):
+            continue
+        count += 1
+    return count
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + READY_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the app exited with {process.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the app did not listen on {port} within {READY_S} s")
+
+
+@contextlib.contextmanager
+def running_app(name: str, directory: Path, sglang_url: str, vocab_size: int) -> Iterator[str]:
+    """Run app `name` from `directory` against `sglang_url`; yield its base URL."""
+    (directory / name).write_text(app_sources()[name], encoding="utf-8")
+    port = free_port()
+    env = {**os.environ, "SGLANG_URL": sglang_url, "VOCAB_SIZE": str(vocab_size)}
+    env["PORT"] = str(port)
+    env["PYTHONPATH"] = os.pathsep.join([str(PAGE.parent.parent), env.get("PYTHONPATH", "")])
+    if name == "app_starlette.py":
+        command = [sys.executable, "-m", "uvicorn", "app_starlette:app", "--port", str(port)]
+        command += ["--log-level", "warning"]
+    else:
+        command = [sys.executable, name]
+    log = (directory / f"{name}.log").open("wb")
+    process = subprocess.Popen(command, cwd=directory, env=env, stdout=log, stderr=log)
+    try:
+        _wait_listening(port, process)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
