@@ -33,6 +33,7 @@ from sglang_envelope import (
     relay_sse,
 )
 from sglang_envelope.testing import FakeEngine, token_text
+from sglang_envelope.testing.answers import ABORTED
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LIVE = [json.loads(line) for line in (FIXTURES / "live_answers.jsonl").read_text().splitlines()]
@@ -309,6 +310,27 @@ def test_an_abort_mid_stream_ends_it_with_sglang_s_abort_frame() -> None:
     assert len(last["output_ids"]) < 200
     assert list(engine.aborts) == [{"rid": "r-1"}]
     assert [o.ending for o in engine.outcomes] == ["abort"] and engine.running == 0
+
+
+def test_an_incremental_aborted_stream_aggregates_to_its_tokens() -> None:
+    engine = FakeEngine(incremental=True, frame_delay=0.01)
+    body = slow({"stream": True, "return_logprob": True, "top_logprobs_num": 2}, "i")
+
+    async def scenario() -> httpx.Response:
+        async with in_process(engine) as client:
+            answer = asyncio.ensure_future(post(client, body))
+            while not engine.running:
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.03)
+            await client.post("/abort_request", json={"rid": "i"})
+            return await answer
+
+    response = aggregate_sse([run(scenario).content], incremental=True)
+    meta = response["meta_info"]
+    assert meta["finish_reason"] == ABORTED
+    made = engine.outcomes[0].completion_tokens
+    assert 0 < made < 200 and len(response["output_ids"]) == made
+    assert meta["output_token_logprobs_length"] == len(meta["output_top_logprobs"]) == made
 
 
 def test_abort_matches_by_prefix_as_sglang_s_scheduler_does() -> None:
