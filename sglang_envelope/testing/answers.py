@@ -41,6 +41,32 @@ ABORTED: Final[dict[str, Any]] = {
 _decode = msgspec.json.decode
 
 
+def _logprob(token_id: int, position: int) -> float:
+    return -float((token_id * 7 + position * 3) % 61 + 1) / 16.0
+
+
+class _Rows(NamedTuple):
+    """How one request's logprob entries are written."""
+
+    texts: bool
+    vocab_size: int
+    k: int
+    asked: list[int] | None
+
+    def entry(self, logprob: float | None, token_id: int) -> list[Any]:
+        return [logprob, token_id, token_text(token_id) if self.texts else None]
+
+    def top(self, token_id: int, position: int) -> list[list[Any]]:
+        best = _logprob(token_id, position)
+        return [
+            self.entry(best - 0.5 * rank, (token_id + 13 * rank) % self.vocab_size)
+            for rank in range(self.k)
+        ]
+
+    def asked_row(self, position: int) -> list[list[Any]]:
+        return [self.entry(_logprob(token_id, position), token_id) for token_id in self.asked or ()]
+
+
 class AnswerPlan(NamedTuple):
     """Everything one request will be answered with, decided when it arrives."""
 
@@ -50,7 +76,9 @@ class AnswerPlan(NamedTuple):
     output_ids: tuple[int, ...]
     #: Why the output ends there (``length`` or ``stop``), as SGLang writes it.
     finish: dict[str, Any]
-    vocab_size: int
+    #: How its logprob entries are written, and its prompt's logprob fields (made once).
+    rows: _Rows
+    prompt_fields: dict[str, Any]
     #: `time.monotonic()` when the request arrived, for ``e2e_latency``.
     started: float
 
@@ -107,92 +135,75 @@ def plan_answer(
     span = vocab_size - FIRST_ID
     stops = _stop_ids(request)
     ids: list[int] = []
+    finish: dict[str, Any] = {"type": "length", "length": count}
     for index in range(count):
         token = FIRST_ID + (seed + 7 * index * (index + 1)) % span
         ids.append(token)
         if token in stops:
-            finish: dict[str, Any] = {"type": "stop", "matched": token}
-            return AnswerPlan(request, rid, tuple(ids), finish, vocab_size, time.monotonic())
-    finish = {"type": "length", "length": count}
-    return AnswerPlan(request, rid, tuple(ids), finish, vocab_size, time.monotonic())
+            finish = {"type": "stop", "matched": token}
+            break
+    rows = _rows(request, vocab_size)
+    prompt = _prompt_fields(request, rows) if request.return_logprob else {}
+    return AnswerPlan(request, rid, tuple(ids), finish, rows, prompt, time.monotonic())
 
 
-def _logprob(token_id: int, position: int) -> float:
-    return -float((token_id * 7 + position * 3) % 61 + 1) / 16.0
+def _rows(request: ClientRequest, vocab_size: int) -> _Rows:
+    raw, asked = request.token_ids_logprob, None
+    if raw is not UNSET:
+        value = _decode(raw)  # checked and bounded when the request was decoded
+        asked = [item for item in value if type(item) is int] if isinstance(value, list) else []
+    k = min(request.top_logprobs_num or 0, vocab_size)
+    return _Rows(bool(request.return_text_in_logprobs), vocab_size, k, asked)
 
 
-def _entry(plan: AnswerPlan, logprob: float | None, token_id: int) -> list[Any]:
-    text = token_text(token_id) if plan.request.return_text_in_logprobs else None
-    return [logprob, token_id, text]
-
-
-def _top_row(plan: AnswerPlan, token_id: int, position: int, k: int) -> list[list[Any]]:
-    best = _logprob(token_id, position)
-    return [
-        _entry(plan, best - 0.5 * rank, (token_id + 13 * rank) % plan.vocab_size)
-        for rank in range(k)
-    ]
-
-
-def _ids_row(plan: AnswerPlan, asked: list[int], position: int) -> list[list[Any]]:
-    return [_entry(plan, _logprob(token_id, position), token_id) for token_id in asked]
-
-
-def _asked_ids(plan: AnswerPlan) -> list[int] | None:
-    raw = plan.request.token_ids_logprob
-    if raw is UNSET:
-        return None
-    value = _decode(raw)
-    return [item for item in value if type(item) is int] if isinstance(value, list) else None
-
-
-def _input_positions(plan: AnswerPlan) -> range:
-    start = plan.request.logprob_start_len
-    if start is None or start < 0:
-        return range(0)
-    return range(start, len(plan.request.input_ids))
+def _prompt_fields(request: ClientRequest, rows: _Rows) -> dict[str, Any]:
+    """The prompt's logprob fields, the same in every frame: made once a request."""
+    start, prompt = request.logprob_start_len, request.input_ids
+    inputs = range(0) if start is None or start < 0 else range(start, len(prompt))
+    fields: dict[str, Any] = {
+        "input_token_logprobs": [
+            rows.entry(None if at == inputs.start else _logprob(prompt[at], at), prompt[at])
+            for at in inputs
+        ]
+    }
+    if rows.k > 0:
+        top: list[Any] = [None if at == inputs.start else rows.top(prompt[at], at) for at in inputs]
+        if request.return_flat_raw_top_logprobs:
+            b64 = request.return_flat_raw_top_logprobs_b64
+            fields.update(
+                encode_flat_top_logprobs(top, side="input", top_logprobs_num=rows.k, b64=b64)
+            )
+        else:
+            fields["input_top_logprobs"] = top
+    if rows.asked is not None:
+        fields["input_token_ids_logprobs"] = [
+            None if at == inputs.start else rows.asked_row(at) for at in inputs
+        ]
+    return fields
 
 
 def _logprob_fields(plan: AnswerPlan, span: Span, unary: bool) -> dict[str, Any]:
     """SGLang's logprob block of ``meta_info`` (``add_logprob_to_meta_info``)."""
-    request, prompt = plan.request, plan.request.input_ids
-    inputs, outputs = _input_positions(plan), range(span.start, span.end)
-    out_ids = plan.output_ids
+    request, rows, prompt = plan.request, plan.rows, plan.prompt_fields
+    outputs, out_ids = range(span.start, span.end), plan.output_ids
     fields: dict[str, Any] = {
-        "input_token_logprobs": [
-            _entry(plan, None if at == inputs.start else _logprob(prompt[at], at), prompt[at])
-            for at in inputs
-        ],
-        "output_token_logprobs": [
-            _entry(plan, _logprob(out_ids[i], i), out_ids[i]) for i in outputs
-        ],
+        "input_token_logprobs": prompt["input_token_logprobs"],
+        "output_token_logprobs": [rows.entry(_logprob(out_ids[i], i), out_ids[i]) for i in outputs],
         "output_token_logprobs_length": span.end,
     }
-    k = min(request.top_logprobs_num or 0, plan.vocab_size)
-    if k > 0:
-        in_top: list[Any] = [
-            None if at == inputs.start else _top_row(plan, prompt[at], at, k) for at in inputs
-        ]
-        out_top = [_top_row(plan, out_ids[i], i, k) for i in outputs]
-        b64 = request.return_flat_raw_top_logprobs_b64
-        if request.return_flat_raw_top_logprobs:
-            fields.update(
-                encode_flat_top_logprobs(in_top, side="input", top_logprobs_num=k, b64=b64)
-            )
-        else:
-            fields["input_top_logprobs"] = in_top
+    if rows.k > 0:
+        fields.update((key, value) for key, value in prompt.items() if "_top_" in key)
+        top = [rows.top(out_ids[i], i) for i in outputs]
         if request.return_flat_raw_output_top_logprobs and unary and span.finish is not None:
+            b64 = request.return_flat_raw_top_logprobs_b64
             fields.update(
-                encode_flat_top_logprobs(out_top, side="output", top_logprobs_num=k, b64=b64)
+                encode_flat_top_logprobs(top, side="output", top_logprobs_num=rows.k, b64=b64)
             )
         else:
-            fields["output_top_logprobs"] = out_top
-    asked = _asked_ids(plan)
-    if asked is not None:
-        fields["input_token_ids_logprobs"] = [
-            None if at == inputs.start else _ids_row(plan, asked, at) for at in inputs
-        ]
-        fields["output_token_ids_logprobs"] = [_ids_row(plan, asked, i) for i in outputs]
+            fields["output_top_logprobs"] = top
+    if rows.asked is not None:
+        fields["input_token_ids_logprobs"] = prompt["input_token_ids_logprobs"]
+        fields["output_token_ids_logprobs"] = [rows.asked_row(i) for i in outputs]
     return fields
 
 
