@@ -57,9 +57,7 @@ def test_the_pages_with_python_blocks_are_found() -> None:
 
 def test_a_top_level_await_fails(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
-    page.write_text(
-        "```python\nimport asyncio\n\nawait asyncio.sleep(0)\n```\n", encoding="utf-8"
-    )
+    page.write_text("```python\nimport asyncio\n\nawait asyncio.sleep(0)\n```\n", encoding="utf-8")
     with pytest.raises(SyntaxError, match="outside"):
         run_blocks(page)
 

@@ -18,6 +18,7 @@ ALLOWED = {
     "response": {"errors", "request"},
     "cancel": {"errors", "request"},
     "cli": {"errors", "releases", "request", "response", "cancel", ""},
+    "testing": {"errors", "releases", "request", "response", "cancel"},
 }
 
 

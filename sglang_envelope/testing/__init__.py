@@ -1,0 +1,9 @@
+"""A fake SGLang engine for tests: `FakeEngine`, a plain ASGI 3 app (docs/testing.md).
+
+Nothing else in the package imports this folder.
+"""
+
+from sglang_envelope.testing.answers import token_text
+from sglang_envelope.testing.engine import FakeEngine, Outcome
+
+__all__ = ["FakeEngine", "Outcome", "token_text"]

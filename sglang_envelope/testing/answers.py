@@ -1,0 +1,240 @@
+"""The fake engine's answers: made-up tokens, in the shapes SGLang 0.5.23's /generate writes.
+
+Pure functions of a checked `ClientRequest`: `plan_answer` decides the whole
+output (token ids, and why it ends) from the prompt, and `answer_object` gives
+one stream frame or the unary body for a span of it, its `meta_info` keys in
+the order a live server writes them (``tests/fixtures/live_answers.jsonl``):
+``id, finish_reason, prompt_tokens, weight_version, num_retractions``, the
+logprob fields when asked, ``reasoning_tokens, completion_tokens,
+cached_tokens``, ``weight_versions`` once finished, ``cached_tokens_details,
+dp_rank``, ``e2e_latency`` once finished, and ``response_sent_to_client_ts``
+on the first frame of a stream and on a unary body.
+
+Token ids, texts and logprobs are made up but deterministic: the same prompt
+always gives the same answer. Logprobs are multiples of 1/16, so float32 (the
+Base64 flat form) carries them exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Final, NamedTuple
+
+import msgspec
+from msgspec import UNSET
+
+from sglang_envelope.request.types import ClientRequest
+from sglang_envelope.response.flat import encode_flat_top_logprobs
+
+__all__ = ["ABORTED", "AnswerPlan", "Span", "answer_object", "plan_answer", "token_text"]
+
+#: Ids below this are the model's special tokens (``<s>``, ``</s>``, ``<pad>``): never made.
+FIRST_ID: Final = 3
+#: The finish reason of a running request aborted by ``/abort_request`` (``FINISH_ABORT()``).
+ABORTED: Final[dict[str, Any]] = {
+    "type": "abort",
+    "message": "Aborted",
+    "status_code": None,
+    "err_type": None,
+}
+
+_decode = msgspec.json.decode
+
+
+def _logprob(token_id: int, position: int) -> float:
+    return -float((token_id * 7 + position * 3) % 61 + 1) / 16.0
+
+
+class _Rows(NamedTuple):
+    """How one request's logprob entries are written."""
+
+    texts: bool
+    vocab_size: int
+    k: int
+    asked: list[int] | None
+
+    def entry(self, logprob: float | None, token_id: int) -> list[Any]:
+        return [logprob, token_id, token_text(token_id) if self.texts else None]
+
+    def top(self, token_id: int, position: int) -> list[list[Any]]:
+        best = _logprob(token_id, position)
+        return [
+            self.entry(best - 0.5 * rank, (token_id + 13 * rank) % self.vocab_size)
+            for rank in range(self.k)
+        ]
+
+    def asked_row(self, position: int) -> list[list[Any]]:
+        return [self.entry(_logprob(token_id, position), token_id) for token_id in self.asked or ()]
+
+
+class AnswerPlan(NamedTuple):
+    """Everything one request will be answered with, decided when it arrives."""
+
+    request: ClientRequest
+    rid: str
+    #: The whole output, up to its natural end.
+    output_ids: tuple[int, ...]
+    #: Why the output ends there (``length`` or ``stop``), as SGLang writes it.
+    finish: dict[str, Any]
+    #: How its logprob entries are written, and its prompt's logprob fields (made once).
+    rows: _Rows
+    prompt_fields: dict[str, Any]
+    #: `time.monotonic()` when the request arrived, for ``e2e_latency``.
+    started: float
+
+
+class Span(NamedTuple):
+    """What one answer object covers: output ids ``[start, end)`` of the plan (``start`` is
+    0 for a cumulative frame and a unary body), and the finish reason once finished."""
+
+    start: int
+    end: int
+    finish: dict[str, Any] | None
+    first: bool
+
+
+def token_text(token_id: int) -> str:
+    """The made-up text of one token."""
+    return f" w{token_id}"
+
+
+def _sampling(request: ClientRequest, name: str) -> Any:
+    params = request.sampling_params
+    if params is UNSET or params is None:
+        return UNSET
+    return getattr(params, name)
+
+
+def _stop_ids(request: ClientRequest) -> frozenset[int]:
+    raw = _sampling(request, "stop_token_ids")
+    if raw is UNSET:
+        return frozenset()
+    value = _decode(raw)  # checked and bounded when the request was decoded
+    items = value if isinstance(value, list) else [value]
+    return frozenset(item for item in items if type(item) is int)
+
+
+def plan_answer(
+    request: ClientRequest,
+    rid: str,
+    *,
+    vocab_size: int,
+    context_length: int,
+    default_max_new_tokens: int,
+) -> AnswerPlan:
+    """The output for `request`: ids made from the prompt, ending at ``max_new_tokens``
+    (``{"type": "length", "length": n}``) or at the first id of ``stop_token_ids``
+    (``{"type": "stop", "matched": id}``, the id included). A null
+    ``max_new_tokens`` runs to the context length."""
+    limit = _sampling(request, "max_new_tokens")
+    if limit is UNSET:
+        limit = default_max_new_tokens
+    room = max(0, context_length - len(request.input_ids))
+    count = room if limit is None else min(limit, room)
+    seed = sum(request.input_ids) * 31 + len(request.input_ids)
+    span = vocab_size - FIRST_ID
+    stops = _stop_ids(request)
+    ids: list[int] = []
+    finish: dict[str, Any] = {"type": "length", "length": count}
+    for index in range(count):
+        token = FIRST_ID + (seed + 7 * index * (index + 1)) % span
+        ids.append(token)
+        if token in stops:
+            finish = {"type": "stop", "matched": token}
+            break
+    rows = _rows(request, vocab_size)
+    prompt = _prompt_fields(request, rows) if request.return_logprob else {}
+    return AnswerPlan(request, rid, tuple(ids), finish, rows, prompt, time.monotonic())
+
+
+def _rows(request: ClientRequest, vocab_size: int) -> _Rows:
+    raw, asked = request.token_ids_logprob, None
+    if raw is not UNSET:
+        value = _decode(raw)  # checked and bounded when the request was decoded
+        asked = [item for item in value if type(item) is int] if isinstance(value, list) else []
+    k = min(request.top_logprobs_num or 0, vocab_size)
+    return _Rows(bool(request.return_text_in_logprobs), vocab_size, k, asked)
+
+
+def _prompt_fields(request: ClientRequest, rows: _Rows) -> dict[str, Any]:
+    """The prompt's logprob fields, the same in every frame: made once a request."""
+    start, prompt = request.logprob_start_len, request.input_ids
+    inputs = range(0) if start is None or start < 0 else range(start, len(prompt))
+    fields: dict[str, Any] = {
+        "input_token_logprobs": [
+            rows.entry(None if at == inputs.start else _logprob(prompt[at], at), prompt[at])
+            for at in inputs
+        ]
+    }
+    if rows.k > 0:
+        top: list[Any] = [None if at == inputs.start else rows.top(prompt[at], at) for at in inputs]
+        if request.return_flat_raw_top_logprobs:
+            b64 = request.return_flat_raw_top_logprobs_b64
+            fields.update(
+                encode_flat_top_logprobs(top, side="input", top_logprobs_num=rows.k, b64=b64)
+            )
+        else:
+            fields["input_top_logprobs"] = top
+    if rows.asked is not None:
+        fields["input_token_ids_logprobs"] = [
+            None if at == inputs.start else rows.asked_row(at) for at in inputs
+        ]
+    return fields
+
+
+def _logprob_fields(plan: AnswerPlan, span: Span, unary: bool) -> dict[str, Any]:
+    """SGLang's logprob block of ``meta_info`` (``add_logprob_to_meta_info``)."""
+    request, rows, prompt = plan.request, plan.rows, plan.prompt_fields
+    outputs, out_ids = range(span.start, span.end), plan.output_ids
+    fields: dict[str, Any] = {
+        "input_token_logprobs": prompt["input_token_logprobs"],
+        "output_token_logprobs": [rows.entry(_logprob(out_ids[i], i), out_ids[i]) for i in outputs],
+        "output_token_logprobs_length": span.end,
+    }
+    if rows.k > 0:
+        fields.update((key, value) for key, value in prompt.items() if "_top_" in key)
+        top = [rows.top(out_ids[i], i) for i in outputs]
+        if request.return_flat_raw_output_top_logprobs and unary and span.finish is not None:
+            b64 = request.return_flat_raw_top_logprobs_b64
+            fields.update(
+                encode_flat_top_logprobs(top, side="output", top_logprobs_num=rows.k, b64=b64)
+            )
+        else:
+            fields["output_top_logprobs"] = top
+    if rows.asked is not None:
+        fields["input_token_ids_logprobs"] = prompt["input_token_ids_logprobs"]
+        fields["output_token_ids_logprobs"] = [rows.asked_row(i) for i in outputs]
+    return fields
+
+
+def _meta_info(plan: AnswerPlan, span: Span, unary: bool) -> dict[str, Any]:
+    finished = span.finish is not None
+    meta: dict[str, Any] = {
+        "id": plan.rid,
+        "finish_reason": span.finish,
+        "prompt_tokens": len(plan.request.input_ids),
+        "weight_version": "default",
+        "num_retractions": 0,
+    }
+    if plan.request.return_logprob:
+        meta.update(_logprob_fields(plan, span, unary))
+    meta.update(reasoning_tokens=0, completion_tokens=span.end, cached_tokens=0)
+    if finished:
+        meta["weight_versions"] = [{"version": "default", "start": 0, "end": span.end}]
+    meta.update(cached_tokens_details=None, dp_rank=None)
+    if finished:
+        meta["e2e_latency"] = time.monotonic() - plan.started
+    if span.first or unary:
+        meta["response_sent_to_client_ts"] = time.time()
+    return meta
+
+
+def answer_object(plan: AnswerPlan, span: Span, *, unary: bool) -> dict[str, Any]:
+    """One answer object: a stream frame (``span.start`` > 0 only for an incremental one)
+    or, with `unary`, the non-streaming body, whose span starts at 0."""
+    ids = plan.output_ids[span.start : span.end]
+    return {
+        "text": "".join(map(token_text, ids)),
+        "output_ids": list(ids),
+        "meta_info": _meta_info(plan, span, unary),
+    }

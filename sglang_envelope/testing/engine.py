@@ -1,0 +1,371 @@
+"""`FakeEngine`: a fake SGLang 0.5.23 HTTP server, as a plain ASGI 3 app, for tests.
+
+It answers ``POST /generate`` (both stream modes, unary, logprobs, flat
+fields, refusals), ``POST /abort_request``, ``GET /get_server_info`` and
+``GET /health`` as SGLang's own server does, and counts what it saw. Run it
+under any ASGI server (uvicorn) or call it in process (``httpx.ASGITransport``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import uuid
+from typing import Any, Final, Literal, NamedTuple
+
+import msgspec
+
+from sglang_envelope.errors.answers import error_event, error_response, stream_requested
+from sglang_envelope.errors.exceptions import EngineError, EnvelopeError, RequestRejected
+from sglang_envelope.request.deployment import Deployment
+from sglang_envelope.request.limits import DEFAULT_MAX_BODY_BYTES
+from sglang_envelope.request.types import ClientRequest
+from sglang_envelope.response.sse import SSE_DONE
+from sglang_envelope.testing.answers import ABORTED, AnswerPlan, Span, answer_object, plan_answer
+from sglang_envelope.testing.requests import (
+    ClientGone,
+    Message,
+    Receive,
+    Send,
+    check_generate,
+    json_content,
+    read_body,
+)
+from sglang_envelope.testing.server import (
+    JSON,
+    AbortBody,
+    abort_order,
+    answer,
+    not_found,
+    parse_abort,
+    server_info,
+    stream_start,
+)
+
+__all__ = ["FakeEngine", "Outcome"]
+
+#: What SGLang writes when a generation fails (`fail_after`), by default.
+FAIL_MESSAGE: Final = "The running request was aborted by a backend error."
+_ENCODE = msgspec.json.Encoder().encode
+Ending = Literal["length", "stop", "abort", "error", "disconnect"]
+
+
+class Outcome(NamedTuple):
+    """How one generation ended: its rid, the ending, and how many tokens it made."""
+
+    rid: str
+    ending: Ending
+    completion_tokens: int
+
+
+class _Generation:
+    """One request being answered."""
+
+    __slots__ = ("abort_sent", "made", "plan", "stop", "stopped")
+
+    def __init__(self, plan: AnswerPlan) -> None:
+        self.plan = plan
+        self.made = 0
+        self.abort_sent = False
+        self.stop: Literal["abort", "disconnect"] | None = None
+        self.stopped = asyncio.Event()
+
+    def halt(self, why: Literal["abort", "disconnect"]) -> None:
+        if self.stop is None:
+            self.stop = why
+            self.stopped.set()
+
+
+def _check_options(options: dict[str, Any]) -> None:
+    for name in ("default_max_new_tokens", "tokens_per_frame", "vocab_size", "context_length"):
+        value = options[name]
+        low = 4 if name == "vocab_size" else 0 if name == "default_max_new_tokens" else 1
+        if type(value) is not int or value < low:
+            raise EnvelopeError(f"{name} must be an int >= {low}, got {value!r}")
+    for name in ("max_body_bytes", "dp_size", "max_recorded"):
+        if type(options[name]) is not int or options[name] < 1:
+            raise EnvelopeError(f"{name} must be an int >= 1, got {options[name]!r}")
+    delay = options["frame_delay"]
+    if type(delay) not in (int, float) or not 0 <= delay <= 60:
+        raise EnvelopeError(f"frame_delay must be a number of seconds in [0, 60], got {delay!r}")
+    fail_after = options["fail_after"]
+    if fail_after is not None and (type(fail_after) is not int or fail_after < 0):
+        raise EnvelopeError(f"fail_after must be None or an int >= 0, got {fail_after!r}")
+    if type(options["fail_status"]) is not int or not 400 <= options["fail_status"] < 600:
+        raise EnvelopeError(
+            f"fail_status must be an HTTP error status, got {options['fail_status']!r}"
+        )
+    if type(options["incremental"]) is not bool or type(options["fail_message"]) is not str:
+        raise EnvelopeError("incremental must be a bool and fail_message a str")
+
+
+class FakeEngine:
+    """A fake SGLang 0.5.23 server: an ASGI 3 app (``await engine(scope, receive, send)``).
+
+    - `incremental`: the server's ``--incremental-streaming-output`` (default: cumulative).
+    - `default_max_new_tokens`: the output length when a request sets none
+      (SGLang's is 128); a null ``max_new_tokens`` runs to the context length.
+    - `frame_delay`: seconds between tokens (both modes), so a test can abort or
+      disconnect mid-generation; `tokens_per_frame`: tokens in one stream frame.
+    - `fail_after`: each generation fails after that many frames (0: before the
+      first) with `fail_message` and `fail_status`, as SGLang does for an error
+      it raises mid-generation: a stream's error frame then ``[DONE]``, a unary
+      ``{"error": {"message"}}`` with the status.
+    - `vocab_size`, `context_length`, `dp_size`: the model and server it
+      pretends to be (SGLang's checks of ``input_ids``, lengths, ``routed_dp_rank``).
+    - `max_body_bytes`: a larger body is refused (413) without being read further.
+
+    Counts for tests: `requests` (each ``/generate`` body, refused or served),
+    `aborts` (each ``/abort_request`` body, decoded), `outcomes` (how each
+    generation ended), `disconnects` (clients that went away mid-answer) and
+    `running` (generations still running). The records keep the last
+    `max_recorded` items.
+    """
+
+    __slots__ = (
+        "_running",
+        "aborts",
+        "context_length",
+        "default_max_new_tokens",
+        "deployment",
+        "disconnects",
+        "dp_size",
+        "fail_after",
+        "fail_message",
+        "fail_status",
+        "frame_delay",
+        "incremental",
+        "max_body_bytes",
+        "outcomes",
+        "requests",
+        "tokens_per_frame",
+        "vocab_size",
+    )
+
+    def __init__(
+        self,
+        *,
+        incremental: bool = False,
+        default_max_new_tokens: int = 16,
+        frame_delay: float = 0.0,
+        tokens_per_frame: int = 1,
+        fail_after: int | None = None,
+        fail_status: int = 400,
+        fail_message: str = FAIL_MESSAGE,
+        vocab_size: int = 320,
+        context_length: int = 1024,
+        dp_size: int = 1,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_recorded: int = 10_000,
+    ) -> None:
+        _check_options(dict(locals()))
+        self.incremental = incremental
+        self.default_max_new_tokens = default_max_new_tokens
+        self.frame_delay = float(frame_delay)
+        self.tokens_per_frame = tokens_per_frame
+        self.fail_after = fail_after
+        self.fail_status = fail_status
+        self.fail_message = fail_message
+        self.vocab_size = vocab_size
+        self.context_length = context_length
+        self.dp_size = dp_size
+        self.max_body_bytes = max_body_bytes
+        #: What SGLang's checks after dispatch read, as `Deployment.from_server_info` gives it.
+        self.deployment = Deployment.from_server_info(
+            _ENCODE(self.server_info()), model_config=_ENCODE({"vocab_size": vocab_size})
+        )
+        self.requests: collections.deque[bytes] = collections.deque(maxlen=max_recorded)
+        self.aborts: collections.deque[Any] = collections.deque(maxlen=max_recorded)
+        self.outcomes: collections.deque[Outcome] = collections.deque(maxlen=max_recorded)
+        self.disconnects = 0
+        self._running: dict[str, _Generation] = {}
+
+    @property
+    def running(self) -> int:
+        """How many generations are still running."""
+        return len(self._running)
+
+    def server_info(self) -> dict[str, Any]:
+        """The body of ``GET /get_server_info``: the keys the library reads, as SGLang has them."""
+        return server_info(
+            context_length=self.context_length, dp_size=self.dp_size, incremental=self.incremental
+        )
+
+    async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if kind != "http":
+            return
+        route = (scope["method"], scope["path"])
+        if route == ("POST", "/generate"):
+            await self._generate(scope, receive, send)
+        elif route == ("POST", "/abort_request"):
+            await self._abort(scope, receive, send)
+        elif route in (("GET", "/get_server_info"), ("GET", "/server_info")):
+            await answer(send, 200, JSON, _ENCODE(self.server_info()))
+        elif route == ("GET", "/health"):
+            await answer(send, 200, None, b"")
+        else:
+            await not_found(send, scope["path"], scope["method"])
+
+    async def _abort(self, scope: Message, receive: Receive, send: Send) -> None:
+        try:
+            body = await read_body(receive, scope["headers"], 65536)
+        except ClientGone:
+            return
+        parsed = parse_abort(body, json_content(scope["headers"]))
+        if not isinstance(parsed, AbortBody):
+            await answer(send, *parsed)
+            return
+        self.aborts.append(parsed.value)
+        for generation in abort_order(self._running, parsed):
+            generation.halt("abort")
+        await answer(send, 200, None, b"")
+
+    async def _generate(self, scope: Message, receive: Receive, send: Send) -> None:
+        headers = scope["headers"]
+        try:
+            body = await read_body(receive, headers, self.max_body_bytes)
+        except ClientGone:
+            self.disconnects += 1
+            return
+        # SGLang answers a refusal in the client's mode once its engine reads the body.
+        stream = not isinstance(body, RequestRejected) and stream_requested(body)
+        try:
+            if isinstance(body, RequestRejected):
+                raise body
+            self.requests.append(body)
+            if not json_content(headers):
+                raise RequestRejected("not_object", None, _NOT_JSON_MESSAGE)
+            generation = self._start(check_generate(body, self.deployment, self.max_body_bytes))
+        except (RequestRejected, EngineError) as error:
+            refusal = error_response(error, stream=stream)
+            await answer(send, *refusal)
+            return
+        await self._serve(generation, receive, send)
+
+    def _start(self, request: ClientRequest) -> _Generation:
+        rid = request.rid or uuid.uuid4().hex
+        if rid in self._running:
+            raise EngineError(f"Duplicate request ID detected: {rid}", 400)
+        plan = plan_answer(
+            request,
+            rid,
+            vocab_size=self.vocab_size,
+            context_length=self.context_length,
+            default_max_new_tokens=self.default_max_new_tokens,
+        )
+        generation = _Generation(plan)
+        self._running[rid] = generation
+        return generation
+
+    async def _serve(self, generation: _Generation, receive: Receive, send: Send) -> None:
+        watcher = asyncio.ensure_future(self._watch(generation, receive))
+        try:
+            if generation.plan.request.stream:
+                await self._stream(generation, send)
+            else:
+                await self._unary(generation, send)
+        finally:
+            watcher.cancel()
+            if self._running.get(generation.plan.rid) is generation:
+                del self._running[generation.plan.rid]
+
+    async def _watch(self, generation: _Generation, receive: Receive) -> None:
+        """End the generation when its client goes away, as SGLang's server does."""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                if generation.stop is None:
+                    self.disconnects += 1
+                generation.halt("disconnect")
+                return
+
+    async def _step(self, generation: _Generation) -> Span | Ending:
+        """Make the next frame's tokens (after the delay): their span, or how it ended."""
+        if self.frame_delay > 0 and generation.stop is None:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(generation.stopped.wait(), self.frame_delay)
+        else:
+            await asyncio.sleep(0)
+        plan, start = generation.plan, generation.made
+        if generation.stop == "disconnect":
+            return "disconnect"
+        total = len(plan.output_ids)
+        if generation.stop == "abort":
+            generation.made = min(start + 1, total)  # SGLang runs one more decode step
+            return Span(start, generation.made, ABORTED, start == 0)
+        generation.made = min(start + self.tokens_per_frame, total)
+        finish = plan.finish if generation.made == total else None
+        return Span(start, generation.made, finish, start == 0)
+
+    def _record(self, generation: _Generation, ending: Ending) -> None:
+        self.outcomes.append(Outcome(generation.plan.rid, ending, generation.made))
+
+    def _ending(self, span: Span) -> Ending:
+        assert span.finish is not None
+        kind: Ending = span.finish["type"]
+        return kind
+
+    async def _stream(self, generation: _Generation, send: Send) -> None:
+        await stream_start(send)
+        frames = 0
+        while True:
+            if self.fail_after is not None and frames >= self.fail_after:
+                frame = error_event(EngineError(self.fail_message, self.fail_status))
+                await _body(send, frame + SSE_DONE, more=False)
+                self._record(generation, "error")
+                return
+            step = await self._step(generation)
+            if not isinstance(step, Span):
+                self._record(generation, step)
+                return
+            shown = step if self.incremental else step._replace(start=0)
+            data = _ENCODE(answer_object(generation.plan, shown, unary=False))
+            frames += 1
+            if step.finish is not None:
+                await _body(send, b"data: " + data + b"\n\n" + SSE_DONE, more=False)
+                self._record(generation, self._ending(step))
+                return
+            await _body(send, b"data: " + data + b"\n\n", more=True)
+
+    async def _unary(self, generation: _Generation, send: Send) -> None:
+        frames = 0
+        while True:
+            if self.fail_after is not None and frames >= self.fail_after:
+                error = EngineError(self.fail_message, self.fail_status)
+                await answer(send, *error_response(error, stream=False))
+                self._record(generation, "error")
+                return
+            step = await self._step(generation)
+            if not isinstance(step, Span):
+                self._record(generation, step)
+                return
+            frames += 1
+            if step.finish is not None:
+                body = answer_object(generation.plan, step._replace(start=0), unary=True)
+                await answer(send, 200, JSON, _ENCODE(body))
+                self._record(generation, self._ending(step))
+                return
+
+
+_NOT_JSON_MESSAGE: Final = (
+    "request body must be a JSON object sent as Content-Type: application/json"
+)
+
+
+async def _body(send: Send, data: bytes, *, more: bool) -> None:
+    await send({"type": "http.response.body", "body": data, "more_body": more})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
