@@ -36,7 +36,9 @@ class Script:
         fail: BaseException | None = None,
         fail_after: int | None = None,
         until_abort: bool = False,
+        head_delay_s: float = 0.0,
     ) -> None:
+        self.head_delay_s = head_delay_s
         self.status = status
         self.chunks = chunks or []
         self.delay_s = delay_s
@@ -67,6 +69,7 @@ class FakeTransport:
         rid = request["rid"]
         self.aborted[rid] = asyncio.Event()
         script = self.script(request)
+        await asyncio.sleep(script.head_delay_s)  # SGLang sends a unary answer's head at its end
 
         async def close() -> None:
             self.closed.append(rid)

@@ -233,6 +233,24 @@ def test_a_unary_client_gone_is_aborted_before_the_answer_comes() -> None:
     assert transport.requests[0]["stream"] is False, "output-flat: a unary engine request"
 
 
+def test_a_unary_client_gone_before_sglang_s_head_is_aborted() -> None:
+    async def main() -> tuple[Any, FakeTransport, float]:
+        transport = FakeTransport(lambda request: Script(chunks=[unary_body()], head_delay_s=3))
+        calls: list[float] = []
+
+        def disconnected() -> bool:  # a sync test, as aiohttp's
+            calls.append(asyncio.get_running_loop().time())
+            return len(calls) > 2
+
+        svc = service(transport, disconnect_poll_s=0.05)
+        answer = await svc.generate(FLAT, disconnected=disconnected)
+        await svc.aclose()
+        return answer, transport, transport.abort_times[0] - calls[-1]
+
+    answer, transport, took = run(main())
+    assert answer.status == CLIENT_GONE and len(transport.aborts) == 1 and took < 0.5
+
+
 def test_a_cancelled_unary_handler_aborts() -> None:
     async def main() -> FakeTransport:
         transport = FakeTransport(slow_unary)

@@ -76,7 +76,7 @@ class Aborts:
             engine, first_token_seen=watched.first_output.is_set(), policy=self._policy
         )
         if reading is None:
-            reading = asyncio.ensure_future(watched.drain(DRAIN_MAX_BYTES))
+            reading = asyncio.ensure_future(_drain(leg))
         result: AbortOutcome | Exception
         try:
             result = await run_abort(
@@ -92,8 +92,18 @@ class Aborts:
         try:
             await asyncio.wait([reading], timeout=plan.deadline_s)
         finally:
-            reading.cancel()
-            await asyncio.gather(reading, return_exceptions=True)
+            for task in (reading, leg.sending):  # a send still under way is given up
+                task.cancel()
+            await asyncio.gather(reading, leg.sending, return_exceptions=True)
             await watched.release()
         if self._report is not None:
             self._report(engine, result)
+
+
+async def _drain(leg: Leg) -> None:
+    """Read the leg's answer to its end, once it has come (nothing, when it never does)."""
+    try:
+        await leg.sending
+    except Exception:  # not sent: nothing to read
+        return
+    await leg.watched.drain(DRAIN_MAX_BYTES)

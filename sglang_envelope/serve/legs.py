@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from sglang_envelope.request.deployment import Deployment
@@ -20,27 +21,31 @@ __all__ = ["Leg"]
 
 
 class Leg:
-    """An engine request sent with `transport`, and SGLang's answer to it (`watched`)."""
+    """An engine request, sent with `transport` as soon as it is made, and its answer.
 
-    __slots__ = ("engine", "transport", "watched")
+    `sending` is the task that sends it; it attaches SGLang's answer to
+    `watched` when the answer's head arrives, or ends in `UpstreamError`.
+    """
 
-    def __init__(self, engine: EngineRequest, transport: Transport, watched: WatchedReply) -> None:
+    __slots__ = ("engine", "sending", "transport", "watched")
+
+    def __init__(self, engine: EngineRequest, transport: Transport) -> None:
         self.engine = engine
         self.transport = transport
-        self.watched = watched
+        self.watched = WatchedReply(streamed=engine.stream)
+        self.sending: asyncio.Future[None] = asyncio.ensure_future(self._send())
 
-    @classmethod
-    async def send(cls, engine: EngineRequest, transport: Transport) -> Leg:
-        """Send `engine`; `UpstreamError` when the transport fails."""
+    async def _send(self) -> None:
         try:
-            reply = await transport.generate(engine.to_json(), engine.headers)
+            reply = await self.transport.generate(self.engine.to_json(), self.engine.headers)
         except TRANSPORT_FAILURES as error:
             raise as_upstream_error(error) from error
-        return cls(engine, transport, WatchedReply(check_reply(reply), streamed=engine.stream))
+        self.watched.attach(check_reply(reply))
 
     @property
     def status(self) -> int:
-        return self.watched.reply.status
+        """SGLang's HTTP status (once `sending` has ended well)."""
+        return self.watched.status
 
     async def response(self, deployment: Deployment, max_bytes: int) -> dict[str, Any]:
         """SGLang's whole answer, as one response (an internal stream aggregated).

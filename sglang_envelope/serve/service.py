@@ -224,14 +224,21 @@ class Service:
             engines = self._engine_requests(envelope, routing or self._routing, prefill_dp_rank)
         except EnvelopeError as exc:
             return refused(exc, envelope.stream)
-        sent = await asyncio.gather(*(Leg.send(*pair) for pair in engines), return_exceptions=True)
-        legs = [leg for leg in sent if isinstance(leg, Leg)]
-        failure = next((error for error in sent if isinstance(error, BaseException)), None)
-        if failure is not None:  # a leg not sent: the other is aborted
-            for leg in legs:
-                self._settle(leg)
+        legs = [Leg(engine, transport) for engine, transport in engines]
+        sending = asyncio.gather(*(leg.sending for leg in legs), return_exceptions=True)
+        try:
+            gone = await until_done_or_gone(sending, disconnected, self._poll_s)
+        except BaseException:  # cancelled (aiohttp cancels a handler whose client left)
+            self._settle_all(legs)
+            raise
+        failed = [] if gone else [e for e in sending.result() if isinstance(e, BaseException)]
+        failure = failed[0] if failed else None
+        if gone or failure is not None:  # a leg not sent: the other is aborted
+            self._settle_all(legs)
+            if gone:
+                return whole_answer(CLIENT_GONE, JSON, b"")
             if not isinstance(failure, EnvelopeError):
-                raise failure
+                raise failure  # type: ignore[misc]
             return refused(failure, envelope.stream)
         main = legs[-1]
         prefill = self._read_prefill(legs[0], main) if len(legs) == 2 else None
@@ -286,6 +293,10 @@ class Service:
         finally:
             self._settle(main, prefill=prefill)
         return refused(error, stream)
+
+    def _settle_all(self, legs: list[Leg]) -> None:
+        for leg in legs:
+            self._settle(leg)
 
     def _settle(
         self,

@@ -55,11 +55,14 @@ class WatchedReply:
     """
 
     __slots__ = (
-        "_decoder", "_pump", "_queue", "_released", "aborting", "finished", "first_output", "reply",
+        "_decoder", "_pump", "_queue", "_released", "aborting", "attached", "finished",
+        "first_output", "reply",
     )  # fmt: skip
 
-    def __init__(self, reply: EngineReply, *, streamed: bool) -> None:
-        self.reply = reply
+    def __init__(self, *, streamed: bool) -> None:
+        #: SGLang's answer, once its head has arrived (`attach`).
+        self.reply: EngineReply | None = None
+        self.attached = asyncio.Event()
         self.first_output = asyncio.Event()
         self.finished = asyncio.Event()
         # A unary answer has no frames: its first output is its end.
@@ -68,11 +71,23 @@ class WatchedReply:
         #: Set when an abort of this answer has begun (`Aborts.start`).
         self.aborting = False
         self._queue: asyncio.Queue[object] = asyncio.Queue(maxsize=1)
-        self._pump = asyncio.ensure_future(self._read())
+        self._pump: asyncio.Future[None] | None = None
 
-    async def _read(self) -> None:
+    def attach(self, reply: EngineReply) -> None:
+        """SGLang's answer has arrived: read it, in a task of its own."""
+        self.reply = reply
+        self._pump = asyncio.ensure_future(self._read(reply))
+        self.attached.set()
+
+    @property
+    def status(self) -> int:
+        """SGLang's HTTP status."""
+        assert self.reply is not None, "read only once the answer has arrived"
+        return self.reply.status
+
+    async def _read(self, reply: EngineReply) -> None:
         try:
-            async for chunk in self.reply.chunks:
+            async for chunk in reply.chunks:
                 await self._queue.put(chunk)
         except Exception as error:  # the reader gets it, in order
             await self._queue.put(_Failed(error))
@@ -114,7 +129,8 @@ class WatchedReply:
         """A reader stopped: keep the connection, for `drain` (this never suspends)."""
 
     async def drain(self, max_bytes: int) -> None:
-        """Read the rest of the answer, up to `max_bytes` more, dropping it."""
+        """Read the rest of the answer, once it has arrived, up to `max_bytes`, dropping it."""
+        await self.attached.wait()
         read = 0
         try:
             async for chunk in self:
@@ -126,7 +142,7 @@ class WatchedReply:
 
     async def release(self) -> None:
         """Stop reading and release the connection, once."""
-        if not self._released:
+        if not self._released and self.reply is not None and self._pump is not None:
             self._released = True
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)

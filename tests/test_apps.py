@@ -1,0 +1,166 @@
+"""docs/frontend.md's two apps, run as their readers run them, against the fake engine.
+
+Each app runs in a subprocess (``uvicorn app_starlette:app``, ``python
+app_aiohttp.py``) pointed at a `FakeEngine` served by uvicorn in this process;
+the clients are real httpx clients. The apps are at most 25 lines of their
+reader's own code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from sglang_envelope import aggregate_sse
+from sglang_envelope.testing import FakeEngine
+from tests.apps import APPS, app_sources, free_port, own_lines, running_app
+
+VOCAB = 320
+SLOW = {"max_new_tokens": 400, "temperature": 0}
+
+
+@contextlib.contextmanager
+def serving(engine: FakeEngine) -> Iterator[str]:
+    """`engine` under uvicorn in a thread of this process; yields its URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(engine, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the fake engine did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def wait_for(test: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not test():
+        assert time.monotonic() < deadline, "not within the time allowed"
+        time.sleep(0.01)
+
+
+@pytest.fixture(params=APPS)
+def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, FakeEngine]]:
+    """(the app's URL, the engine behind it), for each app in turn."""
+    engine = FakeEngine(frame_delay=0.005)
+    with serving(engine) as url, running_app(request.param, tmp_path, url, VOCAB) as app_url:
+        yield app_url, engine
+
+
+def test_each_app_is_at_most_25_lines_of_its_reader_s_code() -> None:
+    for name, source in app_sources().items():
+        assert own_lines(source) <= 25, name
+
+
+def test_a_stream_and_a_unary_answer_are_sglang_s(app: tuple[str, FakeEngine]) -> None:
+    url, engine = app
+    body = {"rid": "mine", "input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 5}}
+    with httpx.Client(timeout=10) as client:
+        unary = client.post(url + "/generate", json=body)
+        stream = client.post(url + "/generate", json={**body, "stream": True})
+        flat = {**body, "return_logprob": True, "top_logprobs_num": 2}
+        flat_answer = client.post(
+            url + "/generate", json={**flat, "return_flat_raw_output_top_logprobs": True}
+        )
+    assert unary.status_code == stream.status_code == flat_answer.status_code == 200
+    assert stream.headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert aggregate_sse([stream.content])["output_ids"] == unary.json()["output_ids"]
+    assert unary.json()["meta_info"]["id"] == "mine"
+    assert "output_top_logprobs_val_flat" in flat_answer.json()["meta_info"]
+    engine_rids = [json.loads(b)["rid"] for b in engine.requests]
+    assert "mine" not in engine_rids and all(len(rid) == 32 for rid in engine_rids)
+
+
+def test_a_client_gone_mid_stream_aborts_once_and_the_engine_s_stream_ends(
+    app: tuple[str, FakeEngine],
+) -> None:
+    url, engine = app
+    body = {"input_ids": [5, 6, 7], "sampling_params": SLOW, "stream": True}
+    with httpx.Client(timeout=10) as client:
+        with client.stream("POST", url + "/generate", json=body) as answer:
+            next(answer.iter_raw())
+    wait_for(lambda: len(engine.outcomes) == 1)
+    (outcome,) = engine.outcomes
+    assert outcome.ending == "abort" and outcome.completion_tokens < 100
+    assert list(engine.aborts) == [{"rid": outcome.rid}] and engine.running == 0
+
+
+def test_a_unary_client_gone_aborts_once_before_the_answer(app: tuple[str, FakeEngine]) -> None:
+    url, engine = app
+    body = {"input_ids": [5, 6, 7], "sampling_params": SLOW, "return_logprob": True}
+    body["top_logprobs_num"] = 1
+    body["return_flat_raw_output_top_logprobs"] = True  # output-flat: a unary engine request
+    with httpx.Client() as client, pytest.raises(httpx.ReadTimeout):
+        client.post(url + "/generate", json=body, timeout=0.3)
+    wait_for(lambda: len(engine.outcomes) == 1)
+    (outcome,) = engine.outcomes
+    assert outcome.ending == "abort" and outcome.completion_tokens < 200, (outcome, engine.aborts)
+    assert list(engine.aborts) == [{"rid": outcome.rid}]
+    assert json.loads(engine.requests[0])["stream"] is False
+
+
+def test_an_error_mid_stream_gives_sglang_s_frame_and_done(tmp_path: Path) -> None:
+    engine = FakeEngine(fail_after=2)
+    body = {"input_ids": [5, 6, 7], "stream": True}
+    with serving(engine) as sglang, running_app(APPS[0], tmp_path, sglang, VOCAB) as url:
+        direct = httpx.post(sglang + "/generate", json=body).content
+        relayed = httpx.post(url + "/generate", json=body).content
+    assert relayed.endswith(b"data: [DONE]\n\n")
+    assert relayed.split(b"\n\n")[-3] == direct.split(b"\n\n")[-3]  # SGLang's error frame
+
+
+def test_a_refused_request_never_reaches_the_engine(app: tuple[str, FakeEngine]) -> None:
+    url, engine = app
+    with httpx.Client() as client:
+        text = client.post(url + "/generate", json={"text": "hi"})
+        streamed = client.post(url + "/generate", json={"text": "hi", "stream": True})
+    assert text.status_code == 400 and streamed.status_code == 200
+    assert streamed.content.endswith(b"data: [DONE]\n\n")
+    assert list(engine.requests) == []
+
+
+@pytest.mark.parametrize("name", APPS)
+def test_an_upstream_down_gives_a_502_within_a_second(tmp_path: Path, name: str) -> None:
+    down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with running_app(name, tmp_path, down, VOCAB) as url:
+        start = time.monotonic()
+        answer = httpx.post(url + "/generate", json={"input_ids": [5], "stream": True})
+        took = time.monotonic() - start
+    assert answer.status_code == 502 and took < 1.0
+    assert set(answer.json()) == {"error"}
+
+
+def test_200_concurrent_requests_leave_nothing_behind(app: tuple[str, FakeEngine]) -> None:
+    url, engine = app
+
+    async def burst() -> list[int]:
+        limits = httpx.Limits(max_connections=200)
+        async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+
+            async def one(index: int) -> int:
+                body = {"input_ids": [5, index % 300], "stream": index % 2 == 0}
+                body["sampling_params"] = {"max_new_tokens": 3}
+                answer = await client.post(url + "/generate", json=body)
+                return answer.status_code
+
+            return await asyncio.gather(*(one(index) for index in range(200)))
+
+    assert asyncio.run(burst()) == [200] * 200
+    wait_for(lambda: len(engine.outcomes) == 200)
+    assert engine.running == 0 and list(engine.aborts) == []
+    assert {outcome.ending for outcome in engine.outcomes} == {"length"}
