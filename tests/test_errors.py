@@ -23,6 +23,7 @@ from sglang_envelope import (
     RejectionCode,
     RequestRejected,
     ResponseError,
+    UpstreamError,
     aggregate_sse,
     decode_client_request,
     error_event,
@@ -49,6 +50,8 @@ EXAMPLES: list[EnvelopeError] = [
     LimitExceeded("max_positions", 16, "input_top_logprobs_null_prefix (99) exceed 16"),
     EngineError("The server is overloaded.", 503),
     EngineError("", None),
+    UpstreamError("SGLang could not be reached: ConnectError", 502),
+    UpstreamError("SGLang did not answer in time", 504),
 ]
 
 
@@ -280,6 +283,9 @@ def test_the_documented_table_is_the_code_s() -> None:
             assert got_status == (413 if exc.code == "body_too_large" else 400)
         elif isinstance(exc, EngineError):
             assert f"`{got_kind}`" == kind == f"`{frame_kind}`"
+        elif isinstance(exc, UpstreamError):
+            assert (got_status, f"`{got_kind}`") == (exc.status, kind)
+            assert error_response(exc, stream=True).status == exc.status
         else:
             assert (str(got_status), f"`{got_kind}`") == (status, kind)
 

@@ -88,7 +88,7 @@ def test_a_unary_request_with_output_flat_gets_the_unary_body() -> None:
     ((path, sent, accept),) = engine.sent
     assert (path, accept) == ("/generate", "application/json")
     assert sent["stream"] is False and sent["return_flat_raw_output_top_logprobs"] is True
-    assert sent["bootstrap_room"] == 1 and sent["rid"] == "client-1"
+    assert sent["bootstrap_room"] == 1 and re.fullmatch("[0-9a-f]{32}", sent["rid"])
     assert status == 200 and msgspec.json.decode(answer) == finished
 
 
