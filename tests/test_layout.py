@@ -17,6 +17,8 @@ ALLOWED = {
     "request": {"errors", "releases"},
     "response": {"errors", "request"},
     "cancel": {"errors", "request"},
+    "serve": {"errors", "releases", "request", "response", "cancel"},
+    "adapters": {"errors", "serve"},
     "cli": {"errors", "releases", "request", "response", "cancel", ""},
     "testing": {"errors", "releases", "request", "response", "cancel"},
 }

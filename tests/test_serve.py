@@ -313,3 +313,43 @@ def test_service_arguments_are_checked(option: str, value: Any) -> None:
 def test_a_transport_without_its_methods_is_refused() -> None:
     with pytest.raises(EnvelopeError, match="generate"):
         Service(object(), deployment=DEPLOYMENT)  # type: ignore[arg-type]
+
+
+def test_200_concurrent_requests_some_gone_leave_no_task_behind() -> None:
+    async def main() -> tuple[FakeTransport, set[asyncio.Task[Any]], int]:
+        transport = FakeTransport(
+            lambda request: Script(chunks=simple_stream(), delay_s=0.01)
+            if request["stream"]
+            else Script(chunks=[unary_body()], first_delay_s=0.05)
+        )
+        svc = service(transport)
+
+        async def one(index: int) -> None:
+            answer = await svc.generate(STREAM if index % 2 else UNARY)
+            async for _ in answer.body:
+                if index % 4 == 1:  # a streaming client that leaves after one frame
+                    break
+            await answer.body.aclose()
+
+        await asyncio.gather(*(one(index) for index in range(200)))
+        await svc.aclose()
+        return transport, asyncio.all_tasks() - {asyncio.current_task()}, svc.aborts_pending
+
+    transport, left, pending = asyncio.run(main())  # no wait_for: its task would be counted
+    assert left == set() and pending == 0
+    assert len(transport.aborts) == 50 and len(transport.closed) == 200
+
+
+@pytest.mark.parametrize(
+    ("frame_body", "output"),
+    [
+        ({"text": "", "output_ids": []}, False),
+        ({"text": "", "output_ids": [], "meta_info": {}}, False),
+        ({"text": "a", "output_ids": []}, True),
+        ({"output_ids": [3]}, True),
+    ],
+)
+def test_the_first_output_is_dynamo_s(frame_body: dict[str, Any], output: bool) -> None:
+    from sglang_envelope.serve.watch import is_output
+
+    assert is_output(frame_body) is output
