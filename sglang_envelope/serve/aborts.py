@@ -11,9 +11,8 @@ releases the connection. `Aborts` keeps every such task until it ends, and
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglang_envelope.cancel.plan import AbortPolicy, plan_abort
 from sglang_envelope.cancel.run import AbortOutcome, run_abort
@@ -21,6 +20,9 @@ from sglang_envelope.request.engine import EngineRequest
 from sglang_envelope.serve.legs import Leg
 from sglang_envelope.serve.transport import TRANSPORT_FAILURES, as_upstream_error
 from sglang_envelope.serve.watch import WatchedReply
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["AbortReport", "Aborts"]
 
@@ -47,6 +49,8 @@ class Aborts:
         Never suspends, so it can run in a cancelled task's ``finally``. A leg
         already being aborted is left to that abort.
         """
+        import asyncio
+
         if leg.watched.aborting:
             return
         leg.watched.aborting = True
@@ -56,6 +60,8 @@ class Aborts:
 
     def release(self, watched: WatchedReply) -> None:
         """Release an answer read to its end, detached (never suspends)."""
+        import asyncio
+
         task = asyncio.get_running_loop().create_task(watched.release())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -67,10 +73,14 @@ class Aborts:
 
     async def wait(self) -> None:
         """Until every abort under way has ended (each is bounded by its plan's deadline)."""
+        import asyncio
+
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _abort(self, leg: Leg, reading: asyncio.Future[Any] | None) -> None:
+        import asyncio
+
         engine, watched = leg.engine, leg.watched
         plan = plan_abort(
             engine, first_token_seen=watched.first_output.is_set(), policy=self._policy

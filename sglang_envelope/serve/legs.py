@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sglang_envelope.request.deployment import Deployment
 from sglang_envelope.request.engine import EngineRequest
@@ -16,6 +15,9 @@ from sglang_envelope.serve.transport import (
     check_reply,
 )
 from sglang_envelope.serve.watch import WatchedReply, read_all, read_past_done
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["Leg"]
 
@@ -30,6 +32,8 @@ class Leg:
     __slots__ = ("engine", "sending", "transport", "watched")
 
     def __init__(self, engine: EngineRequest, transport: Transport) -> None:
+        import asyncio
+
         self.engine = engine
         self.transport = transport
         self.watched = WatchedReply(streamed=engine.stream)

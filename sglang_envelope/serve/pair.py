@@ -17,9 +17,8 @@ facts, seen on a real pair, shape this module:
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -29,6 +28,9 @@ from sglang_envelope.response.merge import merge_prefill_logprobs
 from sglang_envelope.response.sse import SseDecoder, encode_sse
 from sglang_envelope.serve.legs import Leg
 from sglang_envelope.serve.transport import Transport
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["PrefillLeg", "PrefillServer", "with_prompt_logprobs"]
 
@@ -68,6 +70,8 @@ class PrefillLeg:
 
     async def response(self) -> dict[str, Any]:
         """The prefill's answer; raises its failure (`EngineError`, `UpstreamError`, ...)."""
+        import asyncio
+
         return await asyncio.shield(self.reading)
 
 

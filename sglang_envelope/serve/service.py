@@ -26,10 +26,9 @@ this client.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncGenerator, Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -73,6 +72,9 @@ from sglang_envelope.serve.transport import (
     as_upstream_error,
 )
 from sglang_envelope.serve.watch import Disconnected, read_past_done, until_done_or_gone
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["CLIENT_GONE", "Answer", "Service"]
 
@@ -220,6 +222,8 @@ class Service:
         prefill_dp_rank: int | None = None,
     ) -> Answer:
         """The answer to `envelope`, run under `envelope.rid`, given back as `client_rid`."""
+        import asyncio
+
         try:
             engines = self._engine_requests(envelope, routing or self._routing, prefill_dp_rank)
         except EnvelopeError as exc:
@@ -270,10 +274,14 @@ class Service:
 
     def _read_prefill(self, leg: Leg, main: Leg) -> PrefillLeg:
         """Read the prefill's answer to its end; its failure aborts the decode leg at once."""
+        import asyncio
+
         reading = asyncio.ensure_future(leg.response(self._deployment, self.max_bytes))
         prefill = PrefillLeg(leg, reading)
 
         def ended(task: asyncio.Future[Any]) -> None:
+            import asyncio
+
             failed = not task.cancelled() and task.exception() is not None
             if failed and not main.watched.finished.is_set():  # its reader reads it to the end
                 self._aborts.start(main, asyncio.ensure_future(main.watched.finished.wait()))
@@ -348,6 +356,8 @@ class Service:
         prefill: PrefillLeg | None,
     ) -> Answer:
         """A unary client's answer, aborted at once when the client goes away."""
+        import asyncio
+
         reading = asyncio.ensure_future(self._whole(main, prefill))
         try:
             gone = await until_done_or_gone(reading, disconnected, self._poll_s)

@@ -10,14 +10,16 @@ not close the connection: an answer given up early is read to its end by
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from sglang_envelope.errors.exceptions import EnvelopeError, ResponseError
 from sglang_envelope.response.sse import SseDecoder
 from sglang_envelope.serve.transport import EngineReply
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "Disconnected",
@@ -61,6 +63,8 @@ class WatchedReply:
 
     def __init__(self, *, streamed: bool) -> None:
         #: SGLang's answer, once its head has arrived (`attach`).
+        import asyncio
+
         self.reply: EngineReply | None = None
         self.attached = asyncio.Event()
         self.first_output = asyncio.Event()
@@ -75,6 +79,8 @@ class WatchedReply:
 
     def attach(self, reply: EngineReply) -> None:
         """SGLang's answer has arrived: read it, in a task of its own."""
+        import asyncio
+
         self.reply = reply
         self._pump = asyncio.ensure_future(self._read(reply))
         self.attached.set()
@@ -142,6 +148,8 @@ class WatchedReply:
 
     async def release(self) -> None:
         """Stop reading and release the connection, once."""
+        import asyncio
+
         if not self._released and self.reply is not None and self._pump is not None:
             self._released = True
             self._pump.cancel()
@@ -181,6 +189,8 @@ async def until_done_or_gone(
     reading: asyncio.Future[Any], disconnected: Disconnected | None, poll_s: float
 ) -> bool:
     """Wait for `reading`; True as soon as `disconnected()` says the client went away."""
+    import asyncio
+
     if disconnected is None:
         await asyncio.wait([reading])
         return False
