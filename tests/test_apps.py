@@ -54,12 +54,25 @@ def wait_for(test: Any, timeout: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-@pytest.fixture(params=APPS)
-def app(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, FakeEngine]]:
-    """(the app's URL, the engine behind it), for each app in turn."""
+@pytest.fixture(scope="module", params=APPS)
+def running(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, FakeEngine]]:
+    """Each app in turn, running in front of its fake engine, for the module's tests."""
     engine = FakeEngine(frame_delay=0.005)
-    with serving(engine) as url, running_app(request.param, tmp_path, url, VOCAB) as app_url:
+    directory = tmp_path_factory.mktemp("apps")
+    with serving(engine) as url, running_app(request.param, directory, url, VOCAB) as app_url:
         yield app_url, engine
+
+
+@pytest.fixture
+def app(running: tuple[str, FakeEngine]) -> tuple[str, FakeEngine]:
+    """(the app's URL, its engine), the engine's records cleared for this test."""
+    _, engine = running
+    wait_for(lambda: engine.running == 0)
+    for records in (engine.requests, engine.aborts, engine.outcomes):
+        records.clear()
+    return running
 
 
 def test_each_app_is_at_most_25_lines_of_its_reader_s_code() -> None:

@@ -36,7 +36,7 @@ from tests.serve_fakes import (
 )
 
 DEPLOYMENT = Deployment(vocab_size=320, incremental_streaming_output=False)
-POLICY = AbortPolicy(retry_delays_s=(), deadline_s=2.0, first_token_wait_s=0.5)
+POLICY = AbortPolicy(retry_delays_s=(), deadline_s=0.5, first_token_wait_s=0.2)
 STREAM = b'{"rid": "client-a", "input_ids": [5, 6], "stream": true}'
 UNARY = b'{"rid": "client-a", "input_ids": [5, 6]}'
 FLAT = b'{"input_ids": [5, 6], "return_flat_raw_output_top_logprobs": true}'
@@ -318,9 +318,11 @@ def test_a_transport_without_its_methods_is_refused() -> None:
 def test_200_concurrent_requests_some_gone_leave_no_task_behind() -> None:
     async def main() -> tuple[FakeTransport, set[asyncio.Task[Any]], int]:
         transport = FakeTransport(
-            lambda request: Script(chunks=simple_stream(), delay_s=0.01)
-            if request["stream"]
-            else Script(chunks=[unary_body()], first_delay_s=0.05)
+            lambda request: (
+                Script(chunks=simple_stream(), delay_s=0.01)
+                if request["stream"]
+                else Script(chunks=[unary_body()], first_delay_s=0.05)
+            )
         )
         svc = service(transport)
 
