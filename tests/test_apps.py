@@ -104,9 +104,11 @@ def test_a_client_gone_mid_stream_aborts_once_and_the_engine_s_stream_ends(
 ) -> None:
     url, engine = app
     body = {"input_ids": [5, 6, 7], "sampling_params": SLOW, "stream": True}
-    with httpx.Client(timeout=10) as client:
-        with client.stream("POST", url + "/generate", json=body) as answer:
-            next(answer.iter_raw())
+    with (
+        httpx.Client(timeout=10) as client,
+        client.stream("POST", url + "/generate", json=body) as answer,
+    ):
+        next(answer.iter_raw())
     wait_for(lambda: len(engine.outcomes) == 1)
     (outcome,) = engine.outcomes
     assert outcome.ending == "abort" and outcome.completion_tokens < 100
