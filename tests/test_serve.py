@@ -15,6 +15,7 @@ from sglang_envelope import (
     CLIENT_GONE,
     AbortPolicy,
     Deployment,
+    EngineReply,
     EnvelopeError,
     Service,
     UpstreamError,
@@ -355,3 +356,118 @@ def test_the_first_output_is_dynamo_s(frame_body: dict[str, Any], output: bool) 
     from sglang_envelope.serve.watch import is_output
 
     assert is_output(frame_body) is output
+
+
+class DownAborts(FakeTransport):
+    """Aborts fail: the transport to SGLang broke, or returns nonsense."""
+
+    def __init__(self, failure: BaseException | None) -> None:
+        super().__init__(long_stream)
+        self.failure = failure
+
+    async def abort(self, body: bytes) -> int:
+        if self.failure is not None:
+            raise self.failure
+        return "no status"  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    ("failure", "reported"),
+    [(ConnectionRefusedError(), UpstreamError), (None, EnvelopeError)],
+)
+def test_an_abort_that_fails_is_reported_not_lost(
+    failure: BaseException | None, reported: type[Exception]
+) -> None:
+    reports: list[tuple[Any, Any]] = []
+
+    async def main() -> None:
+        svc = service(DownAborts(failure), on_abort=lambda e, o: reports.append((e, o)))
+        answer = await svc.generate(STREAM)
+        await answer.body.__anext__()
+        await answer.body.aclose()
+        await svc.aclose()
+
+    run(main())
+    ((engine, outcome),) = reports
+    assert isinstance(outcome, reported) and engine.body.rid
+
+
+def test_an_answer_over_max_bytes_is_refused() -> None:
+    async def main() -> tuple[int, bytes]:
+        svc = service(FakeTransport(streamed), max_bytes=64)
+        answer = await svc.generate(FLAT)
+        return answer.status, await read(answer)
+
+    status, body = run(main())
+    assert status == 502 and b"max_bytes" in body
+
+
+def test_a_stream_the_watch_cannot_read_is_still_relayed_as_the_readers_judge_it() -> None:
+    def script(request: dict[str, Any]) -> Script:
+        return Script(chunks=[b"data: not json\n\n", DONE])
+
+    async def main() -> bytes:
+        return await read(await service(FakeTransport(script)).generate(STREAM))
+
+    written = run(main())
+    assert written.endswith(DONE) and b'"error"' in written
+
+
+def test_a_drain_stops_at_its_bound() -> None:
+    from sglang_envelope.serve.watch import WatchedReply
+
+    async def main() -> bool:
+        async def chunks() -> Any:
+            while True:
+                yield b"x" * 100
+                await asyncio.sleep(0)
+
+        async def close() -> None:
+            pass
+
+        watched = WatchedReply(streamed=True)
+        watched.attach(EngineReply(200, chunks(), close))
+        await watched.drain(250)
+        await watched.release()
+        return watched.finished.is_set()
+
+    assert run(main()) is False, "stopped at the bound, not at the end"
+
+
+def test_a_handler_cancelled_while_sglang_s_head_is_awaited_aborts() -> None:
+    async def main() -> FakeTransport:
+        transport = FakeTransport(lambda request: Script(chunks=[unary_body()], head_delay_s=3))
+        svc = service(transport)
+        task = asyncio.ensure_future(svc.generate(FLAT))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await svc.aclose()
+        return transport
+
+    assert len(run(main()).aborts) == 1
+
+
+def test_a_transport_s_own_bug_is_not_hidden() -> None:
+    async def main() -> None:
+        transport = FakeTransport(streamed)
+        transport.send_error = RuntimeError("a bug in the transport")
+        await service(transport).generate(UNARY)
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        run(main())
+
+
+@pytest.mark.parametrize("status", [99, 600, "200"])
+def test_an_engine_reply_with_no_http_status_is_refused(status: Any) -> None:
+    from sglang_envelope.serve.transport import check_reply
+
+    async def chunks() -> Any:
+        yield b""
+
+    async def close() -> None:
+        pass
+
+    with pytest.raises(EnvelopeError, match=r"EngineReply\.status"):
+        check_reply(EngineReply(status, chunks(), close))

@@ -1,0 +1,211 @@
+"""The httpx and aiohttp transports, and aiohttp's `respond`, against real servers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+from aiohttp import web
+
+from sglang_envelope import Deployment, EngineReply, Service, UpstreamError
+from sglang_envelope.adapters.aiohttp import AiohttpTransport, respond
+from sglang_envelope.adapters.httpx import HttpxTransport
+from sglang_envelope.testing import FakeEngine
+from tests.apps import free_port
+from tests.test_apps import serving
+
+DEPLOYMENT = Deployment(vocab_size=320)
+BODY = {"rid": "mine", "input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3}}
+Make = Callable[[str], Any]
+KINDS: list[Make] = [HttpxTransport, AiohttpTransport]
+
+
+@pytest.fixture(scope="module")
+def engine_url() -> Iterator[tuple[FakeEngine, str]]:
+    engine = FakeEngine()
+    with serving(engine) as url:
+        yield engine, url
+
+
+@contextlib.contextmanager
+def silent_server(reply: bytes | None) -> Iterator[str]:
+    """A TCP server that reads a request, writes `reply` (None: nothing) and hangs up."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.recv(65536)
+                if reply is None:
+                    stop.wait(3)
+                else:
+                    conn.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+async def read(answer: Any) -> bytes:
+    return b"".join([chunk async for chunk in answer.body])
+
+
+@pytest.mark.parametrize("make", KINDS)
+def test_a_transport_serves_both_modes_and_aborts(
+    make: Make, engine_url: tuple[FakeEngine, str]
+) -> None:
+    _, url = engine_url
+
+    async def main() -> tuple[bytes, bytes, int, int]:
+        async with make(url) as transport, Service(transport, deployment=DEPLOYMENT) as svc:
+            unary = await read(await svc.generate(json.dumps(BODY).encode()))
+            stream = await read(await svc.generate(json.dumps({**BODY, "stream": True}).encode()))
+            status, info = await transport.get("/get_server_info")
+            aborted = await transport.abort(b'{"rid":"none"}')
+            assert "context_length" in json.loads(info)
+            return unary, stream, status, aborted
+
+    unary, stream, status, aborted = asyncio.run(main())
+    assert json.loads(unary)["meta_info"]["id"] == "mine"
+    assert stream.endswith(b"data: [DONE]\n\n") and b'"id":"mine"' in stream
+    assert (status, aborted) == (200, 200)
+
+
+@pytest.mark.parametrize("make", KINDS)
+def test_an_unreachable_sglang_is_an_upstream_error(make: Make) -> None:
+    down = f"http://127.0.0.1:{free_port()}"
+
+    async def main() -> list[UpstreamError]:
+        errors = []
+        async with make(down) as transport:
+            for name, args in (("generate", (b"{}", {})), ("abort", (b"{}",)), ("get", ("/",))):
+                with pytest.raises(UpstreamError) as caught:
+                    await getattr(transport, name)(*args)
+                errors.append(caught.value)
+        return errors
+
+    assert [error.status for error in asyncio.run(main())] == [502, 502, 502]
+
+
+def test_a_timeout_is_an_upstream_error_504() -> None:
+    async def main(transport: Any) -> UpstreamError:
+        async with transport:
+            with pytest.raises(UpstreamError) as caught:
+                await transport.generate(b"{}", {})
+        return caught.value
+
+    with silent_server(None) as url:
+        client = httpx.AsyncClient(base_url=url, timeout=0.3)
+        assert asyncio.run(main(HttpxTransport(url, client=client))).status == 504
+        asyncio.run(client.aclose())
+
+        async def with_session() -> UpstreamError:
+            session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.3))
+            async with session:
+                return await main(AiohttpTransport(url, session=session))
+
+        assert asyncio.run(with_session()).status == 504
+
+
+BROKEN = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    b'20\r\ndata: {"text":"x","output_ids":'
+)
+
+
+@pytest.mark.parametrize("make", KINDS)
+def test_a_connection_broken_mid_answer_is_an_upstream_error(make: Make) -> None:
+    async def main(url: str) -> UpstreamError:
+        async with make(url) as transport:
+            reply: EngineReply = await transport.generate(b"{}", {})
+            with pytest.raises(UpstreamError) as caught:
+                async for _ in reply.chunks:
+                    pass
+            await reply.close()
+        return caught.value
+
+    with silent_server(BROKEN) as url:
+        assert asyncio.run(main(url)).status == 502
+
+
+def test_respond_serves_an_aiohttp_request(engine_url: tuple[FakeEngine, str]) -> None:
+    _, url = engine_url
+
+    async def main() -> tuple[httpx.Response, httpx.Response]:
+        transport = HttpxTransport(url)
+        service = Service(transport, deployment=DEPLOYMENT)
+
+        async def handler(request: web.Request) -> web.StreamResponse:
+            return await respond(request, service)
+
+        app = web.Application()
+        app.router.add_post("/generate", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+                unary = await client.post("/generate", json=BODY)
+                stream = await client.post("/generate", json={**BODY, "stream": True})
+        finally:
+            await runner.cleanup()
+            await service.aclose()
+            await transport.aclose()
+        return unary, stream
+
+    unary, stream = asyncio.run(main())
+    assert unary.status_code == 200 and unary.json()["meta_info"]["id"] == "mine"
+    assert stream.headers["content-type"].startswith("text/event-stream")
+
+
+class Wrong:
+    """A transport whose generate returns something else than an EngineReply."""
+
+    async def generate(self, body: bytes, headers: Any) -> Any:
+        return (200, b"")
+
+    async def abort(self, body: bytes) -> int:
+        return 200
+
+
+def test_a_transport_returning_no_engine_reply_is_the_server_s_bug() -> None:
+    async def main() -> tuple[int, bytes]:
+        async with Service(Wrong(), deployment=DEPLOYMENT) as svc:
+            answer = await svc.generate(json.dumps(BODY).encode())
+            return answer.status, await read(answer)
+
+    status, body = asyncio.run(main())
+    assert status == 500 and b"EngineReply" in body
+
+
+def test_an_envelope_refused_answers_in_its_client_s_mode() -> None:
+    async def main(wire: bytes) -> tuple[int, str]:
+        svc = Service(Wrong(), deployment=DEPLOYMENT)
+        answer = await svc.generate_envelope(wire)
+        return answer.status, answer.media_type
+
+    stream = b'{"rid": "f", "request": {"text": "hi", "stream": true}}'
+    assert asyncio.run(main(stream)) == (200, "text/event-stream; charset=utf-8")
+    assert asyncio.run(main(b'{"rid": "f", "request": {"text": "hi"}}'))[0] == 400
+    assert asyncio.run(main(b"not json"))[0] == 400
