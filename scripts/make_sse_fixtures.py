@@ -51,7 +51,7 @@ from sglang.srt.managers.tokenizer_manager import (  # type: ignore[import-not-f
     _slice_streaming_output_meta_info,
 )
 from sglang.srt.utils.json_response import dumps_json, orjson_response  # type: ignore[import-not-found]
-from starlette.responses import StreamingResponse  # type: ignore[import-not-found]
+from starlette.responses import StreamingResponse
 
 SEED = 20260523
 ROOT = Path(__file__).resolve().parent.parent
