@@ -471,3 +471,25 @@ def test_an_engine_reply_with_no_http_status_is_refused(status: Any) -> None:
 
     with pytest.raises(EnvelopeError, match=r"EngineReply\.status"):
         check_reply(EngineReply(status, chunks(), close))
+
+
+def test_a_reader_of_an_answer_given_up_is_told_so() -> None:
+    from sglang_envelope.serve.watch import WatchedReply
+
+    async def main() -> None:
+        async def chunks() -> Any:
+            await asyncio.sleep(10)
+            yield b""
+
+        async def close() -> None:
+            pass
+
+        watched = WatchedReply(streamed=True)
+        watched.attach(EngineReply(200, chunks(), close))
+        reading = asyncio.ensure_future(watched.__anext__())
+        await asyncio.sleep(0.01)
+        await watched.release()
+        with pytest.raises(EnvelopeError, match="given up"):
+            await asyncio.wait_for(reading, 1)
+
+    run(main())

@@ -154,6 +154,9 @@ class WatchedReply:
             self._released = True
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
+            while not self._queue.empty():  # a reader still waiting is told the answer ended
+                self._queue.get_nowait()
+            self._queue.put_nowait(_Failed(ResponseError("SGLang's answer was given up")))
             await self.reply.close()
 
 
