@@ -28,6 +28,7 @@ from sglang_envelope.request.engine import (
     RoleName,
     build_engine_request,
 )
+from sglang_envelope.request.overrides import OVERRIDE_HEADERS, header_overrides
 from sglang_envelope.request.routing import Bootstrap, Routing
 from sglang_envelope.request.envelope import (
     WorkerEnvelope,
@@ -109,6 +110,7 @@ __all__ = [
     "DEFAULT_MAX_JSON_DEPTH",
     "DEFAULT_MAX_JSON_ITEMS",
     "KNOWN_RELEASES",
+    "OVERRIDE_HEADERS",
     "DEPLOYMENT_RULES",
     "Bootstrap",
     "ClientRequest",
@@ -144,6 +146,7 @@ __all__ = [
     "aiter_frames",
     "encode_sse",
     "finalize_response",
+    "header_overrides",
     "merge_prefill_logprobs",
     "parse_unary",
     "relay_sse",

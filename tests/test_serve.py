@@ -303,6 +303,8 @@ def test_the_readers_see_what_a_direct_client_sees() -> None:
         ("disconnect_poll_s", 0),
         ("max_bytes", -1),
         ("prefill", "x"),
+        ("header_overrides", 1),
+        ("rid", "not callable"),
     ],
 )
 def test_service_arguments_are_checked(option: str, value: Any) -> None:

@@ -11,7 +11,14 @@ from sglang_envelope.errors.answers import error_response, stream_requested
 from sglang_envelope.errors.exceptions import EnvelopeError
 from sglang_envelope.request.engine import EngineRequest
 
-__all__ = ["Answer", "envelope_stream_requested", "id_bytes", "refused", "whole_answer"]
+__all__ = [
+    "Answer",
+    "envelope_stream_requested",
+    "id_bytes",
+    "refused",
+    "request_bytes",
+    "whole_answer",
+]
 
 _encode = msgspec.json.encode
 
@@ -63,3 +70,12 @@ def envelope_stream_requested(wire: object) -> bool:
     except (msgspec.DecodeError, TypeError, ValueError):
         return False
     return stream_requested(bytes(raw.request))
+
+
+def request_bytes(wire: bytes) -> bytes | None:
+    """The client's body inside a worker envelope that decoded (``"request"``'s bytes)."""
+    try:
+        raw = msgspec.json.decode(wire, type=_EnvelopeRequest)
+    except (msgspec.DecodeError, TypeError, ValueError):
+        return None
+    return bytes(raw.request)

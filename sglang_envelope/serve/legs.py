@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sglang_envelope.request.deployment import Deployment
@@ -31,17 +32,25 @@ class Leg:
 
     __slots__ = ("engine", "sending", "transport", "watched")
 
-    def __init__(self, engine: EngineRequest, transport: Transport) -> None:
+    def __init__(
+        self,
+        engine: EngineRequest,
+        transport: Transport,
+        wire: tuple[bytes, Mapping[str, str]] | None = None,
+    ) -> None:
+        """Send `engine` with `transport`: as `wire` (a body and its headers), else as
+        `engine.to_json()` and `engine.headers`."""
         import asyncio
 
         self.engine = engine
         self.transport = transport
         self.watched = WatchedReply(streamed=engine.stream)
-        self.sending: asyncio.Future[None] = asyncio.ensure_future(self._send())
+        body, headers = wire or (engine.to_json(), engine.headers)
+        self.sending: asyncio.Future[None] = asyncio.ensure_future(self._send(body, headers))
 
-    async def _send(self) -> None:
+    async def _send(self, body: bytes, headers: Mapping[str, str]) -> None:
         try:
-            reply = await self.transport.generate(self.engine.to_json(), self.engine.headers)
+            reply = await self.transport.generate(body, headers)
         except TRANSPORT_FAILURES as error:
             raise as_upstream_error(error) from error
         self.watched.attach(check_reply(reply))

@@ -27,7 +27,7 @@ this client.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -43,14 +43,14 @@ from sglang_envelope.errors.exceptions import (
     EnvelopeError,
     ResponseError,
     UpstreamError,
-    show_value,
 )
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.deployment import Deployment
 from sglang_envelope.request.engine import EngineRequest, Role, build_engine_request
 from sglang_envelope.request.envelope import WorkerEnvelope, decode_envelope, to_worker_envelope
+from sglang_envelope.request.overrides import header_overrides
 from sglang_envelope.request.routing import Bootstrap, Routing
-from sglang_envelope.request.types import decode_client_request
+from sglang_envelope.request.types import ClientRequest, decode_client_request
 from sglang_envelope.response.aggregate import DEFAULT_MAX_BYTES
 from sglang_envelope.response.finalize import finalize_response
 from sglang_envelope.response.merge import merge_prefill_logprobs
@@ -62,8 +62,10 @@ from sglang_envelope.serve.answer import (
     envelope_stream_requested,
     id_bytes,
     refused,
+    request_bytes,
     whole_answer,
 )
+from sglang_envelope.serve.checks import check_service_arguments
 from sglang_envelope.serve.legs import Leg
 from sglang_envelope.serve.pair import PrefillLeg, PrefillServer, with_prompt_logprobs
 from sglang_envelope.serve.transport import (
@@ -88,22 +90,12 @@ def new_rid() -> str:
     return uuid.uuid4().hex
 
 
-def _check_type(name: str, value: object, kind: type) -> None:
-    if not isinstance(value, kind):
-        raise EnvelopeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
-
-
-def _check_transport(name: str, transport: object) -> None:
-    for method in ("generate", "abort"):
-        if not callable(getattr(transport, method, None)):
-            raise EnvelopeError(f"{name} must have an async {method}() method")
-
-
 class Service:
     """One SGLang server (or prefill/decode pair), served to clients."""
 
     __slots__ = (
-        "_aborts", "_client_incremental", "_deployment", "_new_rid", "_poll_s", "_prefill",
+        "_aborts", "_client_incremental", "_deployment", "_new_rid", "_overrides", "_poll_s",
+        "_prefill",
         "_routing", "_target", "_transport", "max_bytes",
     )  # fmt: skip
 
@@ -121,22 +113,10 @@ class Service:
         rid: Callable[[], str] = new_rid,
         disconnect_poll_s: float = 0.1,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        header_overrides: bool = False,
     ) -> None:
-        _check_transport("transport", transport)
-        if prefill is not None:
-            _check_type("prefill", prefill, PrefillServer)
-            _check_transport("prefill.transport", prefill.transport)
-        _check_type("deployment", deployment, Deployment)
-        _check_type("target", target, Target)
-        _check_type("abort_policy", abort_policy, AbortPolicy)
-        if routing is not None:
-            _check_type("routing", routing, Routing)
-        if type(disconnect_poll_s) not in (int, float) or not 0 < disconnect_poll_s <= 60:
-            raise EnvelopeError(
-                f"disconnect_poll_s: expected seconds in (0, 60], got {disconnect_poll_s!r}"
-            )
-        if type(max_bytes) is not int or max_bytes < 1:
-            raise EnvelopeError(f"max_bytes: expected a positive int, got {show_value(max_bytes)}")
+        check_service_arguments(locals())
+        self._overrides = header_overrides
         self._transport = transport
         self._prefill = prefill
         self._deployment = deployment
@@ -185,7 +165,7 @@ class Service:
         except EnvelopeError as exc:
             return refused(exc, stream_requested(body))
         return await self.answer(
-            envelope, client_rid=request.rid or envelope.rid,
+            envelope, client_rid=request.rid or envelope.rid, body=body,
             disconnected=disconnected, routing=routing, prefill_dp_rank=prefill_dp_rank,
         )  # fmt: skip
 
@@ -207,9 +187,10 @@ class Service:
             owned = to_worker_envelope(envelope.request, rid=self._new_rid())
         except EnvelopeError as exc:
             return refused(exc, envelope_stream_requested(wire))
+        body = request_bytes(wire) if self._overrides else None
         return await self.answer(
-            owned, client_rid=client_rid, disconnected=disconnected, routing=routing,
-            prefill_dp_rank=prefill_dp_rank,
+            owned, client_rid=client_rid, body=body, disconnected=disconnected,
+            routing=routing, prefill_dp_rank=prefill_dp_rank,
         )  # fmt: skip
 
     async def answer(
@@ -217,18 +198,25 @@ class Service:
         envelope: WorkerEnvelope,
         *,
         client_rid: str,
+        body: bytes | None = None,
         disconnected: Disconnected | None = None,
         routing: Routing | None = None,
         prefill_dp_rank: int | None = None,
     ) -> Answer:
-        """The answer to `envelope`, run under `envelope.rid`, given back as `client_rid`."""
+        """The answer to `envelope`, run under `envelope.rid`, given back as `client_rid`.
+
+        `body` is the client's body that `envelope.request` was decoded from: with
+        `header_overrides`, sent as it is where SGLang's override headers carry
+        the engine request (`header_overrides`).
+        """
         import asyncio
 
         try:
             engines = self._engine_requests(envelope, routing or self._routing, prefill_dp_rank)
         except EnvelopeError as exc:
             return refused(exc, envelope.stream)
-        legs = [Leg(engine, transport) for engine, transport in engines]
+        request = envelope.request
+        legs = [Leg(e, to, self._wire(e, request, body)) for e, to in engines]
         sending = asyncio.gather(*(leg.sending for leg in legs), return_exceptions=True)
         try:
             gone = await until_done_or_gone(sending, disconnected, self._poll_s)
@@ -249,9 +237,18 @@ class Service:
         if main.status != 200:
             return await self._refused_by_engine(main, prefill, envelope.stream)
         if envelope.stream:
-            body = self._relayed(main, client_rid, prefill)
-            return Answer(200, {"content-type": EVENT_STREAM}, body)
+            relayed = self._relayed(main, client_rid, prefill)
+            return Answer(200, {"content-type": EVENT_STREAM}, relayed)
         return await self._unary(main, client_rid, disconnected, prefill)
+
+    def _wire(
+        self, engine: EngineRequest, request: ClientRequest, body: bytes | None
+    ) -> tuple[bytes, Mapping[str, str]] | None:
+        """The client's own body and SGLang's override headers, when they can carry `engine`."""
+        if not self._overrides or body is None:
+            return None
+        headers = header_overrides(engine, request)
+        return None if headers is None else (body, headers)
 
     def _engine_requests(
         self, envelope: WorkerEnvelope, routing: Routing | None, prefill_dp_rank: int | None

@@ -1,0 +1,56 @@
+"""The checks of `Service`'s arguments, as a table read by plain lookups."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from sglang_envelope.cancel.plan import AbortPolicy
+from sglang_envelope.errors.exceptions import EnvelopeError, show_value
+from sglang_envelope.releases.target import Target
+from sglang_envelope.request.deployment import Deployment
+from sglang_envelope.request.routing import Routing
+from sglang_envelope.serve.pair import PrefillServer
+
+__all__ = ["ARGUMENT_TYPES", "check_service_arguments"]
+
+#: Argument -> the types it may have (None: may be None).
+ARGUMENT_TYPES: Final[Mapping[str, tuple[type | None, ...]]] = {
+    "deployment": (Deployment,),
+    "prefill": (PrefillServer, None),
+    "target": (Target,),
+    "routing": (Routing, None),
+    "abort_policy": (AbortPolicy,),
+    "client_incremental": (bool,),
+    "header_overrides": (bool,),
+}
+
+
+def _check_transport(name: str, transport: object) -> None:
+    for method in ("generate", "abort"):
+        if not callable(getattr(transport, method, None)):
+            raise EnvelopeError(f"{name} must have an async {method}() method")
+
+
+def check_service_arguments(arguments: Mapping[str, Any]) -> None:
+    """Raise `EnvelopeError` naming the first of `Service`'s arguments that is wrong."""
+    _check_transport("transport", arguments["transport"])
+    for name, kinds in ARGUMENT_TYPES.items():
+        value = arguments[name]
+        if value is None and None in kinds:
+            continue
+        if not any(kind is not None and type(value) is kind for kind in kinds):
+            names = " or ".join("None" if kind is None else kind.__name__ for kind in kinds)
+            raise EnvelopeError(f"{name} must be a {names}, got {type(value).__name__}")
+    if arguments["prefill"] is not None:
+        _check_transport("prefill.transport", arguments["prefill"].transport)
+    if not callable(arguments["rid"]) or not callable(arguments["on_abort"] or len):
+        raise EnvelopeError("rid and on_abort must be callables")
+    poll = arguments["disconnect_poll_s"]
+    if type(poll) not in (int, float) or not 0 < poll <= 60:
+        raise EnvelopeError(
+            f"disconnect_poll_s: expected seconds in (0, 60], got {show_value(poll)}"
+        )
+    limit = arguments["max_bytes"]
+    if type(limit) is not int or limit < 1:
+        raise EnvelopeError(f"max_bytes: expected a positive int, got {show_value(limit)}")
