@@ -2,7 +2,8 @@
 
 `server`, `incremental_server` and `skip_tokenizer_server` are aggregated SGLang
 servers (default flags, `--incremental-streaming-output`, `--skip-tokenizer-init`),
-`release_server` one running SGLang 0.5.22's code, `pd_pair` a prefill/decode pair.
+`release_server` one running SGLang 0.5.22's code, `overrides_server` one reading
+SGLang's override headers, `pd_pair` a prefill/decode pair.
 `LIVE_DEFAULT_URL`, `LIVE_INCREMENTAL_URL`, `LIVE_SKIP_TOKENIZER_URL` and
 `LIVE_0_5_22_URL` name running servers to use instead of starting one, and `LIVE_PD`
 a running pair ("PREFILL_URL DECODE_URL BOOTSTRAP_PORT").
@@ -32,10 +33,11 @@ FIXTURES: dict[str, tuple[str, str | None]] = {
     "incremental_server": ("incremental", "LIVE_INCREMENTAL_URL"),
     "skip_tokenizer_server": ("skip_tokenizer", "LIVE_SKIP_TOKENIZER_URL"),
     "release_server": ("sglang_0_5_22", "LIVE_0_5_22_URL"),
+    "overrides_server": ("overrides", "LIVE_OVERRIDES_URL"),
     "pd_pair": ("pd", None),
 }
 #: The order the groups of tests run in (a test runs with the latest of its kinds).
-KIND_ORDER = ("default", "incremental", "skip_tokenizer", "sglang_0_5_22", "pd")
+KIND_ORDER = ("default", "incremental", "skip_tokenizer", "sglang_0_5_22", "overrides", "pd")
 #: The parametrized fixture a test uses to run on each aggregated server.
 ANY_SERVER = "any_server"
 
@@ -190,6 +192,14 @@ def skip_tokenizer_server() -> LiveServer:
 def release_server() -> LiveServer:
     """An aggregated server running SGLang 0.5.22's code (on 0.5.23's dependencies)."""
     live = _POOL.get("sglang_0_5_22")
+    assert isinstance(live, LiveServer)
+    return live
+
+
+@pytest.fixture(scope="session")
+def overrides_server() -> LiveServer:
+    """An aggregated server run with SGLANG_ENABLE_REQUEST_HEADER_OVERRIDES=1."""
+    live = _POOL.get("overrides")
     assert isinstance(live, LiveServer)
     return live
 

@@ -55,6 +55,11 @@ KIND_FLAGS: dict[str, tuple[str, ...]] = {
     "incremental": ("--incremental-streaming-output",),
     "skip_tokenizer": ("--skip-tokenizer-init",),
     "sglang_0_5_22": (),
+    "overrides": (),
+}
+#: The environment variables a kind of server runs with, beyond the suite's own.
+KIND_ENV: dict[str, dict[str, str]] = {
+    "overrides": {"SGLANG_ENABLE_REQUEST_HEADER_OVERRIDES": "1"},
 }
 #: Directories of the live environment put first on a kind's PYTHONPATH: SGLang 0.5.22's
 #: code (`pip install --no-deps --target`) runs on 0.5.23's dependencies.
@@ -290,6 +295,7 @@ def wait_ready(servers: Sequence[LiveServer], timeout: float = READY_TIMEOUT_S) 
 def start_server(kind: str = "default", *, log_dir: Path | None = None) -> LiveServer:
     """Start an aggregated server of `kind` (a key of KIND_FLAGS) and wait until it is ready."""
     path = [live_dir() / name for name in KIND_PATH.get(kind, ())]
-    server = launch(kind, KIND_FLAGS[kind], env=sglang_environment(path), log_dir=log_dir)
+    env = sglang_environment(path) | KIND_ENV.get(kind, {})
+    server = launch(kind, KIND_FLAGS[kind], env=env, log_dir=log_dir)
     wait_ready([server])
     return server
