@@ -28,12 +28,12 @@ from sglang_envelope.request.limits import (
     DEFAULT_MAX_JSON_ITEMS,
     make_limits,
 )
+from sglang_envelope.request.passed import NO_PASSED_FIELDS
 from sglang_envelope.request.rules import (
     DEFAULT_TARGET,
     reject,
 )
 from sglang_envelope.request.types import (
-    NO_PASSED_FIELDS,
     ClientRequest,
     contract_of,
     decode_with_limits,
