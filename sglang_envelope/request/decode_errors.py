@@ -115,30 +115,42 @@ def translate_validation_error(
         return reject("not_json", detail=str(error))
     match = _AT.match(str(error))
     assert match is not None  # the pattern matches any text
-    what = match["what"]
-    raw_path = (match["path"] or "$").removeprefix("$").removeprefix(".")
-    path = (
-        prefix + raw_path
-        if raw_path.startswith("[")
-        else ".".join(part for part in (prefix, raw_path) if part)
-    )
+    what, path = match["what"], _joined(prefix, match["path"])
     if match["key"]:
         return reject("invalid_value", path=path or "body", detail=f"keys must be strings; {what}")
     if _UNKNOWN.match(str(error)):
-        found = first_unknown_key(data) if data is not None else None
-        if found is None:  # not found in the body: read the message
-            return reject("invalid_value", path=path or "body", detail=what)
-        where, key = found
-        contract = contract or contract_for(DEFAULT_TARGET)
-        if where == "sampling_params":
-            return unknown_sampling_key(key, contract)
-        if not where:
-            return unknown_top_level_key(key, contract)
-        return reject("unknown_nested_field", key=key, path=where)
+        return _unknown_key(data, contract, path=path, what=what)
     if missing := _MISSING.match(what):
         if not path and missing["key"] == "input_ids":
             return reject("missing_input_ids")
         return reject("invalid_value", path=path or "body", detail=what)
+    return _wrong_value(what, path)
+
+
+def _joined(prefix: str, raw: str | None) -> str:
+    """msgspec's path (`$`, `$.a.b`, `$[0]`, or None at the top level) after `prefix`."""
+    path = (raw or "$").removeprefix("$").removeprefix(".")
+    if path.startswith("["):
+        return prefix + path
+    return ".".join(part for part in (prefix, path) if part)
+
+
+def _unknown_key(data: Any, contract: Contract | None, *, path: str, what: str) -> RequestRejected:
+    """The refusal of the first unknown key, found in the body `data` itself."""
+    found = first_unknown_key(data) if data is not None else None
+    if found is None:  # not found in the body: read the message
+        return reject("invalid_value", path=path or "body", detail=what)
+    where, key = found
+    contract = contract or contract_for(DEFAULT_TARGET)
+    if where == "sampling_params":
+        return unknown_sampling_key(key, contract)
+    if not where:
+        return unknown_top_level_key(key, contract)
+    return reject("unknown_nested_field", key=key, path=where)
+
+
+def _wrong_value(what: str, path: str) -> RequestRejected:
+    """The refusal of a value of the wrong type or out of range, at `path` ("": the body)."""
     expected = _EXPECTED.match(what)
     if not path:
         return reject("not_object", got=expected["got"] if expected else what)
