@@ -105,8 +105,6 @@ class ClientRequest(RequestFields, frozen=True, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         checked: object = self.passed_fields
         if type(checked) is _Checked:  # made by _from_checked: the rules were applied
-            if self.target is not checked.target:
-                msgspec.structs.force_setattr(self, "target", checked.target)
             msgspec.structs.force_setattr(self, "passed_fields", checked.passed)
             return
         made = _check_made(self)
