@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
 
 from sglang_envelope.errors.exceptions import RequestRejected
 from sglang_envelope.request.contract import Contract, contract_for
+from sglang_envelope.request.fields import RequestFields, SamplingParams, Watermark
 from sglang_envelope.request.rules import DEFAULT_TARGET, FIELD_OWNERS, reject
 
 __all__ = [
@@ -80,23 +83,32 @@ DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError, B
 
 _members = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
-#: Where a struct sits in the body, and the names it knows; filled in by `types.py`.
-KNOWN_FIELDS: dict[str, frozenset[str]] = {}
+#: Where a struct sits in a client body, and the names it knows.
+KNOWN_FIELDS: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "": frozenset(RequestFields.__struct_fields__),
+        "sampling_params": frozenset(SamplingParams.__struct_fields__),
+        "sampling_params.watermark": frozenset(Watermark.__struct_fields__),
+    }
+)
 
 
-def first_unknown_key(data: Any, path: str = "") -> tuple[str, str] | None:
-    """The first key in document order that no struct at `path` knows: (path, key)."""
+def first_unknown_key(
+    data: Any, path: str = "", known: Mapping[str, frozenset[str]] = KNOWN_FIELDS
+) -> tuple[str, str] | None:
+    """The first key in document order that no struct at `path` knows: (path, key).
+    `known`: where each struct sits, and the names it knows (a client body's by default)."""
     try:
         members = _members.decode(data)
     except DECODE_ERRORS:
         return None
-    known = KNOWN_FIELDS.get(path, frozenset())
+    names = known.get(path, frozenset())
     for key, value in members.items():
-        if key not in known:
+        if key not in names:
             return path, key
         inner = f"{path}.{key}" if path else key
-        if inner in KNOWN_FIELDS:
-            found = first_unknown_key(value, inner)
+        if inner in known:
+            found = first_unknown_key(value, inner, known)
             if found is not None:
                 return found
     return None

@@ -38,7 +38,6 @@ from sglang_envelope.request.contract import (
 )
 from sglang_envelope.request.decode_errors import (
     DECODE_ERRORS,
-    KNOWN_FIELDS,
     translate_validation_error,
 )
 from sglang_envelope.request.fields import RequestFields, SamplingParams, Watermark
@@ -192,9 +191,6 @@ def _check_made(request: ClientRequest) -> ClientRequest:
 # --- decoding -------------------------------------------------------------------
 
 _decoder = msgspec.json.Decoder(_Wire)
-KNOWN_FIELDS[""] = frozenset(CLIENT_FIELDS)
-KNOWN_FIELDS["sampling_params"] = frozenset(SamplingParams.__struct_fields__)
-KNOWN_FIELDS["sampling_params.watermark"] = frozenset(Watermark.__struct_fields__)
 prepare_checks(
     {field.name: field.default for field in msgspec.structs.fields(_Wire)},
     {field.name: field.default for field in msgspec.structs.fields(SamplingParams)},
