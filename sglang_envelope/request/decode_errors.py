@@ -1,34 +1,34 @@
 """msgspec's verdict on a body it cannot decode, as the rule the body breaks.
 
 The typed decode of `ClientRequest` enforces the rules whose check is None in
-`_rules.RULES` (types, unknown keys, token ids); `translate_validation_error`
-reads msgspec's error into that rule's `RequestRejected`, in the target's
-words.
+`rules.RULES` (types, unknown keys, token ids); `translate_validation_error`
+reads msgspec's error into that rule's `RequestRejected` (an unknown key in the target's
+words, by `unknown_keys.refuse_unknown`).
 """
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
 import msgspec
 
 from sglang_envelope.errors.exceptions import RequestRejected
-from sglang_envelope.request.contract import Contract, contract_for
 from sglang_envelope.request.fields import RequestFields, SamplingParams, Watermark
-from sglang_envelope.request.rules import DEFAULT_TARGET, FIELD_OWNERS, reject
+from sglang_envelope.request.rules import reject
 
 __all__ = [
     "DECODE_ERRORS",
     "KNOWN_FIELDS",
+    "RefuseUnknown",
     "first_unknown_key",
     "translate_validation_error",
-    "unknown_sampling_key",
-    "unknown_top_level_key",
 ]
+
+#: Words the refusal of an unknown key: `(path, key)` -> its `RequestRejected`.
+RefuseUnknown = Callable[[str, str], RequestRejected]
 
 # msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level. The
 # path holds only field names, indices and `[...]`, never client text, so it is read
@@ -41,40 +41,6 @@ _EXPECTED = re.compile(r"^Expected `(?P<expected>[^`]*)`, got `(?P<got>[^`]*)`$"
 _UNKNOWN = re.compile(r"^Object contains unknown field `", re.DOTALL)
 _MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
 _TOKEN_LIST_ITEM = re.compile(r"^input_ids\[\d+\]$")
-
-
-def _close_field(key: str, fields: tuple[str, ...]) -> str | None:
-    """The known field nearest `key`, as `difflib.get_close_matches` finds it, or None.
-
-    difflib indexes every character of `key`, so a long key would cost many times its
-    size; at its cutoff of 0.6 a key longer than 7/3 of the longest field can match none
-    (the ratio is at most 2 * len(field) / (len(key) + len(field))), so such a key is
-    not read at all.
-    """
-    if 3 * len(key) > 7 * max(map(len, fields), default=0):
-        return None
-    near = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
-    return near[0] if near else None
-
-
-def unknown_top_level_key(key: str, contract: Contract) -> RequestRejected:
-    """The refusal of a top-level key no typed field holds, in the target's words."""
-    owner = FIELD_OWNERS.get(key)
-    if owner is not None:
-        return reject(owner, key=key)
-    fields = contract.target.tables.generate_req_input_fields
-    if key in contract.sampling_keys and key not in contract.fields:
-        hint = f"; did you mean `sampling_params.{key}`?"
-    else:
-        near = _close_field(key, fields)
-        hint = f"; did you mean `{near}`?" if near else ""
-    return reject("unknown_field", key=key, hint=hint, release=contract.release)
-
-
-def unknown_sampling_key(key: str, contract: Contract) -> RequestRejected:
-    """The refusal of a `sampling_params` key: the gate's words, or `SamplingParams`'."""
-    code, facts = contract.unknown_sampling
-    return reject(code, key=key, **facts)
 
 
 #: What msgspec raises on a body it cannot decode (RecursionError: nested too deeply;
@@ -115,11 +81,17 @@ def first_unknown_key(
 
 
 def translate_validation_error(
-    error: Exception, *, prefix: str = "", data: Any = None, contract: Contract | None = None
+    error: Exception,
+    *,
+    prefix: str = "",
+    data: Any = None,
+    refuse_unknown: RefuseUnknown | None = None,
 ) -> RequestRejected:
     """Turn msgspec's verdict on a body (or on `prefix`, a part of it) into the rule it breaks.
 
-    `data`, the JSON decoded, locates an unknown key without reading it from the message.
+    `data`, the JSON decoded, locates an unknown key without reading it from the message;
+    `refuse_unknown(path, key)` words its refusal (`unknown_keys.refuse_unknown`, for the
+    target's contract).
     """
     if isinstance(error, RecursionError):
         return reject("not_json", detail="JSON is nested too deeply")
@@ -131,7 +103,7 @@ def translate_validation_error(
     if match["key"]:
         return reject("invalid_value", path=path or "body", detail=f"keys must be strings; {what}")
     if _UNKNOWN.match(str(error)):
-        return _unknown_key(data, contract, path=path, what=what)
+        return _unknown_key(data, refuse_unknown, path=path, what=what)
     if missing := _MISSING.match(what):
         if not path and missing["key"] == "input_ids":
             return reject("missing_input_ids")
@@ -147,18 +119,14 @@ def _joined(prefix: str, raw: str | None) -> str:
     return ".".join(part for part in (prefix, path) if part)
 
 
-def _unknown_key(data: Any, contract: Contract | None, *, path: str, what: str) -> RequestRejected:
+def _unknown_key(
+    data: Any, refuse_unknown: RefuseUnknown | None, *, path: str, what: str
+) -> RequestRejected:
     """The refusal of the first unknown key, found in the body `data` itself."""
     found = first_unknown_key(data) if data is not None else None
-    if found is None:  # not found in the body: read the message
+    if found is None or refuse_unknown is None:  # not found in the body: read the message
         return reject("invalid_value", path=path or "body", detail=what)
-    where, key = found
-    contract = contract or contract_for(DEFAULT_TARGET)
-    if where == "sampling_params":
-        return unknown_sampling_key(key, contract)
-    if not where:
-        return unknown_top_level_key(key, contract)
-    return reject("unknown_nested_field", key=key, path=where)
+    return refuse_unknown(*found)
 
 
 def _wrong_value(what: str, path: str) -> RequestRejected:

@@ -21,6 +21,7 @@ checked request stays as checked.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -34,7 +35,6 @@ from sglang_envelope.request.checks import is_given
 from sglang_envelope.request.contract import (
     Contract,
     contract_for,
-    prepare_checks,
 )
 from sglang_envelope.request.decode_errors import (
     DECODE_ERRORS,
@@ -49,11 +49,8 @@ from sglang_envelope.request.limits import (
     DEFAULT_MAX_INPUT_IDS,
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_JSON_ITEMS,
-    REQUEST_RAW_FIELDS,
-    SAMPLING_RAW_FIELDS,
     Limits,
     make_limits,
-    raw_check,
 )
 from sglang_envelope.request.passed import (
     NO_PASSED_FIELDS,
@@ -63,6 +60,7 @@ from sglang_envelope.request.passed import (
     with_passed_fields,
 )
 from sglang_envelope.request.rules import DEFAULT_TARGET, NULL_AS_ABSENT, reject
+from sglang_envelope.request.unknown_keys import refuse_unknown
 
 __all__ = [
     "ClientRequest",
@@ -191,12 +189,6 @@ def _check_made(request: ClientRequest) -> ClientRequest:
 # --- decoding -------------------------------------------------------------------
 
 _decoder = msgspec.json.Decoder(_Wire)
-prepare_checks(
-    {field.name: field.default for field in msgspec.structs.fields(_Wire)},
-    {field.name: field.default for field in msgspec.structs.fields(SamplingParams)},
-    tuple((field.path, raw_check(field, "")) for field in REQUEST_RAW_FIELDS),
-    tuple((field.path, raw_check(field, "sampling_params.")) for field in SAMPLING_RAW_FIELDS),
-)
 _DEFAULT_CONTRACT = contract_for(DEFAULT_TARGET)
 assert not _DEFAULT_CONTRACT.splits  # the default target refuses keys no table knows
 
@@ -232,7 +224,8 @@ def _typed_decode(body: bytes | Raw, contract: Contract) -> _Wire:
     except DECODE_ERRORS as error:
         without = _without_null_fields(body)
         if without is None:
-            raise translate_validation_error(error, data=body, contract=contract) from None
+            refuse = functools.partial(refuse_unknown, contract)
+            raise translate_validation_error(error, data=body, refuse_unknown=refuse) from None
         return _typed_decode(without, contract)
     return request
 
