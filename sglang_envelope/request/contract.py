@@ -257,7 +257,7 @@ _DEFAULTS: dict[bool, Mapping[str, Any]] = {
 }
 #: The checks of the fields held as JSON bytes (each defaulting to UNSET), by scope.
 _RAW_CHECKS: dict[bool, tuple[tuple[str, RawCheck], ...]] = {
-    False: tuple((field.path, raw_check(field, "")) for field in REQUEST_RAW_FIELDS),
+    False: tuple((f.path, raw_check(f, "")) for f in REQUEST_RAW_FIELDS),
     True: tuple((f.path, raw_check(f, "sampling_params.")) for f in SAMPLING_RAW_FIELDS),
 }
 
