@@ -1,11 +1,14 @@
-"""The `sglang-envelope` command line, run as a subprocess on files and stdin.
+"""The `sglang-envelope` command line, run on files and stdin.
 
-Subprocesses cost ~100 ms each, so each one checks several facts; `--help`
-and the error mapping are checked in-process.
+Most runs are in-process (`run`: `main` with its own stdin, stdout and stderr);
+a few go through a subprocess (`run_process`, ~100 ms each), as a user runs it:
+`python -m sglang_envelope`, the console script, a closed stdout.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -14,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -24,8 +28,34 @@ BOOTSTRAP = ["--bootstrap-host", "10.0.0.7", "--bootstrap-port", "8998", "--boot
 STREAMING_SEED = SEED_REQUEST.replace(b'"stream": false', b'"stream": true')
 
 
+def _parsed(out: str) -> Any:
+    """Stdout as JSON, or as text when it is not JSON."""
+    try:
+        return json.loads(out)
+    except ValueError:
+        return out
+
+
 def run(*args: str, stdin: bytes = b"") -> tuple[int, Any, str]:
-    """Run the CLI; return its exit code, its stdout as JSON (text if not JSON), its stderr."""
+    """Run the CLI in-process; return its exit code, its stdout as JSON (text if not
+    JSON), its stderr."""
+    out = io.BytesIO()
+    stdout = io.TextIOWrapper(out, encoding="utf-8", write_through=True)
+    stderr = io.StringIO()
+    with (
+        mock.patch.object(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin))),
+        contextlib.redirect_stdout(stdout),
+        contextlib.redirect_stderr(stderr),
+    ):
+        try:
+            code = main(list(args))
+        except SystemExit as exit_info:  # argparse: --help, --version, a usage error
+            code = exit_info.code if isinstance(exit_info.code, int) else 2
+    return code, _parsed(out.getvalue().decode()), stderr.getvalue()
+
+
+def run_process(*args: str, stdin: bytes = b"") -> tuple[int, Any, str]:
+    """`run`, as `python -m sglang_envelope` in a subprocess."""
     done = subprocess.run(
         [sys.executable, "-m", "sglang_envelope", *args],
         input=stdin,
@@ -33,12 +63,7 @@ def run(*args: str, stdin: bytes = b"") -> tuple[int, Any, str]:
         timeout=60,
         check=False,
     )
-    out = done.stdout.decode()
-    try:
-        parsed: Any = json.loads(out)
-    except ValueError:
-        parsed = out
-    return done.returncode, parsed, done.stderr.decode()
+    return done.returncode, _parsed(done.stdout.decode()), done.stderr.decode()
 
 
 def write(tmp_path: Path, name: str, data: bytes) -> str:
@@ -51,7 +76,7 @@ def write(tmp_path: Path, name: str, data: bytes) -> str:
 
 
 def test_demo_shows_the_whole_job() -> None:
-    code, out, err = run("demo")
+    code, out, err = run_process("demo")
     assert code == 0, err
     assert isinstance(out, str)
     # The envelope and both unary roles keep stream false; prefill streams, one token.
@@ -87,7 +112,7 @@ def test_demo_shows_the_whole_job() -> None:
 
 def test_normalize_file_for_decode(tmp_path: Path) -> None:
     path = write(tmp_path, "request.json", SEED_REQUEST)
-    code, out, _ = run(
+    code, out, _ = run_process(
         "normalize", "--vocab-size", "151936", path, "--role", "decode", "--rid", "r-1", *BOOTSTRAP
     )
     assert code == 0
@@ -180,7 +205,7 @@ def test_aggregate_sse_file(tmp_path: Path) -> None:
 
 def test_aggregate_unary_stdin() -> None:
     body = demo_unary_body()
-    code, out, _ = run("aggregate", stdin=b"\n  " + body)
+    code, out, _ = run_process("aggregate", stdin=b"\n  " + body)
     assert code == 0
     assert out == json.loads(body)
 

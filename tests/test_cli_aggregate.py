@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
 from sglang_envelope import SSE_DONE, encode_sse
+from tests import test_cli
 
 STOP = {"type": "stop", "matched": 2}
 
 
 def run(*argv: str, stdin: bytes) -> tuple[int, Any, str]:
-    """The command's exit code, its stdout as JSON and its stderr."""
-    done = subprocess.run(
-        [sys.executable, "-m", "sglang_envelope", "aggregate", *argv],
-        input=stdin,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    out = done.stdout.decode()
-    return done.returncode, json.loads(out) if out else None, done.stderr.decode()
+    """The command's exit code, its stdout as JSON and its stderr (in-process)."""
+    code, out, err = test_cli.run("aggregate", *argv, stdin=stdin)
+    return code, out or None, err
 
 
 def frame(text: str, ids: list[int], tokens: int, *, last: bool = False) -> dict[str, Any]:

@@ -750,7 +750,7 @@ ROUTED = (("routed_dp_rank", msgspec.Raw(b"7")), ("bootstrap_host", msgspec.Raw(
 def test_a_client_request_has_no_writable_dict() -> None:
     """Its target and passed keys are declared fields, as frozen as the rest: there is no
     `__dict__` to put serving-system fields or another target in."""
-    from sglang_envelope.request.types import PassedFields
+    from sglang_envelope.request.passed import PassedFields
 
     request = decode_client_request(OUTPUT_FLAT)
     with pytest.raises(AttributeError):
@@ -765,7 +765,7 @@ def test_a_client_request_has_no_writable_dict() -> None:
 
 
 def test_passed_fields_and_target_given_by_hand_are_checked() -> None:
-    from sglang_envelope.request.types import PassedFields
+    from sglang_envelope.request.passed import PassedFields
 
     for top in (ROUTED[:1], ROUTED[1:]):
         with pytest.raises(RequestRejected):

@@ -411,3 +411,73 @@ def test_importing_the_library_does_not_import_asyncio() -> None:
     location, imported = result.stdout.split()
     assert Path(location).resolve().parents[1] == Path(__file__).resolve().parents[1]
     assert imported == "False"
+
+
+def _decode_plan(**policy: Any) -> AbortPlan:
+    """A plan that waits for decode's first token, with this policy."""
+    plan = plan_abort(
+        engine(Role.DECODE, stream=True), first_token_seen=False, policy=AbortPolicy(**policy)
+    )
+    assert plan.wait_for_first_token
+    return plan
+
+
+def _sends_to(log: list[float]) -> Callable[[bytes], Awaitable[int]]:
+    """A transport that posts when called (the time goes in `log`) and is answered 200."""
+
+    def send(body: bytes) -> Awaitable[int]:
+        loop = asyncio.get_running_loop()
+        log.append(loop.time())
+        answer: asyncio.Future[int] = loop.create_future()
+        answer.set_result(200)
+        return answer
+
+    return send
+
+
+def test_a_token_seen_before_the_call_ends_the_wait_at_once() -> None:
+    plan = _decode_plan(first_token_wait_s=30.0, deadline_s=60.0)
+
+    async def run() -> AbortOutcome:
+        first_token = asyncio.Event()
+        first_token.set()
+        return await run_abort(plan, _sends_to([]), first_token=first_token)
+
+    outcome = asyncio.run(asyncio.wait_for(run(), TEST_TIMEOUT_S))
+    assert outcome.waited_s < 1.0 and outcome.first_token_seen
+    assert outcome.stopped == "first_token" and [send.status for send in outcome.sends] == [200]
+
+
+def test_without_any_event_the_whole_wait_is_slept() -> None:
+    plan = _decode_plan(first_token_wait_s=0.05, deadline_s=10.0, retry_delays_s=())
+    log: list[float] = []
+
+    async def run() -> tuple[float, AbortOutcome]:
+        start = asyncio.get_running_loop().time()
+        return start, await run_abort(plan, _sends_to(log))
+
+    start, outcome = asyncio.run(asyncio.wait_for(run(), TEST_TIMEOUT_S))
+    assert outcome.waited_s >= 0.045 and not outcome.first_token_seen
+    assert log[0] - start >= 0.045  # the abort went out after the wait
+    assert outcome.stopped == "schedule" and len(outcome.sends) == 1
+
+
+def test_a_sleep_that_overruns_the_deadline_sends_no_repeat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop may wake late: a repeat due before the deadline is not sent after it."""
+    plan = plan_abort(
+        engine(Role.AGGREGATED, stream=True),
+        first_token_seen=False,
+        policy=AbortPolicy(retry_delays_s=(0.01, 0.01), deadline_s=0.1),
+    )
+    sleep = asyncio.sleep
+
+    async def late(delay: float) -> None:
+        await sleep(delay + 0.2)
+
+    monkeypatch.setattr(asyncio, "sleep", late)
+    log: list[float] = []
+    outcome = asyncio.run(asyncio.wait_for(run_abort(plan, _sends_to(log)), TEST_TIMEOUT_S))
+    assert outcome.stopped == "deadline"
+    assert len(log) == len(outcome.sends) == 1

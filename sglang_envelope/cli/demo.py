@@ -1,4 +1,6 @@
-"""Built-in data for `sglang-envelope demo`: one request, one unary answer, one SSE stream.
+"""`sglang-envelope demo`: the whole job on built-in data, as readable text.
+
+The data: one request, one unary answer, one SSE stream.
 
 The unary answer's Base64 output-flat fields are made at run time by the
 library's own `encode_flat_top_logprobs`, so they are always what SGLang would
@@ -8,13 +10,22 @@ float32 holds exactly, so the decoded table shows the numbers written here.
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 import msgspec
 
+from sglang_envelope.cli.common import EXIT_OK, Commands, Parser, add_command, encoder
+from sglang_envelope.errors.answers import error_response
+from sglang_envelope.errors.exceptions import RequestRejected
 from sglang_envelope.request.deployment import Deployment
+from sglang_envelope.request.engine import ROLE_PLANS, Role, build_engine_request
+from sglang_envelope.request.envelope import encode_envelope, to_worker_envelope
 from sglang_envelope.request.routing import Bootstrap
-from sglang_envelope.response.flat import encode_flat_top_logprobs
+from sglang_envelope.request.types import decode_client_request
+from sglang_envelope.response.aggregate import aggregate_sse, parse_unary
+from sglang_envelope.response.flat import decode_flat_top_logprobs, encode_flat_top_logprobs
+from sglang_envelope.response.relay import relay_sse
 
 __all__ = [
     "DEMO_BOOTSTRAP",
@@ -23,6 +34,8 @@ __all__ = [
     "DEMO_RID",
     "DEMO_SSE_TRANSCRIPT",
     "SEED_REQUEST",
+    "add_demo",
+    "cmd_demo",
     "demo_unary_body",
 ]
 
@@ -81,3 +94,106 @@ DEMO_SSE_TRANSCRIPT = (
     b'"output_token_logprobs":[[-0.125,13,null]]}}\n\n'
     b"data: [DONE]\n\n"
 )
+
+
+# --- the command ----------------------------------------------------------------
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The whole job on built-in data, as readable text."""
+    _demo_request()
+    _demo_rejection()
+    _demo_unary()
+    _demo_stream()
+    return EXIT_OK
+
+
+def add_demo(commands: Commands[Parser]) -> None:
+    """The `demo` subcommand."""
+    demo = add_command(
+        commands,
+        "demo",
+        "show the whole job on built-in data",
+        "Show, on built-in data: a request becoming a worker envelope and the engine "
+        "request for each role; the same request with stream true, rejected; a unary "
+        "response's Base64 flat top logprobs decoded; an SSE transcript aggregated, "
+        "and relayed to a streaming client.",
+    )
+    demo.set_defaults(run=cmd_demo)
+
+
+def _heading(text: str) -> None:
+    print()
+    print(f"== {text}")
+
+
+def _json(value: Any) -> str:
+    return encoder.encode(value).decode()
+
+
+def _demo_request() -> None:
+    print("sglang-envelope demo: one request through the frontend, the worker and back")
+    _heading("1. The client's request")
+    print(f"  {SEED_REQUEST.decode()}")
+    request = decode_client_request(SEED_REQUEST)
+    envelope = to_worker_envelope(request, rid=DEMO_RID)
+    _heading(f"2. The worker envelope (rid {DEMO_RID!r}): stream stays {_json(envelope.stream)}")
+    print(f"  {encode_envelope(envelope).decode()}")
+    _heading("3. The engine request for each role")
+    for role in Role:
+        bootstrap = DEMO_BOOTSTRAP if ROLE_PLANS[role].needs_bootstrap else None
+        engine = build_engine_request(
+            envelope,
+            input_ids=request.input_ids,
+            role=role,
+            deployment=DEMO_DEPLOYMENT,
+            bootstrap=bootstrap,
+        )
+        print(f"  {role.value}: stream {_json(engine.stream)}, Accept: {engine.accept}")
+        print(f"    {engine.to_json().decode()}")
+    print("  (prefill streams, drops output-flat, which decode provides, and makes one token)")
+
+
+def _demo_rejection() -> None:
+    _heading('4. The same request with "stream": true')
+    streaming = SEED_REQUEST.replace(b'"stream": false', b'"stream": true')
+    try:
+        decode_client_request(streaming)
+    except RequestRejected as error:
+        print(f"  rejected: code {error.code}, field {error.field}")
+        print(f"  {error.message}")
+        status, content_type, body = error_response(error, stream=True)
+        print(f"  the client's answer (error_response, stream=True): {status} {content_type}")
+        for event in body.decode().split("\n\n")[:-1]:
+            print(f"    {event}")
+    else:  # pragma: no cover -- the rule table says otherwise
+        raise AssertionError("the streaming request was accepted")
+
+
+def _demo_unary() -> None:
+    _heading("5. A unary response with Base64 output-flat fields")
+    meta_info = parse_unary(demo_unary_body())["meta_info"]
+    for key, value in meta_info.items():
+        if key.startswith("output_top_logprobs_"):
+            print(f"  {key}: {_json(value)}")
+    flat = decode_flat_top_logprobs(meta_info, side="output")
+    assert flat is not None  # the demo body has them
+    print()
+    print(f"  {'position':>8}  {'token id':>8}  {'logprob':>8}")
+    for position, row in enumerate(flat.to_nested()):
+        for logprob, token_id, _text in row or ():
+            print(f"  {position:>8}  {token_id:>8}  {logprob:>8.4f}")
+
+
+def _demo_stream() -> None:
+    _heading("6. An SSE transcript (incremental frames), aggregated")
+    for line in DEMO_SSE_TRANSCRIPT.decode().splitlines():
+        if line:
+            print(f"  {line}")
+    print("  final response:")
+    print(f"  {_json(aggregate_sse([DEMO_SSE_TRANSCRIPT]))}")
+    _heading("7. The same stream relayed to a streaming client (cumulative, SGLang's default)")
+    events = [event + b"\n\n" for event in DEMO_SSE_TRANSCRIPT.split(b"\n\n") if event]
+    for line in b"".join(relay_sse(events)).decode().splitlines():
+        if line:
+            print(f"  {line}")

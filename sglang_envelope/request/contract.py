@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+import msgspec
 from msgspec import UNSET
 
 from sglang_envelope.errors.exceptions import RequestRejected
@@ -25,11 +26,12 @@ from sglang_envelope.releases.target import (
     Target,
     first_release_with,
 )
-from sglang_envelope.request.fields import RequestFields
+from sglang_envelope.request.fields import RequestFields, SamplingParams
 from sglang_envelope.request.generated import define, shortcut_test
+from sglang_envelope.request.limits import REQUEST_RAW_FIELDS, SAMPLING_RAW_FIELDS, raw_check
 from sglang_envelope.request.rules import FIELD_OWNERS, RULES, RULES_BY_CODE, Holds, Rule
 
-__all__ = ["Contract", "RawCheck", "check_request", "contract_for", "prepare_checks"]
+__all__ = ["Contract", "RawCheck", "check_request", "contract_for"]
 
 
 def _on_sampling(rule: Rule) -> bool:
@@ -120,8 +122,8 @@ def _raw_source(
     """The lines that check one scope's fields held as JSON bytes (each default UNSET),
     at an indent of two levels."""
     lines: list[str] = []
-    for k, (name, raw_check) in enumerate(raw_checks):
-        namespace[f"raw{tag}{k}"] = raw_check
+    for k, (name, check) in enumerate(raw_checks):
+        namespace[f"raw{tag}{k}"] = check
         local = _guard_read(name, var, tag, read, tested, lines)
         lines.append(f"        if {local} is not unset:")
         lines.append(f"            raw{tag}{k}({local}, limits)")
@@ -248,22 +250,16 @@ class Contract(NamedTuple):
 
 #: Checks a field held as JSON bytes (its value, the decode's limits); raises `RequestRejected`.
 RawCheck = Callable[[Any, Any], None]
-#: Filled by `prepare_checks`, by scope (True: `sampling_params`).
-_DEFAULTS: dict[bool, Mapping[str, Any]] = {}
-_RAW_CHECKS: dict[bool, tuple[tuple[str, RawCheck], ...]] = {False: (), True: ()}
-
-
-def prepare_checks(
-    request_defaults: Mapping[str, Any],
-    sampling_defaults: Mapping[str, Any],
-    request_raw: tuple[tuple[str, RawCheck], ...] = (),
-    sampling_raw: tuple[tuple[str, RawCheck], ...] = (),
-) -> None:
-    """Record the typed fields and their defaults, and the checks of the fields held as
-    JSON bytes (each defaulting to UNSET), which every contract makes."""
-    _DEFAULTS[False], _DEFAULTS[True] = request_defaults, sampling_defaults
-    _RAW_CHECKS[False], _RAW_CHECKS[True] = request_raw, sampling_raw
-    contract_for.cache_clear()
+#: The typed fields and their defaults, by scope (True: `sampling_params`).
+_DEFAULTS: dict[bool, Mapping[str, Any]] = {
+    False: {field.name: field.default for field in msgspec.structs.fields(RequestFields)},
+    True: {field.name: field.default for field in msgspec.structs.fields(SamplingParams)},
+}
+#: The checks of the fields held as JSON bytes (each defaulting to UNSET), by scope.
+_RAW_CHECKS: dict[bool, tuple[tuple[str, RawCheck], ...]] = {
+    False: tuple((f.path, raw_check(f, "")) for f in REQUEST_RAW_FIELDS),
+    True: tuple((f.path, raw_check(f, "sampling_params.")) for f in SAMPLING_RAW_FIELDS),
+}
 
 
 def _templates(tables: ReleaseTables) -> frozenset[str]:

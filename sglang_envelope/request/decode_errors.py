@@ -1,31 +1,34 @@
 """msgspec's verdict on a body it cannot decode, as the rule the body breaks.
 
 The typed decode of `ClientRequest` enforces the rules whose check is None in
-`_rules.RULES` (types, unknown keys, token ids); `translate_validation_error`
-reads msgspec's error into that rule's `RequestRejected`, in the target's
-words.
+`rules.RULES` (types, unknown keys, token ids); `translate_validation_error`
+reads msgspec's error into that rule's `RequestRejected` (an unknown key in the target's
+words, by `unknown_keys.refuse_unknown`).
 """
 
 from __future__ import annotations
 
-import difflib
 import re
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
 
 from sglang_envelope.errors.exceptions import RequestRejected
-from sglang_envelope.request.contract import Contract, contract_for
-from sglang_envelope.request.rules import DEFAULT_TARGET, FIELD_OWNERS, reject
+from sglang_envelope.request.fields import RequestFields, SamplingParams, Watermark
+from sglang_envelope.request.rules import reject
 
 __all__ = [
     "DECODE_ERRORS",
     "KNOWN_FIELDS",
+    "RefuseUnknown",
     "first_unknown_key",
     "translate_validation_error",
-    "unknown_sampling_key",
-    "unknown_top_level_key",
 ]
+
+#: Words the refusal of an unknown key: `(path, key)` -> its `RequestRejected`.
+RefuseUnknown = Callable[[str, str], RequestRejected]
 
 # msgspec's verdicts: "<what> - at `$.<path>`"; the path is absent at the top level. The
 # path holds only field names, indices and `[...]`, never client text, so it is read
@@ -40,74 +43,55 @@ _MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
 _TOKEN_LIST_ITEM = re.compile(r"^input_ids\[\d+\]$")
 
 
-def _close_field(key: str, fields: tuple[str, ...]) -> str | None:
-    """The known field nearest `key`, as `difflib.get_close_matches` finds it, or None.
-
-    difflib indexes every character of `key`, so a long key would cost many times its
-    size; at its cutoff of 0.6 a key longer than 7/3 of the longest field can match none
-    (the ratio is at most 2 * len(field) / (len(key) + len(field))), so such a key is
-    not read at all.
-    """
-    if 3 * len(key) > 7 * max(map(len, fields), default=0):
-        return None
-    near = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
-    return near[0] if near else None
-
-
-def unknown_top_level_key(key: str, contract: Contract) -> RequestRejected:
-    """The refusal of a top-level key no typed field holds, in the target's words."""
-    owner = FIELD_OWNERS.get(key)
-    if owner is not None:
-        return reject(owner, key=key)
-    fields = contract.target.tables.generate_req_input_fields
-    if key in contract.sampling_keys and key not in contract.fields:
-        hint = f"; did you mean `sampling_params.{key}`?"
-    else:
-        near = _close_field(key, fields)
-        hint = f"; did you mean `{near}`?" if near else ""
-    return reject("unknown_field", key=key, hint=hint, release=contract.release)
-
-
-def unknown_sampling_key(key: str, contract: Contract) -> RequestRejected:
-    """The refusal of a `sampling_params` key: the gate's words, or `SamplingParams`'."""
-    code, facts = contract.unknown_sampling
-    return reject(code, key=key, **facts)
-
-
 #: What msgspec raises on a body it cannot decode (RecursionError: nested too deeply;
 #: BufferError: a memoryview that is not contiguous).
 DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError, BufferError)
 
 _members = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
-#: Where a struct sits in the body, and the names it knows; filled in by `types.py`.
-KNOWN_FIELDS: dict[str, frozenset[str]] = {}
+#: Where a struct sits in a client body, and the names it knows.
+KNOWN_FIELDS: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "": frozenset(RequestFields.__struct_fields__),
+        "sampling_params": frozenset(SamplingParams.__struct_fields__),
+        "sampling_params.watermark": frozenset(Watermark.__struct_fields__),
+    }
+)
 
 
-def first_unknown_key(data: Any, path: str = "") -> tuple[str, str] | None:
-    """The first key in document order that no struct at `path` knows: (path, key)."""
+def first_unknown_key(
+    data: Any, path: str = "", known: Mapping[str, frozenset[str]] = KNOWN_FIELDS
+) -> tuple[str, str] | None:
+    """The first key in document order that no struct at `path` knows: (path, key).
+    `known`: where each struct sits, and the names it knows (a client body's by default)."""
     try:
         members = _members.decode(data)
     except DECODE_ERRORS:
         return None
-    known = KNOWN_FIELDS.get(path, frozenset())
+    names = known.get(path, frozenset())
     for key, value in members.items():
-        if key not in known:
+        if key not in names:
             return path, key
         inner = f"{path}.{key}" if path else key
-        if inner in KNOWN_FIELDS:
-            found = first_unknown_key(value, inner)
+        if inner in known:
+            found = first_unknown_key(value, inner, known)
             if found is not None:
                 return found
     return None
 
 
 def translate_validation_error(
-    error: Exception, *, prefix: str = "", data: Any = None, contract: Contract | None = None
+    error: Exception,
+    *,
+    prefix: str = "",
+    data: Any = None,
+    refuse_unknown: RefuseUnknown | None = None,
 ) -> RequestRejected:
     """Turn msgspec's verdict on a body (or on `prefix`, a part of it) into the rule it breaks.
 
-    `data`, the JSON decoded, locates an unknown key without reading it from the message.
+    `data`, the JSON decoded, locates an unknown key without reading it from the message;
+    `refuse_unknown(path, key)` words its refusal (`unknown_keys.refuse_unknown`, for the
+    target's contract).
     """
     if isinstance(error, RecursionError):
         return reject("not_json", detail="JSON is nested too deeply")
@@ -115,30 +99,38 @@ def translate_validation_error(
         return reject("not_json", detail=str(error))
     match = _AT.match(str(error))
     assert match is not None  # the pattern matches any text
-    what = match["what"]
-    raw_path = (match["path"] or "$").removeprefix("$").removeprefix(".")
-    path = (
-        prefix + raw_path
-        if raw_path.startswith("[")
-        else ".".join(part for part in (prefix, raw_path) if part)
-    )
+    what, path = match["what"], _joined(prefix, match["path"])
     if match["key"]:
         return reject("invalid_value", path=path or "body", detail=f"keys must be strings; {what}")
     if _UNKNOWN.match(str(error)):
-        found = first_unknown_key(data) if data is not None else None
-        if found is None:  # not found in the body: read the message
-            return reject("invalid_value", path=path or "body", detail=what)
-        where, key = found
-        contract = contract or contract_for(DEFAULT_TARGET)
-        if where == "sampling_params":
-            return unknown_sampling_key(key, contract)
-        if not where:
-            return unknown_top_level_key(key, contract)
-        return reject("unknown_nested_field", key=key, path=where)
+        return _unknown_key(data, refuse_unknown, path=path, what=what)
     if missing := _MISSING.match(what):
         if not path and missing["key"] == "input_ids":
             return reject("missing_input_ids")
         return reject("invalid_value", path=path or "body", detail=what)
+    return _wrong_value(what, path)
+
+
+def _joined(prefix: str, raw: str | None) -> str:
+    """msgspec's path (`$`, `$.a.b`, `$[0]`, or None at the top level) after `prefix`."""
+    path = (raw or "$").removeprefix("$").removeprefix(".")
+    if path.startswith("["):
+        return prefix + path
+    return ".".join(part for part in (prefix, path) if part)
+
+
+def _unknown_key(
+    data: Any, refuse_unknown: RefuseUnknown | None, *, path: str, what: str
+) -> RequestRejected:
+    """The refusal of the first unknown key, found in the body `data` itself."""
+    found = first_unknown_key(data) if data is not None else None
+    if found is None or refuse_unknown is None:  # not found in the body: read the message
+        return reject("invalid_value", path=path or "body", detail=what)
+    return refuse_unknown(*found)
+
+
+def _wrong_value(what: str, path: str) -> RequestRejected:
+    """The refusal of a value of the wrong type or out of range, at `path` ("": the body)."""
     expected = _EXPECTED.match(what)
     if not path:
         return reject("not_object", got=expected["got"] if expected else what)

@@ -23,8 +23,8 @@ from msgspec import UNSET
 
 from sglang_envelope.errors.exceptions import EnvelopeError, RequestRejected, show_value
 from sglang_envelope.request.checks import logprobs_past_prompt
+from sglang_envelope.request.large_body import int_chunks
 from sglang_envelope.request.rules import RULES_BY_CODE
-from sglang_envelope.request.types import int_chunks
 
 __all__ = ["DEPLOYMENT_RULES", "Deployment", "DeploymentRule", "check_engine_body"]
 

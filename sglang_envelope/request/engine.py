@@ -21,13 +21,9 @@ from sglang_envelope.releases.target import Target
 from sglang_envelope.request.deployment import Deployment, check_engine_body
 from sglang_envelope.request.envelope import WorkerEnvelope
 from sglang_envelope.request.fields import RequestFields, SamplingParams, TokenId
+from sglang_envelope.request.passed import NO_PASSED_FIELDS, PassedFields, with_passed_fields
 from sglang_envelope.request.routing import Bootstrap, Routing
-from sglang_envelope.request.types import (
-    NO_PASSED_FIELDS,
-    ClientRequest,
-    PassedFields,
-    with_passed_fields,
-)
+from sglang_envelope.request.types import ClientRequest
 
 __all__ = [
     "ROLE_PLANS",

@@ -28,12 +28,12 @@ from sglang_envelope.request.limits import (
     DEFAULT_MAX_JSON_ITEMS,
     make_limits,
 )
+from sglang_envelope.request.passed import NO_PASSED_FIELDS
 from sglang_envelope.request.rules import (
     DEFAULT_TARGET,
     reject,
 )
 from sglang_envelope.request.types import (
-    NO_PASSED_FIELDS,
     ClientRequest,
     contract_of,
     decode_with_limits,
@@ -98,7 +98,8 @@ class _WireEnvelope(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     request: msgspec.Raw
 
 
-KNOWN_FIELDS["envelope"] = frozenset(_WireEnvelope.__struct_fields__)
+#: The envelope's own keys, where `first_unknown_key` looks for one it does not know.
+_ENVELOPE_FIELDS = {"envelope": frozenset(_WireEnvelope.__struct_fields__)}
 _encoder = msgspec.json.Encoder()
 _wire_decoder = msgspec.json.Decoder(_WireEnvelope)
 
@@ -132,7 +133,7 @@ def _envelope_error(error: Exception, data: Any) -> Exception:
     if isinstance(error, msgspec.ValidationError) and str(error).startswith(
         "Object contains unknown field"
     ):
-        found = first_unknown_key(data, "envelope")
+        found = first_unknown_key(data, "envelope", _ENVELOPE_FIELDS)
     if found is not None:
         key = found[1]
         detail = f"unknown field `{key}`: a worker envelope has only `rid` and `request`"

@@ -21,8 +21,8 @@ checked request stays as checked.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Mapping
+import functools
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import msgspec
@@ -35,28 +35,32 @@ from sglang_envelope.request.checks import is_given
 from sglang_envelope.request.contract import (
     Contract,
     contract_for,
-    prepare_checks,
 )
 from sglang_envelope.request.decode_errors import (
     DECODE_ERRORS,
-    KNOWN_FIELDS,
     translate_validation_error,
 )
-from sglang_envelope.request.fields import RequestFields, SamplingParams, TokenId, Watermark
+from sglang_envelope.request.fields import RequestFields, SamplingParams, Watermark
+from sglang_envelope.request.large_body import LARGE_BODY_BYTES
+from sglang_envelope.request.large_body import decode_large as _decode_large
 from sglang_envelope.request.limits import (
     DEFAULT_LIMITS,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INPUT_IDS,
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_JSON_ITEMS,
-    REQUEST_RAW_FIELDS,
-    SAMPLING_RAW_FIELDS,
     Limits,
-    check_free_form,
     make_limits,
-    raw_check,
 )
-from sglang_envelope.request.rules import DEFAULT_TARGET, FIELD_OWNERS, NULL_AS_ABSENT, reject
+from sglang_envelope.request.passed import (
+    NO_PASSED_FIELDS,
+    PassedFields,
+    is_passed_fields,
+    split_unknown,
+    with_passed_fields,
+)
+from sglang_envelope.request.rules import DEFAULT_TARGET, NULL_AS_ABSENT, reject
+from sglang_envelope.request.unknown_keys import refuse_unknown
 
 __all__ = [
     "ClientRequest",
@@ -65,16 +69,6 @@ __all__ = [
     "Watermark",
     "decode_client_request",
 ]
-
-
-class PassedFields(NamedTuple):
-    """Keys no table knows, passed through unchanged: `(key, JSON)` pairs, in body order."""
-
-    top_level: tuple[tuple[str, Raw], ...] = ()
-    sampling_params: tuple[tuple[str, Raw], ...] = ()
-
-
-NO_PASSED_FIELDS = PassedFields()
 
 
 class _Wire(RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -108,8 +102,6 @@ class ClientRequest(RequestFields, frozen=True, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         checked: object = self.passed_fields
         if type(checked) is _Checked:  # made by _from_checked: the rules were applied
-            if self.target is not checked.target:
-                msgspec.structs.force_setattr(self, "target", checked.target)
             msgspec.structs.force_setattr(self, "passed_fields", checked.passed)
             return
         made = _check_made(self)
@@ -149,21 +141,6 @@ _raw_members = msgspec.json.Decoder(dict[str, Raw])
 _json = msgspec.json.Encoder()
 
 
-def with_passed_fields(data: bytes, passed: PassedFields) -> bytes:
-    """JSON object bytes `data` with the passed keys added back (sampling ones inside
-    `sampling_params`)."""
-    if passed is NO_PASSED_FIELDS or passed == NO_PASSED_FIELDS:
-        return data
-    members = _raw_members.decode(data)
-    if passed.sampling_params:
-        inner = members.get("sampling_params")
-        params = {} if inner is None or inner == Raw(b"null") else _raw_members.decode(inner)
-        params.update(passed.sampling_params)
-        members["sampling_params"] = Raw(_json.encode(params))
-    members.update(passed.top_level)
-    return _json.encode(members)
-
-
 def request_json(request: ClientRequest) -> bytes:
     """The request as the client body it stands for: its JSON, without its target, with
     the keys it passes."""
@@ -191,7 +168,7 @@ def _check_made(request: ClientRequest) -> ClientRequest:
     keys included) for its target, and decoded into private copies."""
     target, passed = request.target, request.passed_fields
     contract_of(target)  # EnvelopeError when it is not a Target
-    if type(passed) is not PassedFields or not all(map(_are_pairs, passed)):
+    if not is_passed_fields(passed):
         raise EnvelopeError("passed_fields must be a PassedFields of (str, JSON) pairs")
     try:
         plain = msgspec.to_builtins(request, enc_hook=_raw_to_value)
@@ -209,29 +186,11 @@ def _check_made(request: ClientRequest) -> ClientRequest:
     return decode_client_request(plain, target=target)
 
 
-def _are_pairs(pairs: object) -> bool:
-    return type(pairs) is tuple and all(
-        type(p) is tuple and len(p) == 2 and type(p[0]) is str for p in pairs
-    )
-
-
 # --- decoding -------------------------------------------------------------------
 
 _decoder = msgspec.json.Decoder(_Wire)
-KNOWN_FIELDS[""] = frozenset(CLIENT_FIELDS)
-KNOWN_FIELDS["sampling_params"] = frozenset(SamplingParams.__struct_fields__)
-KNOWN_FIELDS["sampling_params.watermark"] = frozenset(Watermark.__struct_fields__)
-prepare_checks(
-    {field.name: field.default for field in msgspec.structs.fields(_Wire)},
-    {field.name: field.default for field in msgspec.structs.fields(SamplingParams)},
-    tuple((field.path, raw_check(field, "")) for field in REQUEST_RAW_FIELDS),
-    tuple((field.path, raw_check(field, "sampling_params.")) for field in SAMPLING_RAW_FIELDS),
-)
 _DEFAULT_CONTRACT = contract_for(DEFAULT_TARGET)
 assert not _DEFAULT_CONTRACT.splits  # the default target refuses keys no table knows
-#: Keys some table knows: a typed field's, or one only the serving system sets.
-_KNOWN_TOP = frozenset(CLIENT_FIELDS) | frozenset(FIELD_OWNERS)
-_KNOWN_SAMPLING = frozenset(SamplingParams.__struct_fields__)
 
 
 def contract_of(target: object) -> Contract:
@@ -245,48 +204,6 @@ def contract_of(target: object) -> Contract:
     return contract_for(target)
 
 
-def _split_unknown(data: Any, limits: Limits, contract: Contract) -> tuple[Any, PassedFields]:
-    """The body without the keys no typed field holds that the target passes through,
-    and those keys (bounded as free-form JSON).
-
-    A body that is not a JSON object is returned as is, for the typed decode's verdict.
-    """
-    pass_top, pass_sampling = contract.passes
-    try:
-        members = _raw_members.decode(data)
-    except DECODE_ERRORS:
-        return data, NO_PASSED_FIELDS
-    top = [
-        (k, v)
-        for k, v in members.items()
-        if k not in _KNOWN_TOP and (pass_top is None or k in pass_top)
-    ]
-    sampling: list[tuple[str, Raw]] = []
-    inner = members.get("sampling_params")
-    if inner is not None and bytes(inner)[:1] == b"{":
-        try:
-            params = _raw_members.decode(inner)
-        except DECODE_ERRORS:
-            params = {}
-        sampling = [
-            (k, v)
-            for k, v in params.items()
-            if k not in _KNOWN_SAMPLING and (pass_sampling is None or k in pass_sampling)
-        ]
-        if sampling:
-            passing = {k for k, _ in sampling}
-            kept = {k: v for k, v in params.items() if k not in passing}
-            members["sampling_params"] = Raw(_json.encode(kept))
-    if not top and not sampling:
-        return data, NO_PASSED_FIELDS
-    for prefix, pairs in (("", top), ("sampling_params.", sampling)):
-        for key, value in pairs:
-            check_free_form(value, prefix + key, limits, object_only=False)
-    for key, _ in top:
-        del members[key]
-    return _json.encode(members), PassedFields(tuple(top), tuple(sampling))
-
-
 def _check_input_ids(ids: tuple[int, ...], limits: Limits) -> None:
     if len(ids) > limits.max_input_ids:
         raise reject("too_many_input_ids", size=len(ids), limit=limits.max_input_ids)
@@ -295,109 +212,20 @@ def _check_input_ids(ids: tuple[int, ...], limits: Limits) -> None:
         raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id)
 
 
-# --- large bodies ---------------------------------------------------------------
-
-#: Bodies longer than this decode `input_ids` a chunk at a time (`_decode_large`).
-LARGE_BODY_BYTES = 1 << 20
-#: About how many bytes of `input_ids` each chunk holds.
-_CHUNK_BYTES = 1 << 18
-#: `_Wire` with `input_ids` left as the client's JSON bytes.
-_LeanRequest = msgspec.defstruct(
-    "_LeanRequest",
-    [
-        (f.name, Raw if f.name == "input_ids" else f.type)
-        if f.required
-        else (f.name, Raw if f.name == "input_ids" else f.type, f.default)
-        for f in msgspec.structs.fields(_Wire)
-    ],
-    kw_only=True,
-    forbid_unknown_fields=True,
-    frozen=True,
-)
-_lean_decoder = msgspec.json.Decoder(_LeanRequest)
-_id_chunk = msgspec.json.Decoder(list[TokenId])
-_IDS_KEY = b'"input_ids"'
-
-
-class _Counted:
-    """Items whose count is known: `tuple()` allocates its result once, at that size."""
-
-    __slots__ = ("count", "items")
-
-    def __init__(self, items: Iterator[int], count: int) -> None:
-        self.items, self.count = items, count
-
-    def __iter__(self) -> Iterator[int]:
-        return self.items
-
-    def __length_hint__(self) -> int:
-        return self.count
-
-
-def int_chunks(
-    body: bytes, start: int, end: int, decoder: msgspec.json.Decoder[list[int]] = _id_chunk
-) -> Iterator[list[int]]:
-    """The integers of the JSON array `body[start:end]` (well-formed: it was decoded
-    before), a list of them a chunk cut at a comma, each read by `decoder` (token ids
-    by default); `ValueError` when a chunk is not what `decoder` reads (a cut inside a
-    string or an inner array makes one that is not JSON)."""
-    position, last = start + 1, end - 1  # past "[", and at "]"
-    while True:
-        cut = body.find(b",", min(position + _CHUNK_BYTES, last), last)
-        final = cut < 0
-        try:
-            yield decoder.decode(b"[" + body[position : last if final else cut] + b"]")
-        except DECODE_ERRORS:
-            raise ValueError("not an array of token ids") from None
-        if final:
-            return
-        position = cut + 1
-
-
-def _decode_large(body: bytes) -> _Wire | None:
-    """A large body decoded without holding all its token ids twice (msgspec builds a
-    tuple through a list): the ids a chunk at a time into a tuple sized once.
-
-    None when this path is not sure of the result (an error, or a key it cannot
-    see as written): the typed decode then gives the verdict. `input_ids` must be
-    written once, and the body hold no `\\u` escape (which could spell the key
-    again), so the lean decode reads the one value the typed decode would.
-    """
-    if body.count(_IDS_KEY) != 1 or b"\\u" in body:
-        return None
-    try:
-        lean = _lean_decoder.decode(body)
-    except DECODE_ERRORS:
-        return None
-    raw: Raw = lean.input_ids  # type: ignore[attr-defined]  # a field of _LeanRequest
-    size = len(raw)
-    start = body.find(b"[", body.index(_IDS_KEY))
-    if start < 0 or memoryview(body)[start : start + size] != memoryview(raw):
-        return None
-    count = body.count(b",", start, start + size) + 1
-    chunks = int_chunks(body, start, start + size)
-    try:
-        ids = tuple(_Counted(itertools.chain.from_iterable(chunks), count))
-    except ValueError:
-        return None
-    fields = msgspec.structs.asdict(lean)
-    fields["input_ids"] = ids
-    return _Wire(**fields)  # checked by the caller, like a decoded one
-
-
 def _typed_decode(body: bytes | Raw, contract: Contract) -> _Wire:
-    """The typed decode of a body (a large one through `_decode_large`), its checks left
+    """The typed decode of a body (a large one through `large_body.decode_large`), its checks left
     to the caller; a failure as SGLang's refusal."""
     try:
         if len(body) <= LARGE_BODY_BYTES:
             request: _Wire = _decoder.decode(body)
         else:  # an envelope's request is a Raw: read as bytes
-            large = body if type(body) is bytes else bytes(body)
-            request = _decode_large(large) or _decoder.decode(body)
+            fields = _decode_large(body if type(body) is bytes else bytes(body))
+            request = _decoder.decode(body) if fields is None else _Wire(**fields)
     except DECODE_ERRORS as error:
         without = _without_null_fields(body)
         if without is None:
-            raise translate_validation_error(error, data=body, contract=contract) from None
+            refuse = functools.partial(refuse_unknown, contract)
+            raise translate_validation_error(error, data=body, refuse_unknown=refuse) from None
         return _typed_decode(without, contract)
     return request
 
@@ -417,11 +245,6 @@ def _without_null_fields(body: Any) -> bytes | None:
     return _json.encode(members)
 
 
-#: A body of at most LARGE_BODY_BYTES is within every default bound: the default size,
-#: and the default count of token ids (each takes two bytes or more).
-assert LARGE_BODY_BYTES <= DEFAULT_MAX_BODY_BYTES and LARGE_BODY_BYTES // 2 < DEFAULT_MAX_INPUT_IDS
-
-
 def decode_with_limits(
     data: object, limits: Limits, contract: Contract = _DEFAULT_CONTRACT
 ) -> ClientRequest:
@@ -435,7 +258,7 @@ def decode_with_limits(
     else:
         body = as_json(data, max_body_bytes)
         if contract.splits:
-            body, passed = _split_unknown(body, limits, contract)
+            body, passed = split_unknown(body, limits, contract)
     wire = _typed_decode(body, contract)
     if len(wire.input_ids) > max_input_ids or max_token_id is not None:
         _check_input_ids(wire.input_ids, limits)
