@@ -4,15 +4,14 @@
 target (its release's fields and `sampling_params` keys, its gate, the SGLang
 checks its release makes, in its words), adds a presence rule for each field
 the release lacks, and compiles them with the bounds of the fields held as JSON
-bytes into one Python function (`Contract.check`): each guarding field is read
-once, and a rule's check is called only when a field it reads is set. Cached
+bytes into one Python function (`Contract.check`): a rule's check is called only
+when a field it reads is set. Cached
 per target, as targets are hashable.
 """
 
 from __future__ import annotations
 
 import functools
-from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -77,56 +76,17 @@ def _spelled(default: Any) -> str:
     return "unset" if default is UNSET else repr(default)
 
 
-def _guard_read(
-    name: str, var: str, tag: str, read: set[str], tested: Counter[str], lines: list[str]
-) -> str:
-    """How the function reads field `name` of `var`: a local read once (the read added to
-    `lines`) when more than one test reads it, else the attribute itself."""
-    assert name.isidentifier()
-    if tested[name] == 1:
-        return f"{var}.{name}"
-    local = f"g{tag}_{name}"
-    if name not in read:
-        lines.append(f"        {local} = {var}.{name}")
-        read.add(name)
-    return local
-
-
-def _group_guards(checks: _Checks) -> list[tuple[int, ...]]:
-    """The guards of each test `_scope_source` writes: rules with the same guards share one."""
-    groups: list[tuple[int, ...]] = []
-    previous: tuple[int, ...] | None = None
-    for entry in checks.rules:
-        indices = entry[4]
-        if indices != previous:
-            groups.append(indices)
-            previous = indices
-    return groups
-
-
-def _tested(raw_checks: tuple[tuple[str, RawCheck], ...], checks: _Checks) -> Counter[str]:
-    """How many tests of one scope's compiled checks read each field."""
-    tested = Counter(name for name, _ in raw_checks)
-    tested.update(checks.guards[i] for group in _group_guards(checks) for i in group)
-    return tested
-
-
 def _raw_source(
-    raw_checks: tuple[tuple[str, RawCheck], ...],
-    var: str,
-    tag: str,
-    read: set[str],
-    tested: Counter[str],
-    namespace: dict[str, Any],
+    raw_checks: tuple[tuple[str, RawCheck], ...], var: str, tag: str, namespace: dict[str, Any]
 ) -> list[str]:
     """The lines that check one scope's fields held as JSON bytes (each default UNSET),
     at an indent of two levels."""
     lines: list[str] = []
     for k, (name, check) in enumerate(raw_checks):
         namespace[f"raw{tag}{k}"] = check
-        local = _guard_read(name, var, tag, read, tested, lines)
-        lines.append(f"        if {local} is not unset:")
-        lines.append(f"            raw{tag}{k}({local}, limits)")
+        assert name.isidentifier()
+        lines.append(f"        if {var}.{name} is not unset:")
+        lines.append(f"            raw{tag}{k}({var}.{name}, limits)")
     return lines
 
 
@@ -135,14 +95,11 @@ def _scope_source(
     defaults: Mapping[str, Any],
     var: str,
     tag: str,
-    read: set[str],
-    tested: Counter[str],
     namespace: dict[str, Any],
 ) -> list[str]:
     """The lines that run one scope's rules on `var`, at an indent of two levels.
 
-    Each guarding field is read once (`read`: those read before; `tested`: how
-    many tests read it); a rule's check runs only when one of its guards is not
+    A rule's check runs only when one of its guards is not
     its default (None, False or UNSET, compared by identity) or it has none, and
     its `holds`, if any, is false. The lines hold only field names, the defaults
     (`None`, `False`, or `unset`, a local bound to UNSET), the rules' `holds` and
@@ -156,8 +113,8 @@ def _scope_source(
         tests = []
         for i in indices:
             name = checks.guards[i]
-            local = _guard_read(name, var, tag, read, tested, lines)
-            tests.append(f"{local} is not {_spelled(defaults[name])}")
+            assert name.isidentifier()
+            tests.append(f"{var}.{name} is not {_spelled(defaults[name])}")
         if indices != previous:  # rules with the same guards share one test
             lines.append(f"        if {' or '.join(tests) or 'True'}:")
             previous = indices
@@ -180,25 +137,16 @@ def _compile(
     bounded by the limits the function is given), then the request's rules, then those
     of its `sampling_params` when it has them."""
     namespace: dict[str, Any] = {"_rejected": _rejected, "UNSET": UNSET}
-    read_request: set[str] = set()
-    read_sampling: set[str] = set()
     raw_request, raw_sampling = _RAW_CHECKS[False], _RAW_CHECKS[True]
-    tested_request, tested_sampling = _tested(raw_request, request), _tested(raw_sampling, sampling)
     lines = ["def check(v, limits):", "    unset = UNSET", "    if True:"]
-    lines += _raw_source(raw_request, "v", "r", read_request, tested_request, namespace)
+    lines += _raw_source(raw_request, "v", "r", namespace)
     lines += ["    p = v.sampling_params", "    sampled = p is not None and p is not unset"]
     lines += ["    if sampled:"]
-    lines += _raw_source(raw_sampling, "p", "s", read_sampling, tested_sampling, namespace) or [
-        "        pass"
-    ]
+    lines += _raw_source(raw_sampling, "p", "s", namespace) or ["        pass"]
     lines += ["    if True:"]
-    lines += _scope_source(
-        request, _DEFAULTS[False], "v", "r", read_request, tested_request, namespace
-    )
+    lines += _scope_source(request, _DEFAULTS[False], "v", "r", namespace)
     lines += ["    if sampled:"]
-    lines += _scope_source(
-        sampling, _DEFAULTS[True], "p", "s", read_sampling, tested_sampling, namespace
-    )
+    lines += _scope_source(sampling, _DEFAULTS[True], "p", "s", namespace)
     return define("\n".join([*lines, "    return None"]), namespace, "check", label)
 
 
