@@ -163,6 +163,25 @@ def override_or_encode(ids: int) -> tuple[Callable[[], object], Callable[[], obj
     return (lambda: header_overrides(engine, request)), engine.to_json
 
 
+def no_rules(bodies: list[bytes]) -> Callable[[], None]:
+    """The request path's lower bound: the typed decode, the engine body and its encoding,
+    with no rule checked (not a path anyone may take: it is the floor of the design)."""
+    from sglang_envelope.request.engine import EngineBody
+    from sglang_envelope.request.fields import RequestFields
+    from sglang_envelope.request.types import _Wire
+
+    count = len(RequestFields.__struct_fields__)
+    decode, encode = msgspec.json.Decoder(_Wire).decode, msgspec.json.Encoder().encode
+    astuple, replace = msgspec.structs.astuple, msgspec.structs.replace
+
+    def run() -> None:
+        for body in bodies:
+            fields = astuple(decode(body))[:count]
+            encode(replace(EngineBody(*fields), rid="r", stream=True, bootstrap_room=4242))
+
+    return run
+
+
 def json_floor(bodies: list[bytes]) -> Callable[[], None]:
     def run() -> None:
         for body in bodies:
@@ -547,6 +566,8 @@ def main() -> None:
     bodies = client_bodies(500 if args.quick else 3000, random.Random(7))
     work, floor = alternate(request_path(bodies), json_floor(bodies), rounds)
     row("request path (decode role)", work, floor, "<= 1.5x", work / floor <= 1.5)
+    work, floor = alternate(no_rules(bodies), json_floor(bodies), rounds)
+    row("  lower bound: typed decode + engine body + encode, no rule", work, floor, "(ref)", True)
     sglang = sglang_path(bodies)
     if sglang is not None:
         work, floor = alternate(sglang, json_floor(bodies), rounds)
@@ -554,6 +575,8 @@ def main() -> None:
     short = client_bodies(len(bodies), random.Random(8), lengths=(16,))
     work, floor = alternate(request_path(short), json_floor(short), rounds)
     row("  16-token prompts only", work, floor, "<= 4.0x", work / floor <= 4.0)
+    work, floor = alternate(no_rules(short), json_floor(short), rounds)
+    row("  lower bound, 16-token prompts", work, floor, "(reference)", True)
     in_process = Target(sglang="0.5.22", transport="engine")
     work, floor = alternate(request_path(short, in_process), json_floor(short), rounds)
     row("  16-token, target 0.5.22 in-process", work, floor, "(per target)", True)
