@@ -148,3 +148,16 @@ def test_a_service_with_header_overrides_sends_the_client_s_bytes() -> None:
     ((sent, headers),) = transport.sent
     assert sent == body and "x-override-rid" in headers
     assert written.count(b'"id":"mine"') == 2
+
+
+def test_a_body_given_as_a_mapping_is_encoded_not_sent_as_it_is() -> None:
+    async def main() -> Recording:
+        transport = Recording()
+        deployment = Deployment(vocab_size=None, incremental_streaming_output=False)
+        async with Service(transport, deployment=deployment, header_overrides=True) as svc:
+            answer = await svc.generate({"input_ids": [5], "stream": True})
+            [chunk async for chunk in answer.body]
+        return transport
+
+    ((sent, headers),) = asyncio.run(main()).sent
+    assert type(sent) is bytes and "x-override-rid" not in headers

@@ -145,7 +145,7 @@ class Service:
 
     async def generate(
         self,
-        body: bytes,
+        body: bytes | str | Mapping[str, Any],
         *,
         disconnected: Disconnected | None = None,
         routing: Routing | None = None,
@@ -165,7 +165,8 @@ class Service:
         except EnvelopeError as exc:
             return refused(exc, stream_requested(body))
         return await self.answer(
-            envelope, client_rid=request.rid or envelope.rid, body=body,
+            envelope, client_rid=request.rid or envelope.rid,
+            body=body if type(body) is bytes else None,
             disconnected=disconnected, routing=routing, prefill_dp_rank=prefill_dp_rank,
         )  # fmt: skip
 
