@@ -11,19 +11,17 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.apps import free_port
+from tests.apps import serving
 
 _FINISH = re.compile(rb'"finish_reason":\{"type":"(\w+)"')
 
@@ -106,16 +104,5 @@ class Recorder:
 def recording(upstream: str) -> Iterator[tuple[Recorder, str]]:
     """A recording proxy to `upstream`, running; yields it and its URL."""
     recorder = Recorder(upstream)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(recorder.app, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the recording proxy did not start"
-        time.sleep(0.02)
-    try:
-        yield recorder, f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with serving(recorder.app) as url:
+        yield recorder, url

@@ -16,9 +16,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "frontend.md"
 APPS = ("app_starlette.py", "app_aiohttp.py")
@@ -49,6 +51,26 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+@contextlib.contextmanager
+def serving(app: Any) -> Iterator[str]:
+    """The ASGI `app` under uvicorn in a thread of this process; yields its URL."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + READY_S
+    while not server.started:
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:

@@ -19,8 +19,7 @@ from sglang_envelope import Deployment, EngineReply, Service, UpstreamError
 from sglang_envelope.adapters.aiohttp import AiohttpTransport, respond
 from sglang_envelope.adapters.httpx import HttpxTransport
 from sglang_envelope.testing import FakeEngine
-from tests.apps import free_port
-from tests.test_apps import serving
+from tests.apps import free_port, serving
 
 DEPLOYMENT = Deployment(vocab_size=320)
 BODY = {"rid": "mine", "input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3}}

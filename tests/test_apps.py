@@ -9,9 +9,7 @@ reader's own code.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,32 +17,13 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from sglang_envelope import aggregate_sse
 from sglang_envelope.testing import FakeEngine
-from tests.apps import APPS, app_sources, free_port, own_lines, running_app
+from tests.apps import APPS, app_sources, free_port, own_lines, running_app, serving
 
 VOCAB = 320
 SLOW = {"max_new_tokens": 400, "temperature": 0}
-
-
-@contextlib.contextmanager
-def serving(engine: FakeEngine) -> Iterator[str]:
-    """`engine` under uvicorn in a thread of this process; yields its URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(engine, port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "the fake engine did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 def wait_for(test: Any, timeout: float = 5.0) -> None:

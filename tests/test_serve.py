@@ -60,14 +60,21 @@ async def read(answer: Any) -> bytes:
     return b"".join([chunk async for chunk in answer.body])
 
 
-def test_a_streaming_client_gets_every_frame_under_its_own_rid() -> None:
+def served(body: bytes, script: Any = streamed) -> tuple[Any, bytes, FakeTransport]:
+    """The answer to `body` over a fake answering by `script`, its bytes, and the fake."""
+
     async def main() -> tuple[Any, bytes, FakeTransport]:
-        transport = FakeTransport(streamed)
+        transport = FakeTransport(script)
         async with service(transport) as svc:
-            answer = await svc.generate(STREAM)
+            answer = await svc.generate(body)
             return answer, await read(answer), transport
 
-    answer, body, transport = run(main())
+    result: tuple[Any, bytes, FakeTransport] = run(main())
+    return result
+
+
+def test_a_streaming_client_gets_every_frame_under_its_own_rid() -> None:
+    answer, body, transport = served(STREAM)
     assert (answer.status, answer.media_type) == (200, "text/event-stream; charset=utf-8")
     engine_rid = transport.requests[0]["rid"]
     assert re.fullmatch("[0-9a-f]{32}", engine_rid), "the engine runs under an owned rid"
@@ -77,13 +84,7 @@ def test_a_streaming_client_gets_every_frame_under_its_own_rid() -> None:
 
 
 def test_a_unary_client_gets_one_body_from_an_internal_stream() -> None:
-    async def main() -> tuple[Any, bytes, FakeTransport]:
-        transport = FakeTransport(streamed)
-        async with service(transport) as svc:
-            answer = await svc.generate(UNARY)
-            return answer, await read(answer), transport
-
-    answer, body, transport = run(main())
+    answer, body, transport = served(UNARY)
     assert transport.requests[0]["stream"] is True, "the engine request streams"
     assert (answer.status, answer.media_type) == (200, "application/json")
     response = msgspec.json.decode(body)
