@@ -18,6 +18,7 @@ from live.flow import client, sender
 from live.servers import LiveServer
 from sglang_envelope import (
     DrainPolicy,
+    WeightVersionSpan,
     aggregate_sse,
     continuation_request,
     decode_client_request,
@@ -34,9 +35,12 @@ LONG = {"max_new_tokens": 900, "ignore_eos": True, "temperature": 0}
 JSON = {"Content-Type": "application/json"}
 
 
-async def stream_of(http: httpx.AsyncClient, url: str, rid: str, seen: asyncio.Event) -> bytes:
+async def stream_of(
+    http: httpx.AsyncClient, url: str, rid: str, seen: asyncio.Event, max_new_tokens: int
+) -> bytes:
     """A streaming generation's whole answer; `seen` is set at its first chunk."""
-    body = {"input_ids": [5, 6, 7], "rid": rid, "stream": True, "sampling_params": LONG}
+    params = {**LONG, "max_new_tokens": max_new_tokens}
+    body = {"input_ids": [5, 6, 7], "rid": rid, "stream": True, "sampling_params": params}
     chunks: list[bytes] = []
     async with http.stream("POST", f"{url}/generate", json=body) as answer:
         async for chunk in answer.aiter_bytes():
@@ -45,10 +49,12 @@ async def stream_of(http: httpx.AsyncClient, url: str, rid: str, seen: asyncio.E
     return b"".join(chunks)
 
 
-async def three_streams(http: httpx.AsyncClient, url: str) -> list[asyncio.Task[bytes]]:
+async def three_streams(
+    http: httpx.AsyncClient, url: str, max_new_tokens: int = 900
+) -> list[asyncio.Task[bytes]]:
     seen = [asyncio.Event() for _ in range(3)]
     tasks = [
-        asyncio.create_task(stream_of(http, url, f"rollout-{i}-{id(seen)}", event))
+        asyncio.create_task(stream_of(http, url, f"rollout-{i}-{id(seen)}", event, max_new_tokens))
         for i, event in enumerate(seen)
     ]
     await asyncio.wait_for(asyncio.gather(*(event.wait() for event in seen)), 60)
@@ -156,3 +162,36 @@ def test_a_continuation_after_an_abort_completes_the_generation(server: LiveServ
     assert 0 < made < 300
     assert rest["meta_info"]["finish_reason"]["type"] == "length"
     assert part["output_ids"] + rest["output_ids"] == whole["output_ids"]
+
+
+def test_sglang_takes_the_weight_versions_the_plan_sends_and_not_another_shape(
+    server: LiveServer,
+) -> None:
+    spans = (WeightVersionSpan(version="step-3", start=0, end=12),)
+
+    async def main() -> tuple[int, int]:
+        async with client() as http:
+            send = sender(http, server.url)
+            taken = await send(plan_abort_all(weight_versions=spans).body)
+            refused = await send(b'{"abort_all":true,"weight_versions":[["step-3",0,12]]}')
+            return taken, refused
+
+    taken, refused = asyncio.run(main())
+    assert (taken, refused) == (200, 400)
+
+
+def test_pause_in_retract_mode_holds_a_stream_until_continued(server: LiveServer) -> None:
+    async def main() -> tuple[list[Any], bool]:
+        async with client() as http:
+            streams = await three_streams(http, server.url, max_new_tokens=400)
+            pause, resume = plan_pause("retract"), plan_continue()
+            await http.post(f"{server.url}{pause.path}", content=pause.body, headers=JSON)
+            await asyncio.sleep(1.0)
+            held = not any(stream.done() for stream in streams)
+            await http.post(f"{server.url}{resume.path}", content=resume.body, headers=JSON)
+            return [aggregate_sse([await stream]) for stream in streams], held
+
+    answers, held = asyncio.run(main())
+    assert held
+    for answer in answers:
+        assert answer["meta_info"]["finish_reason"] == {"type": "length", "length": 400}
