@@ -245,6 +245,7 @@ def test_idle_is_no_running_and_no_waiting_request(answer: tuple[bytes, int, int
         (b'{"loads":[{"num_running_reqs":-1,"num_waiting_reqs":0}]}', r"loads\[0\]\.num_running"),
         (b"[", r"not SGLang's shape"),
         (b'{"loads":' * 100_000, r"not SGLang's shape"),
+        (b'{"loads":[],"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}", r"recursion depth"),
     ],
 )
 def test_a_loads_answer_of_another_shape_is_a_response_error(body: bytes, message: str) -> None:

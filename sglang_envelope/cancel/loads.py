@@ -72,7 +72,7 @@ def read_loads(body: bytes, *, max_bytes: int = DEFAULT_MAX_LOADS_BYTES) -> Engi
         )
     try:
         loads = _decoder.decode(body).loads
-    except msgspec.DecodeError as error:  # ValidationError included: it names the key
+    except (msgspec.DecodeError, RecursionError) as error:  # ValidationError names the key
         raise ResponseError(f"the /v1/loads answer is not SGLang's shape: {error}") from None
     for index, load in enumerate(loads):
         for name in ("num_running_reqs", "num_waiting_reqs"):
