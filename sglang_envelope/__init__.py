@@ -82,6 +82,21 @@ from sglang_envelope.serve.transport import EngineReply, Transport
 # --- cancellation ---
 from sglang_envelope.cancel.plan import AbortPlan, AbortPolicy, plan_abort
 from sglang_envelope.cancel.run import AbortOutcome, AbortSend, run_abort
+from sglang_envelope.cancel.rollout import (
+    AbortAllPlan,
+    ContinuePlan,
+    DrainPlan,
+    DrainPolicy,
+    PausePlan,
+    WeightVersionSpan,
+    plan_abort_all,
+    plan_continue,
+    plan_drain,
+    plan_pause,
+)
+from sglang_envelope.cancel.loads import EngineLoad, engine_idle, read_loads
+from sglang_envelope.cancel.drain import DrainOutcome, DrainRound, run_drain
+from sglang_envelope.cancel.continuation import continuation_request
 
 __version__ = "0.2.0"
 
@@ -161,4 +176,22 @@ __all__ = [
     "AbortSend",
     "plan_abort",
     "run_abort",
+    # rollout controls
+    "AbortAllPlan",
+    "ContinuePlan",
+    "DrainOutcome",
+    "DrainPlan",
+    "DrainPolicy",
+    "DrainRound",
+    "EngineLoad",
+    "PausePlan",
+    "WeightVersionSpan",
+    "continuation_request",
+    "engine_idle",
+    "plan_abort_all",
+    "plan_continue",
+    "plan_drain",
+    "plan_pause",
+    "read_loads",
+    "run_drain",
 ]

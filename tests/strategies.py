@@ -6,6 +6,7 @@ defining strategies inside a test module.
 
 from __future__ import annotations
 
+import json
 from typing import Any, cast
 
 from hypothesis import strategies as st
@@ -18,6 +19,7 @@ from sglang_envelope import (
     EngineRequest,
     Role,
     SamplingParams,
+    WeightVersionSpan,
     build_engine_request,
     decode_client_request,
     to_worker_envelope,
@@ -699,6 +701,72 @@ def engine_requests_to_abort(
         role=role,
         bootstrap=bootstrap,
     )
+
+
+@st.composite
+def weight_version_spans(draw: st.DrawFn) -> tuple[WeightVersionSpan, ...]:
+    """`AbortReq.weight_versions`: spans of output tokens, each with its weight version."""
+    spans = []
+    for _ in range(draw(st.integers(0, 4))):
+        start = draw(st.integers(0, 2**20))
+        end = start + draw(st.integers(0, 2**20))
+        spans.append(WeightVersionSpan(version=draw(st.text(max_size=8)), start=start, end=end))
+    return tuple(spans)
+
+
+@st.composite
+def loads_answers(draw: st.DrawFn) -> tuple[bytes, int, int, int]:
+    """A ``GET /v1/loads`` answer in SGLang's shape, with its running, waiting and rank count."""
+    loads: list[dict[str, Any]] = []
+    for rank in range(draw(st.integers(0, 6))):
+        load = draw(
+            st.fixed_dictionaries(
+                {
+                    "num_running_reqs": st.integers(0, 3) | st.integers(0, 2**40),
+                    "num_waiting_reqs": st.integers(0, 3),
+                },
+                optional={"token_usage": _finite, "queues": st.just({"waiting": 0})},
+            )
+        )
+        loads.append({"timestamp": 1.5, "dp_rank": rank, **load})
+    body = {"timestamp": "2026-12-02T16:00:00+00:00", "version": "0.5.23", "loads": loads}
+    running = sum(load["num_running_reqs"] for load in loads)
+    waiting = sum(load["num_waiting_reqs"] for load in loads)
+    return json.dumps(body).encode(), running, waiting, len(loads)
+
+
+@st.composite
+def continuable(draw: st.DrawFn) -> tuple[ClientRequest, dict[str, Any]]:
+    """A request and an aborted or length-stopped answer to it with tokens left to make."""
+    made = draw(st.lists(st.integers(0, 2**32 - 1), max_size=16))
+    params: dict[str, Any] = {"max_new_tokens": len(made) + draw(st.integers(1, 64))}
+    if draw(st.booleans()):
+        params["min_new_tokens"] = draw(st.integers(0, params["max_new_tokens"]))
+    params.update(draw(st.fixed_dictionaries({}, optional={"temperature": st.floats(0, 2)})))
+    body: dict[str, Any] = {"input_ids": draw(token_ids), "sampling_params": params}
+    body.update(
+        draw(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "return_logprob": st.booleans(),
+                    "top_logprobs_num": st.integers(0, 5),
+                    "stream": st.booleans(),
+                    "rid": request_ids,
+                },
+            )
+        )
+    )
+    finish = draw(
+        st.sampled_from(
+            [
+                {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None},
+                {"type": "length", "length": len(made)},
+            ]
+        )
+    )
+    meta = {"finish_reason": finish, "completion_tokens": len(made)}
+    return decode_client_request(body), {"text": "", "output_ids": made, "meta_info": meta}
 
 
 # --- hostile input ---

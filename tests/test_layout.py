@@ -16,7 +16,7 @@ ALLOWED = {
     "releases": {"errors"},
     "request": {"errors", "releases"},
     "response": {"errors", "request"},
-    "cancel": {"errors", "request"},
+    "cancel": {"errors", "releases", "request"},
     "serve": {"errors", "releases", "request", "response", "cancel"},
     "adapters": {"errors", "serve"},
     "cli": {"errors", "releases", "request", "response", "cancel", ""},

@@ -127,7 +127,7 @@ BODIES: dict[str, dict[str, Any]] = {
         "return_flat_raw_top_logprobs": True,
         "return_flat_raw_top_logprobs_b64": True,
     },
-    "stop": {"input_ids": [5, 6, 7], "sampling_params": {"stop_token_ids": [261]}},
+    "stop": {"input_ids": [5, 6, 7], "sampling_params": {"stop_token_ids": [129]}},
 }
 
 
@@ -161,8 +161,8 @@ def test_length_stop_and_determinism() -> None:
     assert five["output_ids"] == again["output_ids"] and len(five["output_ids"]) == 5
     assert five["meta_info"]["finish_reason"] == {"type": "length", "length": 5}
     assert len(default["output_ids"]) == 4 and default["output_ids"] == five["output_ids"][:4]
-    assert stop["meta_info"]["finish_reason"] == {"type": "stop", "matched": 261}
-    assert stop["output_ids"][-1] == 261 and 261 not in stop["output_ids"][:-1]
+    assert stop["meta_info"]["finish_reason"] == {"type": "stop", "matched": 129}
+    assert stop["output_ids"][-1] == 129 and 129 not in stop["output_ids"][:-1]
 
 
 def test_output_flat_is_on_the_unary_answer_and_decodes() -> None:

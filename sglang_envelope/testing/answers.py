@@ -11,7 +11,9 @@ dp_rank``, ``e2e_latency`` once finished, and ``response_sent_to_client_ts``
 on the first frame of a stream and on a unary body.
 
 Token ids, texts and logprobs are made up but deterministic: the same prompt
-always gives the same answer. Logprobs are multiples of 1/16, so float32 (the
+always gives the same answer, and each id depends only on the ids before it
+(the prompt's and the output's so far), so the prompt with part of the output
+appended goes on with the rest of it. Logprobs are multiples of 1/16, so float32 (the
 Base64 flat form) carries them exactly.
 """
 
@@ -131,13 +133,16 @@ def plan_answer(
         limit = default_max_new_tokens
     room = max(0, context_length - len(request.input_ids))
     count = room if limit is None else min(limit, room)
-    seed = sum(request.input_ids) * 31 + len(request.input_ids)
+    # Each id is a function of the sequence before it (its sum and length), as a model's
+    # next token is: a continuation (the prompt with the output so far) goes on alike.
+    total, length = sum(request.input_ids), len(request.input_ids)
     span = vocab_size - FIRST_ID
     stops = _stop_ids(request)
     ids: list[int] = []
     finish: dict[str, Any] = {"type": "length", "length": count}
-    for index in range(count):
-        token = FIRST_ID + (seed + 7 * index * (index + 1)) % span
+    for _ in range(count):
+        token = FIRST_ID + (total * 31 + 7 * length * (length + 1)) % span
+        total, length = total + token, length + 1
         ids.append(token)
         if token in stops:
             finish = {"type": "stop", "matched": token}

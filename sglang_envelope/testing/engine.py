@@ -1,8 +1,10 @@
 """`FakeEngine`: a fake SGLang 0.5.23 HTTP server, as a plain ASGI 3 app, for tests.
 
 It answers ``POST /generate`` (both stream modes, unary, logprobs, flat
-fields, refusals), ``POST /abort_request``, ``GET /get_server_info`` and
-``GET /health`` as SGLang's own server does, and counts what it saw. Run it
+fields, refusals), ``POST /abort_request``, ``GET /get_server_info``,
+``GET /health``, and the rollout controls ``GET /v1/loads``,
+``POST /pause_generation`` and ``POST /continue_generation`` as SGLang's own
+server does, and counts what it saw. Run it
 under any ASGI server (uvicorn) or call it in process (``httpx.ASGITransport``).
 """
 
@@ -23,6 +25,7 @@ from sglang_envelope.request.limits import DEFAULT_MAX_BODY_BYTES
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.sse import SSE_DONE
 from sglang_envelope.testing.answers import ABORTED, AnswerPlan, Span, answer_object, plan_answer
+from sglang_envelope.testing.control import Pause, loads_body, serve_control
 from sglang_envelope.testing.requests import (
     ClientGone,
     Message,
@@ -124,6 +127,7 @@ class FakeEngine:
     """
 
     __slots__ = (
+        "_pause",
         "_running",
         "aborts",
         "context_length",
@@ -180,11 +184,17 @@ class FakeEngine:
         self.outcomes: collections.deque[Outcome] = collections.deque(maxlen=max_recorded)
         self.disconnects = 0
         self._running: dict[str, _Generation] = {}
+        self._pause = Pause()
 
     @property
     def running(self) -> int:
         """How many generations are still running."""
         return len(self._running)
+
+    @property
+    def paused(self) -> bool:
+        """Whether generation is paused (``/pause_generation`` without ``/continue_generation``)."""
+        return self._pause.paused
 
     def server_info(self) -> dict[str, Any]:
         """The body of ``GET /get_server_info``: the keys the library reads, as SGLang has them."""
@@ -208,6 +218,13 @@ class FakeEngine:
             await answer(send, 200, JSON, _ENCODE(self.server_info()))
         elif route == ("GET", "/health"):
             await answer(send, 200, None, b"")
+        elif route == ("GET", "/v1/loads"):
+            body = loads_body(
+                running=self.running, dp_size=self.dp_size, query=scope.get("query_string", b"")
+            )
+            await answer(send, 200, JSON, body)
+        elif route in (("POST", "/pause_generation"), ("POST", "/continue_generation")):
+            await serve_control(scope, receive, send, self._running, self._pause)
         else:
             await not_found(send, scope["path"], scope["method"])
 
@@ -291,6 +308,8 @@ class FakeEngine:
                 await asyncio.wait_for(generation.stopped.wait(), self.frame_delay)
         else:
             await asyncio.sleep(0)
+        if generation.stop is None:  # held while paused, until continued or stopped
+            await self._pause.wait(generation.stopped)
         plan, start = generation.plan, generation.made
         if generation.stop == "disconnect":
             return "disconnect"

@@ -27,6 +27,7 @@ __all__ = [
     "answer",
     "not_found",
     "parse_abort",
+    "pydantic_error",
     "server_info",
     "stream_start",
 ]
@@ -90,7 +91,8 @@ async def stream_start(send: Send) -> None:
 async def not_found(send: Send, path: str, method: str) -> None:
     """FastAPI's 404 or 405 for a route the fake does not serve."""
     routes = {"/generate": "POST", "/abort_request": "POST", "/get_server_info": "GET"}
-    routes.update({"/server_info": "GET", "/health": "GET"})
+    routes.update({"/server_info": "GET", "/health": "GET", "/v1/loads": "GET"})
+    routes.update({"/pause_generation": "POST", "/continue_generation": "POST"})
     if path in routes and routes[path] != method:
         await answer(send, 405, JSON, b'{"detail":"Method Not Allowed"}')
     else:
@@ -112,7 +114,7 @@ class AbortBody(NamedTuple):
     abort_all: bool
 
 
-def _pydantic_error(message: str) -> tuple[int, str, bytes]:
+def pydantic_error(message: str) -> tuple[int, str, bytes]:
     body = {"object": "error", "message": message, "type": "Bad Request", "param": None}
     return 400, JSON, _ENCODE({**body, "code": 400})
 
@@ -120,14 +122,14 @@ def _pydantic_error(message: str) -> tuple[int, str, bytes]:
 def parse_abort(body: bytes | Exception, is_json: bool) -> AbortBody | tuple[int, str, bytes]:
     """The abort `body` asks for, or the 400 answer SGLang's parse gives a bad one."""
     if isinstance(body, Exception):
-        return _pydantic_error(str(body))
+        return pydantic_error(str(body))
     if not is_json:
-        return _pydantic_error("abort_request body must be sent as Content-Type: application/json")
+        return pydantic_error("abort_request body must be sent as Content-Type: application/json")
     try:
         value = msgspec.json.decode(body)
         read = msgspec.convert(value, _AbortReq)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as error:
-        return _pydantic_error(f"abort_request body: {error}")
+        return pydantic_error(f"abort_request body: {error}")
     return AbortBody(value, read.rid or "", read.abort_all)
 
 

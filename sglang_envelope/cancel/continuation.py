@@ -1,0 +1,150 @@
+"""A continuation request: what is left of an aborted (or length-stopped) generation.
+
+As AReaL's rollout does after a pause or an abort: the output ids appended to
+``input_ids``, ``max_new_tokens`` lowered by the tokens made, everything else
+(sampling parameters, logprob settings) as the client sent it. At temperature
+0 the continuation's output, appended to the first part's, is the generation
+the first request would have made uninterrupted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from sglang_envelope.errors.exceptions import EnvelopeError, show_value
+from sglang_envelope.request.fields import SamplingParams
+from sglang_envelope.request.types import ClientRequest
+
+__all__ = ["CONTINUABLE", "DEFAULT_MAX_NEW_TOKENS", "continuation_request"]
+
+#: SGLang's `SamplingParams.max_new_tokens` when a request sets none.
+DEFAULT_MAX_NEW_TOKENS = 128
+#: The finish reasons a generation can be continued after.
+CONTINUABLE = ("abort", "length")
+#: Constrained decoding: its grammar would start again at the continuation's first token.
+_CONSTRAINTS = ("json_schema", "regex", "ebnf", "structural_tag", "choice")
+
+
+def _finish_type(meta: Mapping[str, Any]) -> str:
+    finish = meta.get("finish_reason")
+    if not isinstance(finish, Mapping) or type(finish.get("type")) is not str:
+        raise EnvelopeError(
+            "meta_info.finish_reason: expected SGLang's finish reason object with a "
+            f"'type', got {show_value(finish)} (a generation still running cannot be continued)"
+        )
+    kind: str = finish["type"]
+    if kind not in CONTINUABLE:
+        raise EnvelopeError(
+            f"meta_info.finish_reason.type: {kind!r} cannot be continued: the generation "
+            "ended on its own (only 'abort' and 'length' can be)"
+        )
+    status = finish.get("status_code")
+    if kind == "abort" and type(status) is int and 400 <= status < 600:
+        raise EnvelopeError(
+            f"meta_info.finish_reason.status_code: {status}: SGLang refused or failed the "
+            "request; a continuation would meet the same error"
+        )
+    return kind
+
+
+def _output_ids(response: Mapping[str, Any], meta: Mapping[str, Any]) -> list[int]:
+    ids = response.get("output_ids")
+    if not isinstance(ids, list):
+        raise EnvelopeError(
+            f"output_ids: expected the list of output token ids, got {show_value(ids)}"
+        )
+    for index, token in enumerate(ids):
+        if type(token) is not int:
+            raise EnvelopeError(f"output_ids[{index}]: expected an int, got {show_value(token)}")
+    made = meta.get("completion_tokens")
+    if type(made) is int and made != len(ids):
+        raise EnvelopeError(
+            f"output_ids: {len(ids)} ids, but meta_info.completion_tokens is {made}; an "
+            "incremental stream's abort frame repeats its last id, so read such a stream "
+            "in cumulative mode or unary"
+        )
+    return ids
+
+
+def _check_unconstrained(params: SamplingParams) -> None:
+    for name in _CONSTRAINTS:
+        value = getattr(params, name)
+        if value is not UNSET and value is not None:
+            raise EnvelopeError(
+                f"sampling_params.{name}: a constrained generation cannot be continued: "
+                "SGLang would match it from its start against the continuation alone"
+            )
+
+
+def _budget(params: SamplingParams, made: int, default: int) -> int | None:
+    """What is left of `max_new_tokens` after `made` tokens (None: no limit was set)."""
+    asked = params.max_new_tokens
+    if asked is None:
+        return None
+    total = default if asked is UNSET else asked
+    left = total - made
+    if left <= 0:
+        raise EnvelopeError(
+            f"sampling_params.max_new_tokens: {total} tokens were asked for and {made} made: "
+            "none is left to continue"
+        )
+    return left
+
+
+def continuation_request(
+    response: Mapping[str, Any],
+    request: ClientRequest,
+    *,
+    default_max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+) -> ClientRequest:
+    """The request that continues `request`'s generation after `response` stopped it.
+
+    `response` is the answer to `request`, as `aggregate_sse` or `parse_unary`
+    return it (a stream read in cumulative mode, SGLang's default, or unary),
+    with ``finish_reason.type`` ``"abort"`` or ``"length"``. The continuation
+    is `request` with its ``output_ids`` appended to ``input_ids``,
+    ``sampling_params.max_new_tokens`` lowered by the tokens made (an unset
+    one counts as `default_max_new_tokens`, SGLang's 128; a null one stays
+    null), ``min_new_tokens`` lowered likewise (not below 0), and every other
+    field kept. It is made as a `ClientRequest` is, so every rule of
+    `request.target` is checked (`RequestRejected` for a broken one, such as
+    ``too_many_input_ids``).
+
+    Raises `EnvelopeError` naming the field where it cannot be continued: a
+    finish reason other than abort or length (or none), an abort SGLang gave
+    an error status, ``output_ids`` missing or not ints or not as many as
+    ``completion_tokens``, no ``max_new_tokens`` left, constrained decoding
+    (``json_schema``, ``regex``, ``ebnf``, ``structural_tag``, ``choice``).
+    """
+    if not isinstance(response, Mapping):
+        raise EnvelopeError(
+            "response: expected one response object (as aggregate_sse and parse_unary "
+            f"return), got {type(response).__name__}"
+        )
+    if not isinstance(request, ClientRequest):
+        raise EnvelopeError(f"request must be a ClientRequest, got {type(request).__name__}")
+    if type(default_max_new_tokens) is not int or default_max_new_tokens < 0:
+        raise EnvelopeError(
+            f"default_max_new_tokens must be an int >= 0, got {show_value(default_max_new_tokens)}"
+        )
+    meta = response.get("meta_info")
+    if not isinstance(meta, Mapping):
+        raise EnvelopeError(f"meta_info: expected an object, got {show_value(meta)}")
+    _finish_type(meta)
+    ids = _output_ids(response, meta)
+    given = request.sampling_params
+    params = SamplingParams() if given is UNSET or given is None else given
+    _check_unconstrained(params)
+    changes: dict[str, Any] = {"max_new_tokens": _budget(params, len(ids), default_max_new_tokens)}
+    least = params.min_new_tokens
+    if type(least) is int and least > 0:
+        changes["min_new_tokens"] = max(0, least - len(ids))
+    return msgspec.structs.replace(
+        request,
+        input_ids=(*request.input_ids, *ids),
+        sampling_params=msgspec.structs.replace(params, **changes),
+    )

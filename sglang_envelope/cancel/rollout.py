@@ -1,0 +1,341 @@
+"""Rollout controls as plans: abort every request, drain, pause and continue generation.
+
+Pure data, no I/O, in the style of `plan_abort`: each plan is the path and the
+exact body to send, checked when it is made. The SGLang facts behind them are
+in ``docs/rollout.md``; in short, for every known release (0.5.21, 0.5.22 and
+0.5.23, read from each release's own code):
+
+- ``POST /abort_request`` takes `io_struct.AbortReq` (``rid``, ``abort_all``,
+  ``finished_reason``, ``abort_message``, ``weight_versions``); with
+  ``abort_all`` true the tokenizer manager aborts every request it holds;
+- ``POST /pause_generation`` takes `PauseGenerationReqInput`, whose ``mode`` is
+  ``"abort"``, ``"retract"`` or ``"in_place"``, and ``POST /continue_generation``
+  takes `ContinueGenerationReqInput` (``torch_empty_cache``);
+- ``GET /v1/loads`` answers ``{"timestamp", "version", "accelerator",
+  "num_accelerators", "loads": [...]}``, one load per DP rank, each with
+  ``num_running_reqs`` and ``num_waiting_reqs`` (`engine_idle` reads those).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, NamedTuple
+
+import msgspec
+
+from sglang_envelope.cancel.plan import _check_seconds
+from sglang_envelope.errors.exceptions import EnvelopeError, show_value
+from sglang_envelope.releases.target import Target
+
+__all__ = [
+    "CONTROLS",
+    "DEFAULT_DRAIN_DEADLINE_S",
+    "DEFAULT_DRAIN_RETRY_S",
+    "PAUSE_MODES",
+    "AbortAllPlan",
+    "ContinuePlan",
+    "DrainPlan",
+    "DrainPolicy",
+    "PausePlan",
+    "ReleaseControls",
+    "WeightVersionSpan",
+    "plan_abort_all",
+    "plan_continue",
+    "plan_drain",
+    "plan_pause",
+]
+
+PauseMode = Literal["abort", "retract", "in_place"]
+#: `PauseGenerationReqInput.mode`'s values, SGLang's default first.
+PAUSE_MODES: tuple[str, ...] = ("abort", "retract", "in_place")
+#: slime's drain: abort all, then look again every 3 s ...
+DEFAULT_DRAIN_RETRY_S = 3.0
+#: ... for up to 180 s.
+DEFAULT_DRAIN_DEADLINE_S = 180.0
+
+
+class ReleaseControls(NamedTuple):
+    """What one SGLang release's HTTP server has for rollout control."""
+
+    #: `AbortReq`'s fields, as ``/abort_request`` parses them.
+    abort_fields: tuple[str, ...]
+    #: `PauseGenerationReqInput.mode`'s values; empty without ``/pause_generation``.
+    pause_modes: tuple[str, ...]
+    #: `ContinueGenerationReqInput`'s fields; None without ``/continue_generation``.
+    continue_fields: tuple[str, ...] | None
+    #: Whether ``GET /v1/loads`` is served.
+    loads: bool
+
+
+_ABORT_FIELDS = (
+    "rid",
+    "http_worker_ipc",
+    "abort_all",
+    "finished_reason",
+    "abort_message",
+    "weight_versions",
+)
+_SAME = ReleaseControls(
+    _ABORT_FIELDS, PAUSE_MODES, ("rid", "http_worker_ipc", "torch_empty_cache"), True
+)
+#: Each known release's controls, read from its `http_server.py` and `io_struct.py`.
+CONTROLS: Mapping[str, ReleaseControls] = {"0.5.21": _SAME, "0.5.22": _SAME, "0.5.23": _SAME}
+
+
+def _controls(target: object) -> ReleaseControls:
+    if not isinstance(target, Target):
+        raise EnvelopeError(f"target must be a Target, got {type(target).__name__}")
+    controls = CONTROLS.get(target.sglang)
+    if controls is None:  # a release with tables but no controls read yet
+        raise EnvelopeError(f"Target.sglang: no rollout controls are known for {target.sglang}")
+    return controls
+
+
+class WeightVersionSpan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """SGLang's `WeightVersionSpan`: output tokens ``[start, end)`` made under weights `version`."""
+
+    version: str
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if type(self.version) is not str:
+            raise EnvelopeError(f"version: expected a string, got {show_value(self.version)}")
+        for name in ("start", "end"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                raise EnvelopeError(f"{name}: expected an int >= 0, got {show_value(value)}")
+        if self.end < self.start:
+            raise EnvelopeError(f"end: expected at least start = {self.start}, got {self.end}")
+
+
+class _AbortAllBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    abort_all: Literal[True]
+    weight_versions: tuple[WeightVersionSpan, ...] | None = None
+
+
+class _PauseBody(msgspec.Struct, forbid_unknown_fields=True):
+    mode: PauseMode
+
+
+class _ContinueBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    torch_empty_cache: bool = True
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def _check_body(body: object, kind: type[msgspec.Struct], made_by: str, shape: str) -> Any:
+    """The decoded `body`, which must be exactly the bytes `made_by` builds; else EnvelopeError."""
+    expected = f"expected the bytes {made_by} builds, {shape}"
+    if type(body) is not bytes:
+        raise EnvelopeError(f"body: {expected}, got {type(body).__name__}")
+    try:
+        value = msgspec.json.decode(body, type=kind)
+    except (msgspec.DecodeError, EnvelopeError) as error:
+        raise EnvelopeError(f"body: {expected}, got {show_value(body)} ({error})") from None
+    if _encoder.encode(value) != body:
+        raise EnvelopeError(f"body: {expected}, got {show_value(body)} (not in that form)")
+    return value
+
+
+def _check_path(path: object, expected: str) -> None:
+    if path != expected or type(path) is not str:
+        raise EnvelopeError(f"path: expected {expected!r}, got {show_value(path)}")
+
+
+class AbortAllPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST /abort_request`` with ``abort_all`` true: every request the server holds ends.
+
+    `body` is exactly what `plan_abort_all` builds: ``{"abort_all":true}``,
+    with ``"weight_versions"`` (a list of ``{"version","start","end"}``) when
+    given. Checked when made, replaced or decoded, like `AbortPlan` (which
+    refuses ``abort_all`` on purpose: it cancels one request).
+    """
+
+    body: bytes
+    path: str = "/abort_request"
+
+    def __post_init__(self) -> None:
+        _check_path(self.path, "/abort_request")
+        _check_body(self.body, _AbortAllBody, "plan_abort_all", '{"abort_all":true,...}')
+
+
+class PausePlan(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST /pause_generation`` with ``{"mode": ...}`` (see `plan_pause`)."""
+
+    body: bytes
+    mode: str
+    path: str = "/pause_generation"
+
+    def __post_init__(self) -> None:
+        _check_path(self.path, "/pause_generation")
+        read = _check_body(self.body, _PauseBody, "plan_pause", '{"mode":"..."}')
+        if self.mode != read.mode:
+            raise EnvelopeError(
+                f"mode: expected the body's {read.mode!r}, got {show_value(self.mode)}"
+            )
+
+
+class ContinuePlan(msgspec.Struct, frozen=True, kw_only=True):
+    """``POST /continue_generation`` with ``{}`` or ``{"torch_empty_cache":false}``."""
+
+    body: bytes
+    path: str = "/continue_generation"
+
+    def __post_init__(self) -> None:
+        _check_path(self.path, "/continue_generation")
+        _check_body(self.body, _ContinueBody, "plan_continue", '{} or {"torch_empty_cache":false}')
+
+
+def _spans(weight_versions: object) -> tuple[WeightVersionSpan, ...]:
+    if not isinstance(weight_versions, (tuple, list)):
+        raise EnvelopeError(
+            "weight_versions: expected a sequence of WeightVersionSpan, "
+            f"got {type(weight_versions).__name__}"
+        )
+    for index, span in enumerate(weight_versions):
+        if not isinstance(span, WeightVersionSpan):
+            raise EnvelopeError(
+                f"weight_versions[{index}]: expected a WeightVersionSpan, got {type(span).__name__}"
+            )
+    return tuple(weight_versions)
+
+
+def plan_abort_all(
+    *,
+    target: Target = Target(),  # noqa: B008 -- frozen, so sharing is safe
+    weight_versions: tuple[WeightVersionSpan, ...] | None = None,
+) -> AbortAllPlan:
+    """The plan for aborting every request on the server of `target`.
+
+    `weight_versions` goes into the body where the release's `AbortReq` has
+    the field (every known release does); SGLang's ``/abort_request`` parses
+    it and passes only ``rid`` and ``abort_all`` on (``docs/rollout.md``).
+    Raises `EnvelopeError` naming the argument for a wrong type, and naming
+    ``weight_versions`` for a release whose `AbortReq` lacks it.
+    """
+    controls = _controls(target)
+    members: dict[str, Any] = {"abort_all": True}
+    if weight_versions is not None:
+        spans = _spans(weight_versions)
+        if "weight_versions" not in controls.abort_fields:
+            raise EnvelopeError(
+                f"weight_versions: SGLang {target.sglang}'s AbortReq has no such field"
+            )
+        members["weight_versions"] = spans
+    return AbortAllPlan(body=_encoder.encode(members))
+
+
+def plan_pause(
+    mode: str = "abort",
+    *,
+    target: Target = Target(),  # noqa: B008 -- frozen, so sharing is safe
+) -> PausePlan:
+    """The plan for pausing generation on the server of `target`.
+
+    `mode` is SGLang's: ``"abort"`` (the default: abort every request, then
+    hold new ones until continued), ``"retract"`` (running requests go back to
+    the waiting queue, their KV cache may be flushed) or ``"in_place"`` (they
+    stay, with their KV cache). Raises `EnvelopeError` for another mode, and
+    for a release without ``/pause_generation``.
+    """
+    controls = _controls(target)
+    if not controls.pause_modes:
+        raise EnvelopeError(f"mode: SGLang {target.sglang} has no /pause_generation")
+    if type(mode) is not str or mode not in controls.pause_modes:
+        listed = ", ".join(repr(m) for m in controls.pause_modes)
+        raise EnvelopeError(f"mode: expected one of {listed}, got {show_value(mode)}")
+    return PausePlan(body=_encoder.encode({"mode": mode}), mode=mode)
+
+
+def plan_continue(
+    *,
+    torch_empty_cache: bool = True,
+    target: Target = Target(),  # noqa: B008 -- frozen, so sharing is safe
+) -> ContinuePlan:
+    """The plan for continuing generation after `plan_pause` on the server of `target`.
+
+    `torch_empty_cache` (SGLang's default: true) empties PyTorch's cache
+    before un-pausing; the body states it only when false. Raises
+    `EnvelopeError` for a wrong type and for a release without
+    ``/continue_generation``.
+    """
+    controls = _controls(target)
+    if controls.continue_fields is None:
+        raise EnvelopeError(f"target: SGLang {target.sglang} has no /continue_generation")
+    if type(torch_empty_cache) is not bool:
+        raise EnvelopeError(
+            f"torch_empty_cache: expected a bool, got {type(torch_empty_cache).__name__}"
+        )
+    body = b"{}" if torch_empty_cache else _encoder.encode({"torch_empty_cache": False})
+    return ContinuePlan(body=body)
+
+
+class DrainPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """How long a drain keeps aborting: every `retry_every_s`, for up to `deadline_s`.
+
+    The defaults are slime's (3 s and 180 s). `retry_every_s` is a finite
+    number of seconds > 0 and `deadline_s` one >= 0; else `EnvelopeError`.
+    """
+
+    retry_every_s: float = DEFAULT_DRAIN_RETRY_S
+    deadline_s: float = DEFAULT_DRAIN_DEADLINE_S
+
+    def __post_init__(self) -> None:
+        _check_drain_times(self.retry_every_s, self.deadline_s)
+
+
+def _check_drain_times(retry_every_s: object, deadline_s: object) -> None:
+    _check_seconds("retry_every_s", retry_every_s)
+    if not float(retry_every_s) > 0:  # type: ignore[arg-type]  # checked: a number
+        raise EnvelopeError(f"retry_every_s: expected more than 0 seconds, got {retry_every_s!r}")
+    _check_seconds("deadline_s", deadline_s)
+
+
+class DrainPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """Abort every request until the engine reports idle, bounded in time.
+
+    1. ``POST abort.path`` with ``abort.body``;
+    2. ``GET loads_path``; if `engine_idle` says the answer shows no running
+       and no waiting request, the drain is done;
+    3. otherwise wait `retry_every_s` and go back to 1, unless that would pass
+       `deadline_s` (from the start): then give up, the engine not idle.
+
+    `run_drain` does this with the caller's transport.
+    """
+
+    abort: AbortAllPlan
+    retry_every_s: float
+    deadline_s: float
+    loads_path: str = "/v1/loads?include=core"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.abort, AbortAllPlan):
+            raise EnvelopeError(f"abort: expected an AbortAllPlan, got {type(self.abort).__name__}")
+        AbortAllPlan.__post_init__(self.abort)
+        _check_drain_times(self.retry_every_s, self.deadline_s)
+        _check_path(self.loads_path, "/v1/loads?include=core")
+
+
+def plan_drain(
+    *,
+    target: Target = Target(),  # noqa: B008 -- frozen, so sharing is safe
+    weight_versions: tuple[WeightVersionSpan, ...] | None = None,
+    policy: DrainPolicy = DrainPolicy(),  # noqa: B008 -- frozen, so sharing is safe
+) -> DrainPlan:
+    """The plan for draining the server of `target`: `plan_abort_all`, repeated until idle.
+
+    Raises what `plan_abort_all` raises, `EnvelopeError` for a `policy` that is
+    not a `DrainPolicy`, and for a release without ``GET /v1/loads``.
+    """
+    abort = plan_abort_all(target=target, weight_versions=weight_versions)
+    if not isinstance(policy, DrainPolicy):
+        raise EnvelopeError(f"policy must be a DrainPolicy, got {type(policy).__name__}")
+    if not _controls(target).loads:
+        raise EnvelopeError(f"target: SGLang {target.sglang} has no GET /v1/loads")
+    return DrainPlan(
+        abort=abort,
+        retry_every_s=float(policy.retry_every_s),
+        deadline_s=float(policy.deadline_s),
+    )

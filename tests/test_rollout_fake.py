@@ -1,0 +1,209 @@
+"""The rollout controls against `FakeEngine`: abort all during concurrent streams, the
+drain, pause and continue, and a continuation that completes an aborted generation."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx
+import msgspec
+
+from sglang_envelope import (
+    ClientRequest,
+    DrainPolicy,
+    aggregate_sse,
+    continuation_request,
+    decode_client_request,
+    engine_idle,
+    parse_unary,
+    plan_abort_all,
+    plan_continue,
+    plan_drain,
+    plan_pause,
+    run_drain,
+)
+from sglang_envelope.testing import FakeEngine
+
+T = TypeVar("T")
+JSON = {"content-type": "application/json"}
+
+
+def run(make: Callable[[], Awaitable[T]]) -> T:
+    async def main() -> T:
+        return await asyncio.wait_for(make(), 10)
+
+    return asyncio.run(main())
+
+
+def client_of(engine: FakeEngine) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=engine), base_url="http://fake")
+
+
+def body(rid: str, max_new_tokens: int = 500, **more: Any) -> dict[str, Any]:
+    params = {"max_new_tokens": max_new_tokens, "temperature": 0}
+    return {"input_ids": [5, 6, 7], "rid": rid, "sampling_params": params, **more}
+
+
+async def until(test: Callable[[], bool]) -> None:
+    while not test():
+        await asyncio.sleep(0.005)
+
+
+async def streams(client: httpx.AsyncClient, rids: list[str]) -> list[asyncio.Future[Any]]:
+    return [
+        asyncio.ensure_future(client.post("/generate", json=body(rid, stream=True))) for rid in rids
+    ]
+
+
+def test_abort_all_ends_three_concurrent_streams_with_abort() -> None:
+    engine = FakeEngine(frame_delay=0.01)
+
+    async def main() -> list[Any]:
+        async with client_of(engine) as client:
+            answers = await streams(client, ["a", "b", "c"])
+            await until(lambda: engine.running == 3)
+            plan = plan_abort_all()
+            reply = await client.post(plan.path, content=plan.body, headers=JSON)
+            assert reply.status_code == 200
+            return [aggregate_sse([(await answer).content]) for answer in answers]
+
+    results = run(main)
+    assert [r["meta_info"]["finish_reason"]["type"] for r in results] == ["abort"] * 3
+    assert all(0 < len(r["output_ids"]) < 500 for r in results)
+    assert list(engine.aborts) == [{"abort_all": True}]
+
+
+def test_a_drain_aborts_until_the_engine_is_idle() -> None:
+    engine = FakeEngine(frame_delay=0.01)
+
+    async def main() -> tuple[Any, list[Any], bytes]:
+        async with client_of(engine) as client:
+            answers = await streams(client, ["a", "b", "c"])
+            await until(lambda: engine.running == 3)
+            plan = plan_drain(policy=DrainPolicy(retry_every_s=0.02, deadline_s=5))
+
+            async def send(data: bytes) -> int:
+                return (await client.post(plan.abort.path, content=data, headers=JSON)).status_code
+
+            async def get_loads() -> bytes:
+                return (await client.get(plan.loads_path)).content
+
+            outcome = await run_drain(plan, send, get_loads)
+            results = [aggregate_sse([(await answer).content]) for answer in answers]
+            return outcome, results, await get_loads()
+
+    outcome, results, loads = run(main)
+    assert outcome.idle and outcome.stopped == "idle"
+    assert outcome.rounds[-1].running == 0 and outcome.rounds[0].status == 200
+    assert [r["meta_info"]["finish_reason"]["type"] for r in results] == ["abort"] * 3
+    assert engine_idle(loads)
+
+
+def test_the_fakes_loads_answer_is_sglangs_shape() -> None:
+    engine = FakeEngine(frame_delay=0.01, dp_size=2)
+
+    async def main() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with client_of(engine) as client:
+            answer = asyncio.ensure_future(client.post("/generate", json=body("a", 3)))
+            await until(lambda: engine.running == 1)
+            full = (await client.get("/v1/loads")).json()
+            core = (await client.get("/v1/loads?include=core")).json()
+            await answer
+            return full, core
+
+    full, core = run(main)
+    assert list(full) == ["timestamp", "version", "accelerator", "num_accelerators", "loads"]
+    assert [load["dp_rank"] for load in full["loads"]] == [0, 1]
+    assert [load["num_running_reqs"] for load in full["loads"]] == [1, 0]
+    assert "queues" in full["loads"][0] and "queues" not in core["loads"][0]
+    assert not engine_idle(json.dumps(core).encode())
+
+
+def test_pause_in_abort_mode_aborts_and_holds_new_requests_until_continued() -> None:
+    engine = FakeEngine(frame_delay=0.005)
+
+    async def main() -> tuple[list[Any], Any, list[int]]:
+        async with client_of(engine) as client:
+            answers = await streams(client, ["a", "b"])
+            await until(lambda: engine.running == 2)
+            pause = plan_pause()
+            paused = await client.post(pause.path, content=pause.body, headers=JSON)
+            assert paused.json() == {"message": "Generation paused successfully.", "status": "ok"}
+            aborted = [aggregate_sse([(await answer).content]) for answer in answers]
+            held = asyncio.ensure_future(client.post("/generate", json=body("c", 4)))
+            await until(lambda: engine.running == 1)
+            await asyncio.sleep(0.05)
+            made = [outcome.completion_tokens for outcome in engine.outcomes if outcome.rid == "c"]
+            resume = plan_continue()
+            resumed = await client.post(resume.path, content=resume.body, headers=JSON)
+            assert resumed.json()["status"] == "ok" and not engine.paused
+            return aborted, parse_unary((await held).content), made
+
+    aborted, held, made_while_paused = run(main)
+    assert [r["meta_info"]["finish_reason"]["type"] for r in aborted] == ["abort"] * 2
+    assert made_while_paused == [] and held["meta_info"]["finish_reason"]["type"] == "length"
+
+
+def test_pause_in_retract_mode_holds_running_requests_until_continued() -> None:
+    engine = FakeEngine(frame_delay=0.005)
+
+    async def main() -> Any:
+        async with client_of(engine) as client:
+            answer = asyncio.ensure_future(client.post("/generate", json=body("a", 20)))
+            await until(lambda: engine.running == 1)
+            pause = plan_pause("retract")
+            await client.post(pause.path, content=pause.body, headers=JSON)
+            await asyncio.sleep(0.2)  # 40 frames' time: held, it makes none
+            assert engine.running == 1 and not answer.done()
+            resume = plan_continue(torch_empty_cache=False)
+            await client.post(resume.path, content=resume.body, headers=JSON)
+            return parse_unary((await answer).content)
+
+    result = run(main)
+    assert result["meta_info"]["finish_reason"] == {"type": "length", "length": 20}
+
+
+def test_the_fake_refuses_a_pause_mode_sglang_does_not_have() -> None:
+    async def main() -> httpx.Response:
+        async with client_of(FakeEngine()) as client:
+            return await client.post("/pause_generation", json={"mode": "inplace"})
+
+    reply = run(main)
+    assert reply.status_code == 400 and reply.json()["object"] == "error"
+
+
+def test_a_continuation_after_an_abort_completes_the_generation() -> None:
+    engine = FakeEngine(frame_delay=0.005)
+    first = decode_client_request(body("r1", 40, stream=True))
+
+    async def main() -> tuple[Any, ClientRequest, Any, Any]:
+        async with client_of(engine) as client:
+            answer = asyncio.ensure_future(
+                client.post("/generate", content=msgspec.json.encode(first), headers=JSON)
+            )
+            await until(lambda: engine.running == 1)
+            await asyncio.sleep(0.05)
+            await client.post("/abort_request", json={"rid": "r1"})
+            part = aggregate_sse([(await answer).content])
+            then = continuation_request(part, first)
+            rest = aggregate_sse(
+                [
+                    (
+                        await client.post(
+                            "/generate", content=msgspec.json.encode(then), headers=JSON
+                        )
+                    ).content
+                ]
+            )
+            whole = await client.post("/generate", json=body("r2", 40))
+            return part, then, rest, parse_unary(whole.content)
+
+    part, then, rest, whole = run(main)
+    assert part["meta_info"]["finish_reason"]["type"] == "abort"
+    assert 0 < len(part["output_ids"]) < 40
+    assert then.sampling_params.max_new_tokens == 40 - len(part["output_ids"])  # type: ignore[union-attr]
+    assert rest["meta_info"]["finish_reason"]["type"] == "length"
+    assert part["output_ids"] + rest["output_ids"] == whole["output_ids"]
