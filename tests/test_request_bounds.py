@@ -141,3 +141,21 @@ def test_a_mapping_holding_itself_is_refused_as_endless() -> None:
 def test_a_list_of_ids_at_the_bound_is_accepted(ids: list[int], nested: int) -> None:
     body: dict[str, Any] = {"input_ids": ids, "session_params": {"a": [[]] * nested}}
     assert _verdict(body, len(msgspec.json.encode(body))) == "accepted"
+
+
+def test_a_mapping_nested_too_deep_for_json_is_refused_before_it_is_walked() -> None:
+    from sglang_envelope.request.mapping_body import DEEPEST
+
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(RequestRejected) as caught:
+        decode_client_request({"input_ids": [1], "custom_params": {"a": deep}})
+    assert caught.value.code == "not_json"
+    assert f"nested deeper than {DEEPEST} levels" in caught.value.message
+    shallow: list[object] = []
+    for _ in range(DEEPEST - 3):
+        shallow = [shallow]
+    with pytest.raises(RequestRejected) as caught:  # within reach of JSON: the depth bound
+        decode_client_request({"input_ids": [1], "custom_params": {"a": shallow}})
+    assert "deeper than" not in caught.value.message

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from itertools import repeat
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -65,32 +65,40 @@ def _least_size(value: Any, children: list[Any], sizes: dict[int, int]) -> int:
     return size + sum(sizes[id(child)] for child in children)
 
 
-def _within(body: Mapping[str, Any], limit: int) -> bool | None:
+#: Nesting deeper than this is refused before any walk: msgspec cannot encode it
+#: (it recurses on Python's stack, 1,000 frames deep), and the bounds refuse far less.
+DEEPEST: Final = 900
+
+
+def _within(body: Mapping[str, Any], limit: int) -> bool | str | None:
     """False when `body` as compact JSON would be longer than `limit` bytes (or holds
-    itself), None when JSON cannot carry something in it, counted before encoding.
+    itself), None when JSON cannot carry something in it, "deep" when it nests deeper
+    than `DEEPEST`, counted before encoding.
 
     The lower bound of each container is computed once, however often JSON
     would repeat it (a list held twice counts twice, but is walked once). The
-    work is that of walking the body's own containers, not their JSON: a list
-    holding no containers is counted without a Python loop.
+    work is that of walking the body's own containers, down to `DEEPEST`, not
+    their JSON: a list holding no containers is counted without a Python loop.
     """
     sizes: dict[int, int] = {}  # by id(): the lower bound of each container done
     pending: set[int] = set()  # containers being walked: met again, a cycle
-    stack: list[tuple[Any, list[Any] | None]] = [(body, None)]
+    stack: list[tuple[Any, list[Any] | None, int]] = [(body, None, 1)]
     while stack:
-        value, children = stack.pop()
+        value, children, depth = stack.pop()
         key = id(value)
         if children is None:  # first visit: check it, then walk the containers inside first
             if key in sizes:
                 continue
             if key in pending:
                 return False
+            if depth > DEEPEST:
+                return "deep"
             children = _containers_in(value)
             if children is None:
                 return None
             pending.add(key)
-            stack.append((value, children))
-            stack.extend((child, None) for child in children)
+            stack.append((value, children, depth))
+            stack.extend((child, None, depth + 1) for child in children)
             continue
         pending.discard(key)
         sizes[key] = min(limit + 1, _least_size(value, children, sizes))
@@ -156,6 +164,8 @@ def mapping_json(body: Mapping[str, Any], limit: int) -> bytes:
     within = _within(body, limit)
     if within is None:
         raise _first_fault(body)
+    if within == "deep":
+        raise reject("not_json", detail=f"the mapping is nested deeper than {DEEPEST} levels")
     if not within:
         raise reject("body_too_large", size=f"over {limit}", limit=limit)
     try:
