@@ -9,8 +9,7 @@ leaves output-flat logprobs to decode).
 from __future__ import annotations
 
 import enum
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 import msgspec
@@ -106,9 +105,13 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 _astuple, _force_setattr = msgspec.structs.astuple, msgspec.structs.force_setattr
 _replace = msgspec.structs.replace
-#: Set while the one `EngineRequest` a role that `_made` copies is made, at import:
-#: made any other way, an `EngineRequest` refuses to exist.
-_building = threading.local()
+
+
+class _Built(NamedTuple):
+    """What `build_engine_request` hands `EngineRequest` as its `passed` (replaced at
+    once by the keys it holds): the sign that the request was built, not made by hand."""
+
+    passed: PassedFields
 
 
 class EngineRequest(msgspec.Struct, frozen=True):
@@ -126,8 +129,10 @@ class EngineRequest(msgspec.Struct, frozen=True):
     passed: PassedFields = NO_PASSED_FIELDS
 
     def __post_init__(self) -> None:
-        if not getattr(_building, "on", False):
+        built: object = self.passed
+        if type(built) is not _Built:
             raise EnvelopeError("an EngineRequest is made only by build_engine_request")
+        _force_setattr(self, "passed", built.passed)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled and copied as what it is: a request already built."""
@@ -171,28 +176,8 @@ def _passed_args(passed: PassedFields) -> tuple[PassedFields, ...]:
 
 
 def _made(role: Role, body: EngineBody, passed: PassedFields = NO_PASSED_FIELDS) -> EngineRequest:
-    """An `EngineRequest` of `role` holding `body`: a copy of the role's one made at import
-    (a copy of an `EngineRequest` is one, and copying runs no `__post_init__`), its
-    fields set before anyone sees it."""
-    made = _copy(_BUILT[role])
-    _force_setattr(made, "body", body)
-    if passed is not NO_PASSED_FIELDS:
-        _force_setattr(made, "passed", passed)
-    return made
-
-
-def _first_made(role: Role) -> EngineRequest:
-    _building.on = True
-    try:
-        return EngineRequest(role, EngineBody(input_ids=(0,)))
-    finally:
-        _building.on = False
-
-
-#: One `EngineRequest` a role, made once: `_made` copies them.
-_BUILT = {role: _first_made(role) for role in Role}
-#: msgspec's shallow copy of a struct, which runs no `__post_init__`.
-_copy: Callable[[EngineRequest], EngineRequest] = getattr(EngineRequest, "__copy__")  # noqa: B009
+    """The `EngineRequest` of `role` holding `body` and the keys `passed` on."""
+    return EngineRequest(role, body, _Built(passed))  # type: ignore[arg-type]
 
 
 def _prefill_sampling(sampling: SamplingParams | Any | None) -> SamplingParams:
