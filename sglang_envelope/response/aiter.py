@@ -15,9 +15,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
-from sglang_envelope.response.aggregate import DEFAULT_MAX_BYTES, StreamAggregator, _SseAggregation
+from sglang_envelope.response.aggregate import answer
+from sglang_envelope.response.core import DEFAULT_MAX_BYTES, SseReader, StreamCore
 from sglang_envelope.response.sources import _aclose, _afeed_all, _aiterate
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, SseDecoder
+from sglang_envelope.response.stores import DeltaStore
 from sglang_envelope.response.types import GenerateResponse
 
 __all__ = ["aggregate_sse_async", "aiter_frames"]
@@ -57,7 +59,7 @@ async def aggregate_sse_async(
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> GenerateResponse:
     """`aggregate_sse` for an async iterable of chunks: the same answer and the same errors."""
-    aggregator = StreamAggregator(incremental=incremental)
-    aggregation = _SseAggregation("aggregate_sse_async", aggregator, max_bytes, max_event_bytes)
-    await _afeed_all(chunks, "aggregate_sse_async chunks", aggregation.feed)
-    return aggregator._finish(said_done=aggregation.close())
+    core = StreamCore(incremental, DeltaStore())
+    reader = SseReader("aggregate_sse_async", core, max_bytes, max_event_bytes)
+    await _afeed_all(chunks, "aggregate_sse_async chunks", reader.feed)
+    return answer(core, said_done=reader.close())
