@@ -20,14 +20,9 @@ from sglang_envelope.errors.exceptions import (
     ResponseError,
     show_value,
 )
-from sglang_envelope.response.core import (
-    DEFAULT_MAX_BYTES,
-    SseReader,
-    StreamCore,
-    check_bound,
-    too_big,
-)
+from sglang_envelope.response.core import StreamCore
 from sglang_envelope.response.frames import decode_json, engine_error, expected
+from sglang_envelope.response.reading import DEFAULT_MAX_BYTES, SseReader, check_bound, too_big
 from sglang_envelope.response.sources import _feed_all
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike
 from sglang_envelope.response.stores import DeltaStore

@@ -17,7 +17,8 @@ from typing import Final
 
 import msgspec
 
-from sglang_envelope.response.core import DEFAULT_MAX_BYTES, SseReader, StreamCore
+from sglang_envelope.response.core import StreamCore
+from sglang_envelope.response.reading import DEFAULT_MAX_BYTES, SseReader
 from sglang_envelope.response.sources import _afeed_all, _feed_all
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike
 from sglang_envelope.response.stores import JsonStore, splice_parts, written

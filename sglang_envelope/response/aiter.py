@@ -16,7 +16,8 @@ from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 from sglang_envelope.response.aggregate import answer
-from sglang_envelope.response.core import DEFAULT_MAX_BYTES, SseReader, StreamCore
+from sglang_envelope.response.core import StreamCore
+from sglang_envelope.response.reading import DEFAULT_MAX_BYTES, SseReader
 from sglang_envelope.response.sources import _aclose, _afeed_all, _aiterate
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, SseDecoder
 from sglang_envelope.response.stores import DeltaStore

@@ -59,9 +59,15 @@ from typing import Any
 
 from sglang_envelope.errors.answers import error_event
 from sglang_envelope.errors.exceptions import EngineError, EnvelopeError, ResponseError, show_value
-from sglang_envelope.response.core import DEFAULT_MAX_BYTES, Admitted, SseReader, StreamCore
+from sglang_envelope.response.core import StreamCore
 from sglang_envelope.response.delta_cut import cut_deltas
-from sglang_envelope.response.frames import check_consistency
+from sglang_envelope.response.frames import check_consistency, decode_frame
+from sglang_envelope.response.reading import (
+    DEFAULT_MAX_BYTES,
+    Admitted,
+    SseReader,
+    event_payloads,
+)
 from sglang_envelope.response.sources import _aclose, _aiterate, _close, _iterate
 from sglang_envelope.response.sse import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -69,8 +75,6 @@ from sglang_envelope.response.sse import (
     BytesLike,
     Payload,
     SseDecoder,
-    decode_frame,
-    event_payloads,
 )
 from sglang_envelope.response.stores import BufferStore, CountStore, JsonStore, splice
 from sglang_envelope.response.views import (

@@ -5,13 +5,12 @@ SGLang writes ``data: <json>\\n\\n`` per frame and ends with ``data: [DONE]\\n\\
 stream the WHATWG event-stream rules accept, whatever the chunk boundaries;
 `encode_sse` writes frames exactly as SGLang does.
 
-The decoder splits each chunk into lines once (``bytes.split`` on LF, a memchr
-scan) and keeps an unfinished line in one growing ``bytearray``, so the cost is
-linear in the stream. Runs of lines in SGLang's own shape, a ``data: `` line
-then a blank line, are recognised a whole chunk at a time; anything else goes
-through the line-by-line WHATWG rules. `SseDecoder.feed_sglang_events` reads
-a chunk whose events are all in that shape at once and returns their bytes as
-received, for a relay that passes them on (`relay`).
+The decoder splits each chunk into lines once (``bytes.split`` on LF) and
+keeps an unfinished line in one growing ``bytearray``: the cost is linear in
+the stream. Runs of events in SGLang's own shape, a ``data: `` line then a
+blank line, are taken a chunk at a time; anything else goes through the
+line-by-line WHATWG rules. `SseDecoder.feed_sglang_events` reads a chunk of
+such events at once, their bytes as received, for a relay (`relay`).
 """
 
 from __future__ import annotations
@@ -27,10 +26,9 @@ from sglang_envelope.errors.exceptions import (
     ResponseError,
     show_value,
 )
-from sglang_envelope.response.frames import decode_json, json_type
+from sglang_envelope.response.frames import decode_frame
 
-__all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSE_DONE", "SseDecoder", "as_frame", "decode_frame"]
-__all__ += ["encode_sse", "event_payloads"]
+__all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSE_DONE", "SseDecoder", "encode_sse"]
 
 DEFAULT_MAX_EVENT_BYTES: Final = 64 * 1024 * 1024
 """The default bound on one event: 64 MiB, the size of a long cumulative frame."""
@@ -50,24 +48,6 @@ _DATA_PREFIX: Final = b"data: "
 _SGLANG_PREFIX: Final = b"data: {"  # an event as SGLang writes it begins so
 _SLICE: Final = 256 * 1024  # larger chunks are read in slices, to bound the copies split makes
 _ENCODER: Final = msgspec.json.Encoder()
-
-
-def decode_frame(payload: Payload) -> dict[str, Any]:
-    """The frame one event's data holds; `ResponseError` unless it is a JSON object."""
-    return as_frame(decode_json(payload, "SSE event data"))
-
-
-def as_frame(value: Any) -> dict[str, Any]:
-    """`value`, decoded from one event's data, if it is a JSON object; else `ResponseError`."""
-    if type(value) is not dict:
-        raise ResponseError(f"SSE event data: expected a JSON object, got {json_type(value)}")
-    return value
-
-
-def event_payloads(data: bytes, lines: list[bytes]) -> list[Payload]:
-    """The data of events in SGLang's shape, from their lines (`SseDecoder.feed_sglang_events`:
-    `data` stands for the line of its one event)."""
-    return [data[6:-2]] if lines[0] is data else [line[6:] for line in lines]
 
 
 def encode_sse(frame: dict[str, Any]) -> bytes:
@@ -200,17 +180,15 @@ class SseDecoder:
 
         SGLang's shape is ``data: {...}\\n\\n``: one ``data`` line whose value
         begins with ``{``, no CR, no comment, no other field. Returns the bytes
-        of the completed events exactly as received (from the start of the
-        first) and each event's line, ``data: `` included (the whole bytes
-        stand for the line when there is one event); the payloads are the lines
-        past their first 6 bytes, as `feed_payloads` would return them.
+        of the completed events as received and each event's line (the bytes
+        stand for the line of a lone event); the payloads are the lines past
+        their first 6 bytes (`core.event_payloads`), as `feed_payloads` gives them.
 
-        None when the decoder is inside an event, past ``[DONE]``, at the
+        None, the decoder unchanged, inside an event, past ``[DONE]``, at the
         stream's start unless `data` begins with ``d`` (so no BOM), or when
         `data` holds anything else, ``[DONE]`` and an event near
-        `max_event_bytes` included: the decoder is then unchanged, and
-        `feed_payloads(data)` reads it by the WHATWG rules. The scans are C-level
-        (``find``, ``split``): no Python work per byte, little per event.
+        `max_event_bytes` included: `feed_payloads(data)` reads it then. The
+        scans are C-level (``find``, ``split``): little Python work per event.
         """
         if not self._between_events(data) or (self._head is not None and not self._past_head(data)):
             return None
@@ -227,19 +205,19 @@ class SseDecoder:
         return shaped
 
     def _between_events(self, data: BytesLike) -> bool:
-        """Whether the decoder is between events, with no fault kept and before ``[DONE]``,
-        and `data` is contiguous bytes."""
+        """Whether the decoder is between events, before ``[DONE]``, `data` contiguous."""
         return not (
             self._data is not None
             or self._event_bytes
             or self._after_cr
             or self._done
             or self._failed is not None
-        ) and (type(data) is bytes or _contiguous(data))
+        ) and (
+            isinstance(data, (bytes, bytearray)) or (type(data) is memoryview and data.contiguous)
+        )
 
     def _past_head(self, data: BytesLike) -> bool:
-        """Whether `data` cannot begin with a BOM: past the stream's start, or beginning with
-        ``d`` (then the start is passed)."""
+        """At the stream's start: whether `data` begins with ``d`` (then, past the start)."""
         if self._head or not data or data[0] != _SGLANG_PREFIX[0]:
             return False
         self._head = None
@@ -378,10 +356,6 @@ class SseDecoder:
         )
 
 
-def _contiguous(data: object) -> bool:
-    return isinstance(data, (bytes, bytearray)) or (type(data) is memoryview and data.contiguous)
-
-
 def _one_whole_event(data: bytes, limit: int) -> bool:
     """Whether `data` holds exactly one event in SGLang's shape, within `limit`."""
     return (
@@ -394,8 +368,7 @@ def _one_whole_event(data: bytes, limit: int) -> bool:
 
 
 def _shaped_events(buffer: bytearray, start: int, limit: int) -> tuple[bytes, list[bytes]] | None:
-    """The complete events of `buffer` (its bytes from `start` just read) and their lines,
-    if all are in SGLang's shape and within `limit`; else None."""
+    """The complete events of `buffer` (read from `start`) and their lines, or None."""
     first = buffer.find(b"\n", start)  # the first LF: the line before it is complete
     end = buffer.rfind(b"\n") + 1 if first >= 0 else 0  # where the events end
     if (
