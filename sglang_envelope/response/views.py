@@ -72,7 +72,7 @@ JSON_TYPE_NAMES: Final[dict[type, str]] = {str: "a string", list: "an array"}
 # Typed views of a middle frame, built from DELTA_FIELDS. A view decodes only
 # what a middle frame may be: no error, no object, a meta_info object without
 # a finish reason, and the first frame's index (none: no index at all; a view
-# with an index leaves the comparison to `intermediate_view`). msgspec refuses
+# with an index leaves the comparison to `MiddleReader.read`). msgspec refuses
 # anything else while decoding, and the frame is then decoded in full.
 #
 # An incremental view declares every key SGLang writes in a frame and refuses
