@@ -23,7 +23,7 @@ from sglang_envelope.errors.exceptions import (
 from sglang_envelope.response.core import StreamCore
 from sglang_envelope.response.frames import decode_json, engine_error, expected
 from sglang_envelope.response.reading import DEFAULT_MAX_BYTES, SseReader, check_bound, too_big
-from sglang_envelope.response.sources import _feed_all
+from sglang_envelope.response.sources import feed_all
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike
 from sglang_envelope.response.stores import DeltaStore
 from sglang_envelope.response.types import GenerateResponse
@@ -139,7 +139,7 @@ def aggregate_frames(
 ) -> GenerateResponse:
     """The final response of a stream's decoded frames (see `StreamAggregator`)."""
     aggregator = StreamAggregator(incremental=incremental)
-    _feed_all(frames, "aggregate_frames frames", aggregator.add)
+    feed_all(frames, "aggregate_frames frames", aggregator.add)
     return aggregator.result()
 
 
@@ -164,7 +164,7 @@ def aggregate_sse(
     """
     core = StreamCore(incremental, DeltaStore())
     reader = SseReader("aggregate_sse", core, max_bytes, max_event_bytes)
-    _feed_all(chunks, "aggregate_sse chunks", reader.feed)
+    feed_all(chunks, "aggregate_sse chunks", reader.feed)
     return answer(core, said_done=reader.close())
 
 

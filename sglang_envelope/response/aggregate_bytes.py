@@ -19,7 +19,7 @@ import msgspec
 
 from sglang_envelope.response.core import StreamCore
 from sglang_envelope.response.reading import DEFAULT_MAX_BYTES, SseReader
-from sglang_envelope.response.sources import _afeed_all, _feed_all
+from sglang_envelope.response.sources import afeed_all, feed_all
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike
 from sglang_envelope.response.stores import JsonStore, splice_parts, written
 
@@ -58,7 +58,7 @@ def aggregate_sse_bytes(
     """
     core = StreamCore(incremental, JsonStore())
     reader = SseReader("aggregate_sse_bytes", core, max_bytes, max_event_bytes)
-    _feed_all(chunks, "aggregate_sse_bytes chunks", reader.feed)
+    feed_all(chunks, "aggregate_sse_bytes chunks", reader.feed)
     return answer_bytes(core, said_done=reader.close())
 
 
@@ -73,5 +73,5 @@ async def aggregate_sse_bytes_async(
     core = StreamCore(incremental, JsonStore())
     what = "aggregate_sse_bytes_async"
     reader = SseReader(what, core, max_bytes, max_event_bytes)
-    await _afeed_all(chunks, f"{what} chunks", reader.feed)
+    await afeed_all(chunks, f"{what} chunks", reader.feed)
     return answer_bytes(core, said_done=reader.close())

@@ -68,7 +68,12 @@ from sglang_envelope.response.reading import (
     SseReader,
     event_payloads,
 )
-from sglang_envelope.response.sources import _aclose, _aiterate, _close, _iterate
+from sglang_envelope.response.sources import (
+    aclose_source,
+    close_source,
+    open_async_source,
+    open_source,
+)
 from sglang_envelope.response.sse import (
     DEFAULT_MAX_EVENT_BYTES,
     SSE_DONE,
@@ -109,7 +114,7 @@ def relay_sse(
     bytes. The chunks' generator (async: ``aclose``) is closed when reading stops.
     """
     relay = _Relay("relay_sse", incremental, client_incremental, max_bytes, max_event_bytes)
-    return _relay(relay, _iterate(chunks, "relay_sse chunks"))
+    return _relay(relay, open_source(chunks, "relay_sse chunks"))
 
 
 def relay_sse_async(
@@ -125,7 +130,7 @@ def relay_sse_async(
     Same bytes out for the same bytes in, whatever the chunking of either.
     """
     relay = _Relay("relay_sse_async", incremental, client_incremental, max_bytes, max_event_bytes)
-    return _relay_async(relay, _aiterate(chunks, "relay_sse_async chunks"))
+    return _relay_async(relay, open_async_source(chunks, "relay_sse_async chunks"))
 
 
 def _relay(relay: _Relay, chunks: Iterator[BytesLike]) -> Iterator[bytes]:
@@ -139,7 +144,7 @@ def _relay(relay: _Relay, chunks: Iterator[BytesLike]) -> Iterator[bytes]:
         else:
             out = relay.close()
     finally:
-        _close(chunks)
+        close_source(chunks)
     yield out
 
 
@@ -154,7 +159,7 @@ async def _relay_async(relay: _Relay, chunks: AsyncIterator[BytesLike]) -> Async
         else:
             out = relay.close()
     finally:
-        await _aclose(chunks)
+        await aclose_source(chunks)
     yield out
 
 
