@@ -225,33 +225,24 @@ class StreamCore(Generic[S]):
         return terminal
 
     def _add_run(self, payloads: list[Payload], at: int, end: int) -> None:
-        """Add `payloads[at:end]`: a run of middle frames read at once, then one in full."""
+        """Add `payloads[at:end]`: the middle frames the reader reads, their views given to
+        the store a batch at a time (so that few are held at once), any other in full."""
         while at < end:
             if self._count and self._terminal is None and self._mode is not None:
-                at = self._add_middles(payloads, at, end)
-                if at == end:
-                    return
+                read = self._reader.read
+                stop = at + _BATCH if end - at > _BATCH else end
+                views: list[Any] = []
+                keep = views.append
+                while at < stop and (view := read(payloads[at])) is not None:
+                    keep(view)
+                    at += 1
+                self._count += len(views)
+                if self._mode:
+                    self.store.add_views(views)
+                if at == stop:
+                    continue
             self.add(decode_frame(payloads[at]))
             at += 1
-
-    def _add_middles(self, payloads: list[Payload], at: int, end: int) -> int:
-        """Add the middle frames from `at` that the reader reads; return where they end.
-
-        Their views go to the store a batch at a time, so that few are held at once."""
-        read = self._reader.read
-        store = self.store if self._mode else None
-        while True:
-            batch_end = min(end, at + _BATCH)
-            views: list[Any] = []
-            keep = views.append
-            while at < batch_end and (view := read(payloads[at])) is not None:
-                keep(view)
-                at += 1
-            self._count += len(views)
-            if store is not None:
-                store.add_views(views)
-            if at < batch_end or at == end:
-                return at
 
     def _add_kept(self, payload: Payload) -> dict[str, Any] | None:
         """Add a middle frame of a stream known incremental through the view, keeping its
