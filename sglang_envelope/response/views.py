@@ -171,6 +171,7 @@ def _incremental(
     return msgspec.json.Decoder(frame_view)
 
 
+@functools.lru_cache(maxsize=2)
 def _cumulative(indexed: bool) -> msgspec.json.Decoder[Any]:
     fields = [("meta_info", _CumulativeMeta), *_MIDDLE, _INDEX[indexed]]
     return msgspec.json.Decoder(_view("_CumulativeFrame", fields, strict=False))
