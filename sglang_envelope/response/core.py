@@ -13,11 +13,11 @@ frame is the one whose ``meta_info.finish_reason`` is not null.
 
 `StreamCore` admits each frame, detects the mode, keeps the deltas in its
 store (`stores`) and makes the answer's final checks; `reading.SseReader`
-feeds it a stream's SSE bytes within their bounds. Every frame is decoded once: once the
-mode is known, a middle frame is read by the stream's `MiddleReader` (a typed
-view with the full decoder's verdict); the terminal frame, and anything the
-view cannot read, is decoded in full. `aggregate`, `aggregate_bytes` and
-`relay` use only the public methods below.
+feeds it a stream's SSE bytes within their bounds. Every frame is decoded
+once: once the mode is known, a middle frame is read by the stream's
+`MiddleReader` (a typed view with the full decoder's verdict); the terminal
+frame, and anything the view cannot read, is decoded in full. `aggregate`,
+`aggregate_bytes` and `relay` use only the public methods below.
 """
 
 from __future__ import annotations
@@ -26,10 +26,7 @@ from typing import Any, Final, Generic, TypeVar
 
 from msgspec import UNSET
 
-from sglang_envelope.errors.exceptions import (
-    ResponseError,
-    show_value,
-)
+from sglang_envelope.errors.exceptions import ResponseError, show_value
 from sglang_envelope.response.frames import (
     CONSISTENCY,
     abort_error,
