@@ -180,3 +180,21 @@ def test_an_array_that_is_not_json_is_the_json_error() -> None:
     fields["output_ids"] = Raw(b"[1,")
     with pytest.raises(ResponseError, match="output_ids is not valid JSON"):
         cut_deltas(fields, {}, {})
+
+
+def test_a_chunk_ending_in_the_terminal_frame_sends_its_middle_frames_unparsed() -> None:
+    """The same-mode relay passes the middle frames of a chunk at once and parses the last."""
+    frames = [frame("a", [i], None, completion_tokens=i + 1) for i in range(4)]
+    frames.append(frame("b", [4], STOP, completion_tokens=5))
+    events = [encode_sse(f) for f in frames]
+    chunks = [events[0], b"".join(events[1:]), SSE_DONE]
+    assert relayed(chunks, incremental=True, client_incremental=True) == b"".join(chunks)
+    broken = events[-1].replace(b'"finish_reason":{', b'"finish_reason":{{', 1)
+    out = relayed(
+        [events[0], b"".join(events[1:-1]) + broken, SSE_DONE],
+        incremental=True,
+        client_incremental=True,
+    )
+    assert out.startswith(b"".join(events[:-1]))  # the middle frames went out
+    assert b"not valid JSON" in out[len(b"".join(events[:-1])) :]
+    assert out.endswith(SSE_DONE)
