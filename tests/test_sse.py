@@ -299,9 +299,9 @@ def read_either_way(decoder: SseDecoder, chunks: list[bytes]) -> list[bytes]:
     """Each chunk's payloads, read in SGLang's shape when it is, else by the WHATWG rules."""
     payloads: list[bytes] = []
     for chunk in chunks:
-        shaped = decoder._feed_sglang_shaped(chunk)
+        shaped = decoder.feed_sglang_events(chunk)
         if shaped is None:
-            payloads += [bytes(payload) for payload in decoder._feed_raw(chunk)]
+            payloads += [bytes(payload) for payload in decoder.feed_payloads(chunk)]
             continue
         data, lines = shaped
         if not lines:
@@ -320,7 +320,7 @@ def test_sglang_shaped_reading_gives_the_whatwg_payloads(
 ) -> None:
     stream = data.draw(sse_transcripts(frames))
     chunks = data.draw(chunkings(stream))
-    expected = SseDecoder()._feed_raw(stream)
+    expected = SseDecoder().feed_payloads(stream)
     decoder = SseDecoder()
     assert read_either_way(decoder, chunks) == [bytes(payload) for payload in expected]
     decoder.close()
@@ -330,12 +330,12 @@ def test_sglang_shaped_reading_gives_the_whatwg_payloads(
 def test_sglang_shaped_reading_declines_and_leaves_the_decoder_as_it_was() -> None:
     frame = b'data: {"a":1}\n\n'
     decoder = SseDecoder(max_event_bytes=40)
-    assert decoder._feed_sglang_shaped(b"\xef\xbb\xbf" + frame) is None  # a BOM: not at once
-    assert decoder._feed_raw(b"\xef\xbb\xbf" + frame) == [b'{"a":1}']
-    assert decoder._feed_sglang_shaped(frame + b'data: {"b"') == (frame, [frame])
+    assert decoder.feed_sglang_events(b"\xef\xbb\xbf" + frame) is None  # a BOM: not at once
+    assert decoder.feed_payloads(b"\xef\xbb\xbf" + frame) == [b'{"a":1}']
+    assert decoder.feed_sglang_events(frame + b'data: {"b"') == (frame, [frame])
     for other in (b":2}\r\n\r\n", b":2}\n: c\n\n", b":2}\n", b":2}\n\ndata: [DONE]\n\n"):
-        assert decoder._feed_sglang_shaped(other) is None
-    assert decoder._feed_sglang_shaped(b"x" * 40) is None  # past the bound: read by the rules
-    assert decoder._feed_raw(b':2}\n\ndata: {"c":3}\n\n') == [b'{"b":2}', b'{"c":3}']
+        assert decoder.feed_sglang_events(other) is None
+    assert decoder.feed_sglang_events(b"x" * 40) is None  # past the bound: read by the rules
+    assert decoder.feed_payloads(b':2}\n\ndata: {"c":3}\n\n') == [b'{"b":2}', b'{"c":3}']
     with pytest.raises(LimitExceeded):
-        decoder._feed_raw(b"data: " + b"x" * 40)
+        decoder.feed_payloads(b"data: " + b"x" * 40)

@@ -6,7 +6,7 @@ and drives the same cores as the synchronous readers, so both give the same
 frames and the same verdicts on the same bytes. Nothing here opens a socket or
 starts a task. Whenever a reader stops reading the chunks (their end, a fault,
 the consumer closing `aiter_frames`' iterator), it closes their iterator if it
-has ``aclose`` (`sources._aclose`): the caller's async generator runs its
+has ``aclose`` (`sources.aclose_source`): the caller's async generator runs its
 ``finally`` then.
 """
 
@@ -15,9 +15,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
-from sglang_envelope.response.aggregate import DEFAULT_MAX_BYTES, StreamAggregator, _SseAggregation
-from sglang_envelope.response.sources import _aclose, _afeed_all, _aiterate
+from sglang_envelope.response.aggregate import answer
+from sglang_envelope.response.core import StreamCore
+from sglang_envelope.response.reading import DEFAULT_MAX_BYTES, SseReader
+from sglang_envelope.response.sources import aclose_source, afeed_all, open_async_source
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, SseDecoder
+from sglang_envelope.response.stores import DeltaStore
 from sglang_envelope.response.types import GenerateResponse
 
 __all__ = ["aggregate_sse_async", "aiter_frames"]
@@ -34,7 +37,7 @@ def aiter_frames(
     chunks when iterated.
     """
     decoder = SseDecoder(max_event_bytes=max_event_bytes)
-    return _frames(decoder, _aiterate(chunks, "aiter_frames chunks"))
+    return _frames(decoder, open_async_source(chunks, "aiter_frames chunks"))
 
 
 async def _frames(
@@ -45,7 +48,7 @@ async def _frames(
             for frame in decoder.feed(chunk):
                 yield frame
     finally:
-        await _aclose(chunks)
+        await aclose_source(chunks)
     decoder.close()
 
 
@@ -57,7 +60,7 @@ async def aggregate_sse_async(
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> GenerateResponse:
     """`aggregate_sse` for an async iterable of chunks: the same answer and the same errors."""
-    aggregator = StreamAggregator(incremental=incremental)
-    aggregation = _SseAggregation("aggregate_sse_async", aggregator, max_bytes, max_event_bytes)
-    await _afeed_all(chunks, "aggregate_sse_async chunks", aggregation.feed)
-    return aggregator._finish(said_done=aggregation.close())
+    core = StreamCore(incremental, DeltaStore())
+    reader = SseReader("aggregate_sse_async", core, max_bytes, max_event_bytes)
+    await afeed_all(chunks, "aggregate_sse_async chunks", reader.feed)
+    return answer(core, said_done=reader.close())

@@ -15,7 +15,9 @@ from sglang_envelope.errors.exceptions import EngineError, ResponseError, show_v
 
 __all__ = [
     "CONSISTENCY",
+    "as_frame",
     "check_consistency",
+    "decode_frame",
     "decode_json",
     "engine_error",
     "expected",
@@ -59,6 +61,18 @@ def decode_json(data: bytes | bytearray | memoryview, what: str) -> Any:
         return _DECODER.decode(data)
     except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nesting too deep
         raise ResponseError(f"{what} is not valid JSON: {exc}") from exc
+
+
+def decode_frame(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
+    """The frame one event's data holds; `ResponseError` unless it is a JSON object."""
+    return as_frame(decode_json(payload, "SSE event data"))
+
+
+def as_frame(value: Any) -> dict[str, Any]:
+    """`value`, decoded from one event's data, if it is a JSON object; else `ResponseError`."""
+    if type(value) is not dict:
+        raise ResponseError(f"SSE event data: expected a JSON object, got {json_type(value)}")
+    return value
 
 
 def json_type(value: object) -> str:

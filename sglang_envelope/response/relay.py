@@ -9,8 +9,8 @@ failed stream the same way.
 
 Until the engine's mode is known (``incremental=None``: detected from the
 frames), and whenever it differs from the client's, every frame is read by the
-aggregation core (`_aggregate._SseAggregation`, its mode detection and
-bounds): a frame goes out only once admitted, the terminal frame only after
+stream core (`core.SseReader` and `core.StreamCore`, its mode detection
+and bounds): a frame goes out only once admitted, the terminal frame only after
 aggregation's final checks.
 
 * Converting, incremental engine to cumulative client: the deltas are kept as
@@ -33,7 +33,7 @@ pass-through, as a direct connection to SGLang would deliver the frames:
   end (inside an event, or without a terminal frame), nothing after
   ``[DONE]``;
 * parsed and checked as aggregation checks them: the stream's first frame;
-  every frame `_middle` cannot vouch for: an error frame (SGLang's holds no
+  every frame `views.unparsed_middle` cannot vouch for: an error frame (SGLang's holds no
   finish_reason) and the terminal frame, nothing after it, and, for a
   cumulative stream, the terminal frame's counts (it is the answer); a frame
   whose data does not begin with ``{`` (refused as aggregation refuses it),
@@ -47,38 +47,49 @@ pass-through, as a direct connection to SGLang would deliver the frames:
   unchecked). A frame the heuristic cannot vouch for is only parsed, never
   passed wrongly.
 
-`SseDecoder._feed_sglang_shaped` reads a chunk of events in SGLang's shape at
+`SseDecoder.feed_sglang_events` reads a chunk of events in SGLang's shape at
 once (C-level ``find`` and ``split``); the heuristic runs over the chunk's
-bytes (`_unparsed`), and the chunk's events go out as one ``bytes`` slice.
+bytes (`views.unparsed_middles`), and the chunk's events go out as one ``bytes`` slice.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
-from itertools import repeat
-from typing import Any, Final
+from typing import Any
 
 from sglang_envelope.errors.answers import error_event
 from sglang_envelope.errors.exceptions import EngineError, EnvelopeError, ResponseError, show_value
-from sglang_envelope.response.aggregate import DEFAULT_MAX_BYTES, _SseAggregation
-from sglang_envelope.response.aggregate_bytes import _BytesAggregator, _CumulativeFrames, splice
+from sglang_envelope.response.core import StreamCore
 from sglang_envelope.response.delta_cut import cut_deltas
-from sglang_envelope.response.frames import check_consistency
-from sglang_envelope.response.sources import _aclose, _aiterate, _close, _iterate
+from sglang_envelope.response.frames import check_consistency, decode_frame
+from sglang_envelope.response.reading import (
+    DEFAULT_MAX_BYTES,
+    Admitted,
+    SseReader,
+    event_payloads,
+)
+from sglang_envelope.response.sources import (
+    aclose_source,
+    close_source,
+    open_async_source,
+    open_source,
+)
 from sglang_envelope.response.sse import (
     DEFAULT_MAX_EVENT_BYTES,
     SSE_DONE,
     BytesLike,
     Payload,
     SseDecoder,
-    decode_frame,
 )
-from sglang_envelope.response.views import NOT_TERMINAL, frame_fields, one_line
+from sglang_envelope.response.stores import BufferStore, CountStore, JsonStore, splice
+from sglang_envelope.response.views import (
+    frame_fields,
+    one_line,
+    unparsed_middle,
+    unparsed_middles,
+)
 
 __all__ = ["relay_sse", "relay_sse_async"]
-
-_FINISH_KEY: Final = b'"finish_reason"'
-_ESCAPE: Final = b"\\u00"  # how a key could spell "finish_reason" without those bytes
 
 
 def relay_sse(
@@ -103,7 +114,7 @@ def relay_sse(
     bytes. The chunks' generator (async: ``aclose``) is closed when reading stops.
     """
     relay = _Relay("relay_sse", incremental, client_incremental, max_bytes, max_event_bytes)
-    return _relay(relay, _iterate(chunks, "relay_sse chunks"))
+    return _relay(relay, open_source(chunks, "relay_sse chunks"))
 
 
 def relay_sse_async(
@@ -119,7 +130,7 @@ def relay_sse_async(
     Same bytes out for the same bytes in, whatever the chunking of either.
     """
     relay = _Relay("relay_sse_async", incremental, client_incremental, max_bytes, max_event_bytes)
-    return _relay_async(relay, _aiterate(chunks, "relay_sse_async chunks"))
+    return _relay_async(relay, open_async_source(chunks, "relay_sse_async chunks"))
 
 
 def _relay(relay: _Relay, chunks: Iterator[BytesLike]) -> Iterator[bytes]:
@@ -133,7 +144,7 @@ def _relay(relay: _Relay, chunks: Iterator[BytesLike]) -> Iterator[bytes]:
         else:
             out = relay.close()
     finally:
-        _close(chunks)
+        close_source(chunks)
     yield out
 
 
@@ -148,7 +159,7 @@ async def _relay_async(relay: _Relay, chunks: AsyncIterator[BytesLike]) -> Async
         else:
             out = relay.close()
     finally:
-        await _aclose(chunks)
+        await aclose_source(chunks)
     yield out
 
 
@@ -156,10 +167,11 @@ class _Relay:
     """The sans-I/O relay: `feed` engine bytes, get client bytes; `close` at the end."""
 
     __slots__ = (
-        "_aggregation",
-        "_aggregator",
+        "_buffers",
         "_client",
+        "_core",
         "_last",
+        "_reader",
         "_sent",
         "_terminal_size",
         "ended",
@@ -182,12 +194,10 @@ class _Relay:
                 f"client_incremental: expected a bool, got {show_value(client_incremental)}"
             )
         # Keeps the deltas' JSON only for a cumulative client; counts in any case.
-        self._aggregator = (
-            _BytesAggregator(incremental=incremental, keep=False)
-            if client_incremental
-            else _CumulativeFrames(incremental=incremental)
-        )
-        self._aggregation = _SseAggregation(what, self._aggregator, max_bytes, max_event_bytes)
+        self._buffers = None if client_incremental else BufferStore()
+        store: JsonStore = CountStore() if self._buffers is None else self._buffers
+        self._core = StreamCore(incremental, store)
+        self._reader = SseReader(what, self._core, max_bytes, max_event_bytes)
         self._client = client_incremental
         self._last: Payload | None = None  # the last frame sent before the mode was known
         self._sent: dict[str, Any] = {}  # what the last frame sent holds (`cut_deltas`)
@@ -202,41 +212,22 @@ class _Relay:
         """
         if self._passing():
             return self._pass(chunk)
-        chunk, limit_error = self._aggregation.bounded(chunk)
-        shaped = self._aggregation._decoder._feed_sglang_shaped(chunk)
-        if limit_error is None and shaped is not None and len(shaped[1]) == 1:
-            out = self._one_event(shaped[0])
-            if out is not None:
-                return out
-        payloads, error = self._admit(chunk, shaped)
-        return self._send(payloads, error or limit_error)
+        chunk, limit_error = self._reader.bounded(chunk)
+        events = self._reader.decoder.feed_sglang_events(chunk)
+        # For a cumulative client, the chunk's last frame keeps its JSON (`_output`).
+        admitted = self._reader.admit(chunk, events, keep_last=self._buffers is not None)
+        return self._send(admitted, limit_error)
 
-    def _one_event(self, event: bytes) -> bytes | None:
-        """`feed` for a chunk of one event in SGLang's shape (SGLang writes an event at a
-        time, and a relay that keeps up reads them so) converted for a cumulative client:
-        the frame added (`_CumulativeFrames._add_last`) and written, with no more steps
-        than its checks need. None, nothing read, for a frame `_add_last` does not add."""
-        aggregator = self._aggregator
-        if not isinstance(aggregator, _CumulativeFrames):
-            return None
-        payload = event[6:-2]  # past "data: ", before the blank line
-        try:
-            if not aggregator._add_last(payload):
-                return None
-        except ResponseError as exc:
-            return self._send([], exc)
-        if aggregator.finished:  # the final checks come first
-            return self._send([payload], None)
-        return aggregator.write(payload, b"data: ", b"\n\n")
-
-    def _send(self, payloads: list[Payload], error: ResponseError | None) -> bytes:
+    def _send(self, admitted: Admitted, limit_error: ResponseError | None) -> bytes:
         """The client's bytes for the frames admitted from a chunk, and the fault after them."""
-        if error is None and payloads and self._aggregator.finished:
+        payloads, error, kept = admitted
+        error = error or limit_error
+        if error is None and payloads and self._core.finished:
             error = self._final_error()
             if error is not None:  # the terminal frame fails: it does not go out
                 payloads = payloads[:-1] if self._sends_as_received() else []
         try:
-            out = self._output(payloads)
+            out = self._output(payloads, kept)
         except ResponseError as exc:  # no delta: the stream's own error, if any, comes first
             out, error = b"", error or exc
         if error is None:
@@ -246,44 +237,21 @@ class _Relay:
 
     def _passing(self) -> bool:
         """Whether frames may go out unparsed: the mode is known and the client's."""
-        aggregator = self._aggregator
-        return aggregator._terminal is None and aggregator.incremental is self._client
-
-    def _admit(
-        self, chunk: BytesLike, shaped: tuple[bytes, list[bytes]] | None
-    ) -> tuple[list[Payload], ResponseError | None]:
-        """Read `chunk` through the aggregation core (events in SGLang's shape a chunk at
-        a time, `shaped`, when the decoder read them so): the events it admitted, in
-        order, and the fault that stopped it."""
-        aggregation, aggregator = self._aggregation, self._aggregator
-        count = aggregator._count
-        payloads: list[Payload] = []
-        try:
-            if shaped is None:
-                aggregation._payloads = []
-                aggregation._read(chunk)
-                payloads = aggregation._payloads
-            elif shaped[1]:
-                payloads = _payloads(*shaped)
-                aggregator._add_payloads(payloads)
-        except ResponseError as exc:
-            read = aggregation._payloads if shaped is None else payloads
-            return read[: aggregator._count - count], exc
-        return payloads, None
+        return not self._core.finished and self._core.incremental is self._client
 
     def _pass(self, chunk: BytesLike) -> bytes:
-        """`feed` once frames go out unparsed: the frames the heuristic cannot vouch for are
-        parsed and checked (`_middle`), every event is framed and bounded."""
-        chunk, limit_error = self._aggregation.bounded(chunk)
-        decoder = self._aggregation._decoder
-        shaped = decoder._feed_sglang_shaped(chunk)
-        if shaped is not None:
-            out, error = self._send_shaped(*shaped)
+        """`feed` once frames go out unparsed: the frames the bytes cannot vouch for are
+        parsed and checked (`unparsed_middle`), every event is framed and bounded."""
+        chunk, limit_error = self._reader.bounded(chunk)
+        decoder = self._reader.decoder
+        events = decoder.feed_sglang_events(chunk)
+        if events is not None:
+            out, error = self._send_shaped(*events)
         else:
             out, error = self._send_read(decoder, chunk)
-        self._aggregator._flush()  # the deltas of the frames parsed: counted, objects dropped
+        self._core.store.end_chunk()  # the deltas of the frames parsed: counted, objects dropped
         error = error or limit_error
-        if error is None and self._aggregator._terminal is not None:
+        if error is None and self._core.finished:
             error = self._terminal_error()  # after the chunk's own faults, as aggregation
             if error is not None:  # the terminal frame, last sent, does not go out
                 out = out[: len(out) - self._terminal_size]
@@ -293,26 +261,27 @@ class _Relay:
         return out + error_event(error) + SSE_DONE
 
     def _send_shaped(self, data: bytes, lines: list[bytes]) -> tuple[bytes, ResponseError | None]:
-        """`_check_each` for events in SGLang's shape (`SseDecoder._feed_sglang_shaped`),
-        all of them sent at once, as received, when `_unparsed` vouches for them."""
+        """`_check_each` for events in SGLang's shape (`SseDecoder.feed_sglang_events`),
+        all of them sent at once, as received, when `unparsed_middles` vouches for them."""
         if not lines:
             return b"", None
         head = b""
-        if self._aggregator._count == 0:  # the stream's first frame
-            head, error = self._check_each(_payloads(data, lines[:1]))
+        core = self._core
+        if core.frames == 0:  # the stream's first frame
+            head, error = self._check_each(event_payloads(data, lines[:1]))
             if error is not None:
                 return head, error
             lines = lines[1:]
-        if not lines or _unparsed(lines, data, len(head)):
-            self._aggregator._count += len(lines)
+        if not lines or unparsed_middles(lines, data, len(head)):
+            core.count_unparsed(len(lines))
             return data, None
         # Most often the last event is the terminal frame: the others go at once.
         cut = len(data) - len(lines[-1]) - 2
-        if len(lines) > 2 and _unparsed(lines[:-1], data[:cut], len(head)):
-            self._aggregator._count += len(lines) - 1
-            out, error = self._check_each(_payloads(data, lines[-1:]))
+        if len(lines) > 2 and unparsed_middles(lines[:-1], data[:cut], len(head)):
+            core.count_unparsed(len(lines) - 1)
+            out, error = self._check_each(event_payloads(data, lines[-1:]))
             return data[:cut] + out, error
-        out, error = self._check_each(_payloads(data, lines))
+        out, error = self._check_each(event_payloads(data, lines))
         return head + out, error
 
     def _send_read(
@@ -320,7 +289,7 @@ class _Relay:
     ) -> tuple[bytes, ResponseError | None]:
         """`_check_each` for events read by the WHATWG rules, in stream order with their faults."""
         try:
-            payloads = decoder._feed_raw(chunk)
+            payloads = decoder.feed_payloads(chunk)
         except ResponseError as exc:
             return b"", exc
         out, error = self._check_each(payloads)
@@ -332,15 +301,15 @@ class _Relay:
         return out, error
 
     def _check_each(self, payloads: Sequence[Payload]) -> tuple[bytes, ResponseError | None]:
-        """The events to send of `payloads`, each parsed unless `_middle`; and the fault."""
-        aggregator = self._aggregator
+        """The events to send of `payloads`, each parsed unless `unparsed_middle`; the fault."""
+        core = self._core
         sent: list[Payload] = []
         for payload in payloads:
-            if aggregator._count and aggregator._terminal is None and _middle(payload):
-                aggregator._count += 1
+            if core.frames and not core.finished and unparsed_middle(payload):
+                core.count_unparsed(1)
             else:
                 try:
-                    aggregator.add(decode_frame(payload))
+                    core.add(decode_frame(payload))
                 except ResponseError as exc:
                     return _as_received(sent), exc
                 self._terminal_size = len(payload) + len(b"data: \n\n")  # if it was that
@@ -353,10 +322,9 @@ class _Relay:
         A cumulative terminal frame is the answer: its counts are checked as
         aggregation checks them. An incremental one's deltas were not all read.
         """
-        aggregator = self._aggregator
         try:
-            terminal, aborted = aggregator._terminal_frame(said_done=False)
-            if aggregator.incremental is False and not aborted:
+            terminal, aborted = self._core.terminal_frame(said_done=False)
+            if self._core.incremental is False and not aborted:
                 check_consistency(terminal, terminal["meta_info"])
         except EngineError:
             return None  # an abort with a status: SGLang streams it as a frame, as the relay does
@@ -367,9 +335,9 @@ class _Relay:
     def close(self) -> bytes:
         """The last bytes for the client, ``[DONE]`` included, once the stream's end is checked."""
         try:
-            said_done = self._aggregation.close()
-            if not self._aggregator.finished:
-                self._aggregator._checked_terminal(said_done)  # raises: no terminal frame
+            said_done = self._reader.close()
+            if not self._core.finished:
+                self._core.checked_terminal(said_done)  # raises: no terminal frame
         except ResponseError as exc:
             return error_event(exc) + SSE_DONE
         return SSE_DONE
@@ -377,7 +345,7 @@ class _Relay:
     def _final_error(self) -> ResponseError | None:
         """Aggregation's final checks of the answer, made before the terminal frame goes out."""
         try:
-            self._aggregator._checked_terminal(said_done=False)
+            self._core.checked_terminal(said_done=False)
         except EngineError:
             return None  # an abort with a status: SGLang streams it as a frame, as the relay does
         except ResponseError as exc:
@@ -385,18 +353,21 @@ class _Relay:
         return None
 
     def _sends_as_received(self) -> bool:
-        mode = self._aggregator.incremental
+        mode = self._core.incremental
         return mode is None or mode is self._client
 
-    def _output(self, payloads: list[Payload]) -> bytes:
-        """The client's bytes for frames that passed every check."""
+    def _output(self, payloads: list[Payload], kept: dict[str, Any] | None) -> bytes:
+        """The client's bytes for frames that passed every check (`kept`: the last one's keys,
+        if the core kept them)."""
         if not payloads:
             return b""
-        aggregator = self._aggregator
-        if isinstance(aggregator, _CumulativeFrames) and aggregator.incremental:
-            return aggregator.write(payloads[-1], b"data: ", b"\n\n")  # to cumulative
+        if self._buffers is not None and self._core.incremental:  # to cumulative
+            fields = frame_fields(payloads[-1]) if kept is None else kept
+            if fields is None:
+                return b""
+            return splice(fields, self._buffers.values(), b"data: ", b"\n\n", owned=True)
         if self._sends_as_received():
-            if aggregator.incremental is None:  # kept in case a cut follows
+            if self._core.incremental is None:  # kept in case a cut follows
                 self._last = payloads[-1]
             return _as_received(payloads)
         fields = frame_fields(payloads[-1])
@@ -413,41 +384,6 @@ class _Relay:
         out = splice(fields, values, b"data: ", b"\n\n")
         self._sent = sent  # the next delta starts here
         return out
-
-
-def _unparsed(events: list[bytes], data: bytes, start: int = 0) -> bool:
-    """Whether each of `events` (the event lines of `data` from `start`, or `data`) is middle.
-
-    `data` from `start` holds exactly as many ``"finish_reason"`` as there are events and
-    each event holds one ``"finish_reason":null``, so that is each event's one
-    finish_reason key; and no key can be spelt another way, as `data` has no
-    ``\\u00`` escape (the backslash is looked for first: most frames have none).
-    """
-    return (
-        data.count(_FINISH_KEY, start) == len(events)
-        and min(map(bytes.find, events, repeat(NOT_TERMINAL))) >= 0
-        and (b"\\" not in data or _ESCAPE not in data)
-    )
-
-
-def _payloads(data: bytes, lines: list[bytes]) -> list[Payload]:
-    """The data of events in SGLang's shape, from their lines (`data`: the one event's bytes)."""
-    return [data[6:-2]] if lines[0] is data else [line[6:] for line in lines]
-
-
-def _middle(payload: Payload) -> bool:
-    """Whether one event's data may go out unparsed (see `_unparsed`).
-
-    Never the data of several ``data`` lines (a bytearray): it goes out as one
-    line, its LFs as spaces, which only JSON that parses allows.
-    """
-    if type(payload) is bytes:
-        data = payload
-    elif type(payload) is memoryview:
-        data = bytes(payload)
-    else:
-        return False
-    return data[:1] == b"{" and _unparsed([data], data)
 
 
 def _as_received(payloads: Sequence[Payload]) -> bytes:

@@ -1,13 +1,14 @@
 """The chunk sources the stream readers take from the caller, and their closing.
 
-A reader opens the source at the call (`_iterate`, `_aiterate`: refused with
-`EnvelopeError` if it is not iterable) and, whenever it stops reading it (the
-source's end, the terminal frame, a fault, the consumer closing the reader),
-closes what it opened: an async source's iterator that has ``aclose`` (an
-async generator, such as an httpx ``aiter_bytes()``) is awaited closed
-(`_aclose`), a generator is closed (`_close`). The source's ``finally`` runs
-then, not when the garbage collector finds it. Other iterators (a list's, a
-file's) are left as they are: the reader did not open what they read.
+A reader opens the source at the call (`open_source`, `open_async_source`:
+refused with `EnvelopeError` if it is not iterable) and, whenever it stops
+reading it (the source's end, the terminal frame, a fault, the consumer
+closing the reader), closes what it opened: an async source's iterator that
+has ``aclose`` (an async generator, such as an httpx ``aiter_bytes()``) is
+awaited closed (`aclose_source`), a generator is closed (`close_source`). The
+source's ``finally`` runs then, not when the garbage collector finds it.
+Other iterators (a list's, a file's) are left as they are: the reader did not
+open what they read.
 """
 
 from __future__ import annotations
@@ -17,30 +18,33 @@ from typing import Any
 
 from sglang_envelope.errors.exceptions import EnvelopeError
 
+__all__ = ["aclose_source", "afeed_all", "close_source", "feed_all", "open_async_source"]
+__all__ += ["open_source"]
 
-def _iterate(items: Iterable[Any], what: str) -> Iterator[Any]:
+
+def open_source(items: Iterable[Any], what: str) -> Iterator[Any]:
     try:
         return iter(items)
     except TypeError:
         raise EnvelopeError(f"{what}: expected an iterable, got {type(items).__name__}") from None
 
 
-def _close(iterator: Iterator[Any]) -> None:
+def close_source(iterator: Iterator[Any]) -> None:
     if isinstance(iterator, Generator):
         iterator.close()
 
 
-def _feed_all(items: Iterable[Any], what: str, feed: Callable[[Any], object]) -> None:
-    """Every item to `feed`, in order; the source closed (`_close`) however that ends."""
-    iterator = _iterate(items, what)
+def feed_all(items: Iterable[Any], what: str, feed: Callable[[Any], object]) -> None:
+    """Every item to `feed`, in order; the source closed (`close_source`) however that ends."""
+    iterator = open_source(items, what)
     try:
         for item in iterator:
             feed(item)
     finally:
-        _close(iterator)
+        close_source(iterator)
 
 
-def _aiterate(items: AsyncIterable[Any], what: str) -> AsyncIterator[Any]:
+def open_async_source(items: AsyncIterable[Any], what: str) -> AsyncIterator[Any]:
     try:
         return aiter(items)
     except TypeError:
@@ -49,17 +53,17 @@ def _aiterate(items: AsyncIterable[Any], what: str) -> AsyncIterator[Any]:
         ) from None
 
 
-async def _aclose(iterator: AsyncIterator[Any]) -> None:
+async def aclose_source(iterator: AsyncIterator[Any]) -> None:
     close = getattr(iterator, "aclose", None)
     if close is not None:
         await close()
 
 
-async def _afeed_all(items: AsyncIterable[Any], what: str, feed: Callable[[Any], object]) -> None:
-    """`_feed_all` for an async source: its iterator awaited closed (`_aclose`) however it ends."""
-    iterator = _aiterate(items, what)
+async def afeed_all(items: AsyncIterable[Any], what: str, feed: Callable[[Any], object]) -> None:
+    """`feed_all` for an async source: its iterator awaited closed (`aclose_source`)."""
+    iterator = open_async_source(items, what)
     try:
         async for item in iterator:
             feed(item)
     finally:
-        await _aclose(iterator)
+        await aclose_source(iterator)

@@ -5,13 +5,12 @@ SGLang writes ``data: <json>\\n\\n`` per frame and ends with ``data: [DONE]\\n\\
 stream the WHATWG event-stream rules accept, whatever the chunk boundaries;
 `encode_sse` writes frames exactly as SGLang does.
 
-The decoder splits each chunk into lines once (``bytes.split`` on LF, a memchr
-scan) and keeps an unfinished line in one growing ``bytearray``, so the cost is
-linear in the stream. Runs of lines in SGLang's own shape, a ``data: `` line
-then a blank line, are recognised a whole chunk at a time; anything else goes
-through the line-by-line WHATWG rules. `SseDecoder._feed_sglang_shaped` reads
-a chunk whose events are all in that shape at once and returns their bytes as
-received, for a relay that passes them on (`relay`).
+The decoder splits each chunk into lines once (``bytes.split`` on LF) and
+keeps an unfinished line in one growing ``bytearray``: the cost is linear in
+the stream. Runs of events in SGLang's own shape, a ``data: `` line then a
+blank line, are taken a chunk at a time; anything else goes through the
+line-by-line WHATWG rules. `SseDecoder.feed_sglang_events` reads a chunk of
+such events at once, their bytes as received, for a relay (`relay`).
 """
 
 from __future__ import annotations
@@ -27,10 +26,9 @@ from sglang_envelope.errors.exceptions import (
     ResponseError,
     show_value,
 )
-from sglang_envelope.response.frames import decode_json, json_type
+from sglang_envelope.response.frames import decode_frame
 
-__all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSE_DONE", "SseDecoder", "as_frame", "decode_frame"]
-__all__ += ["encode_sse"]
+__all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSE_DONE", "SseDecoder", "encode_sse"]
 
 DEFAULT_MAX_EVENT_BYTES: Final = 64 * 1024 * 1024
 """The default bound on one event: 64 MiB, the size of a long cumulative frame."""
@@ -41,8 +39,8 @@ SSE_DONE: Final = b"data: [DONE]\n\n"
 BytesLike: TypeAlias = bytes | bytearray | memoryview
 """What the decoder reads: bytes, or any bytes-like object (copied once)."""
 
-Payload: TypeAlias = bytes | bytearray | memoryview
-"""The data of one event, JSON not yet decoded."""
+Payload: TypeAlias = bytes | bytearray
+"""The data of one event, JSON not yet decoded (a bytearray: several ``data`` lines)."""
 
 _BOM: Final = b"\xef\xbb\xbf"
 _DONE: Final = b"[DONE]"
@@ -50,18 +48,6 @@ _DATA_PREFIX: Final = b"data: "
 _SGLANG_PREFIX: Final = b"data: {"  # an event as SGLang writes it begins so
 _SLICE: Final = 256 * 1024  # larger chunks are read in slices, to bound the copies split makes
 _ENCODER: Final = msgspec.json.Encoder()
-
-
-def decode_frame(payload: Payload) -> dict[str, Any]:
-    """The frame one event's data holds; `ResponseError` unless it is a JSON object."""
-    return as_frame(decode_json(payload, "SSE event data"))
-
-
-def as_frame(value: Any) -> dict[str, Any]:
-    """`value`, decoded from one event's data, if it is a JSON object; else `ResponseError`."""
-    if type(value) is not dict:
-        raise ResponseError(f"SSE event data: expected a JSON object, got {json_type(value)}")
-    return value
 
 
 def encode_sse(frame: dict[str, Any]) -> bytes:
@@ -134,7 +120,7 @@ class SseDecoder:
     def feed(self, data: BytesLike) -> list[dict[str, Any]]:
         """Return the frames completed by `data`, in order."""
         frames = []
-        for payload in self._feed_raw(data):
+        for payload in self.feed_payloads(data):
             try:
                 frames.append(decode_frame(payload))
             except ResponseError as exc:
@@ -164,7 +150,7 @@ class SseDecoder:
         if self._failed is not None:
             raise self._failed
 
-    def _feed_raw(self, data: BytesLike) -> list[Payload]:
+    def feed_payloads(self, data: BytesLike) -> list[Payload]:
         """Return the data of each event completed by `data`, JSON not decoded.
 
         ``[DONE]`` is not returned: it sets `done` instead. A fault after some
@@ -189,77 +175,53 @@ class SseDecoder:
             self._failed = exc
         return payloads
 
-    def _feed_sglang_shaped(self, data: BytesLike) -> tuple[bytes, list[bytes]] | None:
+    def feed_sglang_events(self, data: BytesLike) -> tuple[bytes, list[bytes]] | None:
         """Read `data` if the events it completes are all in SGLang's shape, bytes untouched.
 
         SGLang's shape is ``data: {...}\\n\\n``: one ``data`` line whose value
         begins with ``{``, no CR, no comment, no other field. Returns the bytes
-        of the completed events exactly as received (from the start of the
-        first) and each event's line, ``data: `` included (the whole bytes
-        stand for the line when there is one event); the payloads are the lines
-        past their first 6 bytes, as `_feed_raw` would return them.
+        of the completed events as received and each event's line (the bytes
+        stand for the line of a lone event); the payloads are the lines past
+        their first 6 bytes (`core.event_payloads`), as `feed_payloads` gives them.
 
-        None when the decoder is inside an event, past ``[DONE]``, at the
+        None, the decoder unchanged, inside an event, past ``[DONE]``, at the
         stream's start unless `data` begins with ``d`` (so no BOM), or when
         `data` holds anything else, ``[DONE]`` and an event near
-        `max_event_bytes` included: the decoder is then unchanged, and
-        `_feed_raw(data)` reads it by the WHATWG rules. The scans are C-level
-        (``find``, ``split``): no Python work per byte, little per event.
+        `max_event_bytes` included: `feed_payloads(data)` reads it then. The
+        scans are C-level (``find``, ``split``): little Python work per event.
         """
-        if (
+        if not self._between_events(data) or (self._head is not None and not self._past_head(data)):
+            return None
+        buffer = self._partial  # the unfinished line, which has no LF
+        if not buffer and type(data) is bytes and _one_whole_event(data, self._max_event_bytes):
+            return data, [data]  # as a relay often reads it: nothing copied
+        start = len(buffer)
+        buffer += data
+        shaped = _shaped_events(buffer, start, self._max_event_bytes)
+        if shaped is None:
+            del buffer[start:]
+        else:
+            del buffer[: len(shaped[0])]
+        return shaped
+
+    def _between_events(self, data: BytesLike) -> bool:
+        """Whether the decoder is between events, before ``[DONE]``, `data` contiguous."""
+        return not (
             self._data is not None
             or self._event_bytes
             or self._after_cr
             or self._done
             or self._failed is not None
-            or not isinstance(data, (bytes, bytearray, memoryview))
-            or (type(data) is memoryview and not data.contiguous)
-        ):
-            return None
-        if self._head is not None:  # the stream's start: past it if not a BOM
-            if self._head or not data or data[0] != _SGLANG_PREFIX[0]:
-                return None
-            self._head = None
-        buffer = self._partial  # the unfinished line, which has no LF
-        if (  # a chunk that is one whole event, as a relay often reads: nothing copied
-            not buffer
-            and type(data) is bytes
-            and data.find(b"\n") == len(data) - 2
-            and data[-1] == 10  # one line, then the blank line
-            and data.startswith(_SGLANG_PREFIX)
-            and data.find(b"\r") < 0
-            and len(data) <= self._max_event_bytes
-        ):
-            return data, [data]
-        start = len(buffer)
-        buffer += data
-        first = buffer.find(b"\n", start)  # the first LF: the line before it is complete
-        end = buffer.rfind(b"\n") + 1 if first >= 0 else 0  # where the events end
-        if (
-            (end and (end - first < 2 or buffer[end - 2] != 10))  # the last LF is not a blank line
-            or buffer.find(b"\r", start) >= 0
-            or len(buffer) > self._max_event_bytes
-        ):
-            del buffer[start:]
-            return None
-        if not end:  # no event ends here
-            return b"", []
-        with memoryview(buffer) as view:
-            events = bytes(view[:end])
-        if first == end - 2:
-            lines = [events]
-        else:
-            lines = events.split(b"\n")
-            del lines[-1]  # the empty rest after the last LF
-            if len(lines) % 2 or any(lines[1::2]):
-                del buffer[start:]
-                return None
-            lines = lines[::2]
-        if not all(map(bytes.startswith, lines, repeat(_SGLANG_PREFIX))):
-            del buffer[start:]
-            return None
-        del buffer[:end]
-        return events, lines
+        ) and (
+            isinstance(data, (bytes, bytearray)) or (type(data) is memoryview and data.contiguous)
+        )
+
+    def _past_head(self, data: BytesLike) -> bool:
+        """At the stream's start: whether `data` begins with ``d`` (then, past the start)."""
+        if self._head or not data or data[0] != _SGLANG_PREFIX[0]:
+            return False
+        self._head = None
+        return True
 
     def _slice(self, data: bytes, payloads: list[Payload]) -> None:
         """Read at most _SLICE bytes, appending the data of each event they complete."""
@@ -287,7 +249,7 @@ class SseDecoder:
             partial = self._partial
             partial += lines[0]
             self._partial = bytearray()
-            lines[0] = partial
+            lines[0] = bytes(partial)
         if event_open:
             # Finish the event the last chunk left open, up to its blank line.
             start = lines.index(b"") + 1 if b"" in lines else len(lines)
@@ -345,8 +307,8 @@ class SseDecoder:
                 raise self._too_big()
             if line.startswith(b"data") and (len(line) == 4 or line[4] == 58):  # 58: ":"
                 at = 5 + (line[5:6] == b" ")  # one space after the colon is dropped
-                if data is None:  # the usual single line, kept without a copy
-                    data = memoryview(line)[at:]
+                if data is None:  # the usual single line
+                    data = line[at:]
                     continue
                 if not isinstance(data, bytearray):  # more lines: one buffer, joined with LF
                     data = bytearray(data)
@@ -392,6 +354,44 @@ class SseDecoder:
         return LimitExceeded(
             "max_event_bytes", limit, f"an SSE event is larger than max_event_bytes ({limit} bytes)"
         )
+
+
+def _one_whole_event(data: bytes, limit: int) -> bool:
+    """Whether `data` holds exactly one event in SGLang's shape, within `limit`."""
+    return (
+        data.find(b"\n") == len(data) - 2
+        and data[-1] == 10  # one line, then the blank line
+        and data.startswith(_SGLANG_PREFIX)
+        and data.find(b"\r") < 0
+        and len(data) <= limit
+    )
+
+
+def _shaped_events(buffer: bytearray, start: int, limit: int) -> tuple[bytes, list[bytes]] | None:
+    """The complete events of `buffer` (read from `start`) and their lines, or None."""
+    first = buffer.find(b"\n", start)  # the first LF: the line before it is complete
+    end = buffer.rfind(b"\n") + 1 if first >= 0 else 0  # where the events end
+    if (
+        (end and (end - first < 2 or buffer[end - 2] != 10))  # the last LF is not a blank line
+        or buffer.find(b"\r", start) >= 0
+        or len(buffer) > limit
+    ):
+        return None
+    if not end:  # no event ends here
+        return b"", []
+    with memoryview(buffer) as view:
+        events = bytes(view[:end])
+    if first == end - 2:
+        lines = [events]
+    else:
+        lines = events.split(b"\n")
+        del lines[-1]  # the empty rest after the last LF
+        if len(lines) % 2 or any(lines[1::2]):
+            return None
+        lines = lines[::2]
+    if not all(map(bytes.startswith, lines, repeat(_SGLANG_PREFIX))):
+        return None
+    return events, lines
 
 
 def _after_done() -> ResponseError:

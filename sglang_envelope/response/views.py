@@ -11,15 +11,17 @@ does, with the full decoder's verdict:
 * the cumulative view reads only the finish reason, error and index and skips
   the rest unchecked, so it is trusted only for bytes `plain` passes.
 
-`intermediate_view` gives a view, or None when the frame must be decoded in
-full (it may be the terminal one, or the view cannot read it).
+`MiddleReader` is the one reader of middle frames: it gives a view, or None
+when the frame must be decoded in full (it may be the terminal one, or the
+view cannot read it). `unparsed_middles` is its verdict on bytes alone, for a
+relay that passes middle frames on unparsed.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from itertools import repeat
 from typing import Any, Final, cast
 
 import msgspec
@@ -35,12 +37,11 @@ __all__ = [
     "VIEW_ERRORS",
     "MiddleReader",
     "frame_fields",
-    "intermediate_view",
-    "middle_view",
     "one_line",
     "plain",
     "same_json",
-    "searchable",
+    "unparsed_middle",
+    "unparsed_middles",
 ]
 
 DELTA_FIELDS: Final[tuple[tuple[str, type], ...]] = (
@@ -71,7 +72,7 @@ JSON_TYPE_NAMES: Final[dict[type, str]] = {str: "a string", list: "an array"}
 # Typed views of a middle frame, built from DELTA_FIELDS. A view decodes only
 # what a middle frame may be: no error, no object, a meta_info object without
 # a finish reason, and the first frame's index (none: no index at all; a view
-# with an index leaves the comparison to `intermediate_view`). msgspec refuses
+# with an index leaves the comparison to `MiddleReader.read`). msgspec refuses
 # anything else while decoding, and the frame is then decoded in full.
 #
 # An incremental view declares every key SGLang writes in a frame and refuses
@@ -155,10 +156,10 @@ def _learned(keys: tuple[str, ...]) -> tuple[list[_Field], dict[str, str]]:
 @functools.lru_cache(maxsize=32)
 def _incremental(
     indexed: bool, top: tuple[str, ...] = (), meta: tuple[str, ...] = ()
-) -> Callable[[Payload], Any]:
-    """The incremental view, declaring SGLang 0.5.23's keys and those a stream taught it
-    (`top`, `meta`: `MiddleReader`); a few such sets are kept, since each costs
-    about 0.4 ms to make."""
+) -> msgspec.json.Decoder[Any]:
+    """The incremental view's decoder, declaring SGLang 0.5.23's keys and those a stream
+    taught it (`top`, `meta`: `MiddleReader`); a few such sets are kept, since each
+    costs about 0.4 ms to make."""
     meta_fields, meta_names = _learned(meta)
     meta_view = _view(
         "_IncrementalMeta", _meta_fields() + meta_fields, strict=True, rename=meta_names
@@ -167,33 +168,24 @@ def _incremental(
     fields = [*_delta_fields(False), ("meta_info", meta_view), *_MIDDLE, _INDEX[indexed]]
     fields += [(key, Any, UNSET) for key in _SGLANG_TOP_KEYS]
     frame_view = _view("_IncrementalFrame", fields + top_fields, strict=True, rename=top_names)
-    decode: Callable[[Payload], Any] = msgspec.json.Decoder(frame_view).decode
-    return decode
+    return msgspec.json.Decoder(frame_view)
 
 
-def _cumulative(indexed: bool) -> Callable[[Payload], Any]:
+@functools.lru_cache(maxsize=2)
+def _cumulative(indexed: bool) -> msgspec.json.Decoder[Any]:
     fields = [("meta_info", _CumulativeMeta), *_MIDDLE, _INDEX[indexed]]
-    decode: Callable[[Payload], Any] = msgspec.json.Decoder(
-        _view("_CumulativeFrame", fields, strict=False)
-    ).decode
-    return decode
+    return msgspec.json.Decoder(_view("_CumulativeFrame", fields, strict=False))
 
 
-#: (incremental, the stream's first frame has an index): the view's decode.
-_VIEWS: Final = {
-    (mode, indexed): (_incremental if mode else _cumulative)(indexed)
-    for mode in (True, False)
-    for indexed in (False, True)
-}
-#: The keys the incremental view declares, top level and in meta_info.
-_KNOWN_TOP: Final = frozenset(name for name, *_ in _delta_fields(False)) | {
-    "meta_info",
-    "error",
-    "object",
-    "index",
-    *_SGLANG_TOP_KEYS,
-}
-_KNOWN_META: Final = frozenset(_SGLANG_META_KEYS)
+@functools.lru_cache(maxsize=32)
+def _declared(decoder: msgspec.json.Decoder[Any]) -> tuple[frozenset[str], frozenset[str]]:
+    """The JSON keys a view declares, top level and in meta_info, read off its structs."""
+    fields = msgspec.structs.fields(cast(Any, decoder.type))
+    meta = next(field.type for field in fields if field.name == "meta_info")
+    top_keys = frozenset(field.encode_name for field in fields)
+    return top_keys, frozenset(field.encode_name for field in msgspec.structs.fields(meta))
+
+
 #: How many keys beyond SGLang 0.5.23's one stream's view may learn, and how long each.
 MAX_LEARNED_KEYS: Final = 8
 MAX_LEARNED_KEY_CHARS: Final = 64
@@ -202,67 +194,121 @@ _LEARNABLE: Final = re.compile(rf'[^\\"\x00-\x1f]{{1,{MAX_LEARNED_KEY_CHARS}}}')
 _RAW_MEMBERS: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
 #: What a view raises for a frame that is not a middle frame it can read.
 VIEW_ERRORS: Final = (msgspec.DecodeError, RecursionError)
-
-
-def middle_view(incremental: bool, index: Any) -> Callable[[Payload], Any]:
-    """The decode of a stream's middle frames through a typed view (see `intermediate_view`).
-
-    `index` is the stream's first frame's (UNSET when it had none). The decode
-    raises one of `VIEW_ERRORS` for a frame the view cannot read or that is
-    not a middle frame; only a frame's index against a first frame that had one
-    is left to check.
-    """
-    decode: Callable[[Payload], Any] = _VIEWS[incremental, index is not UNSET]
-    return decode
+NOT_TERMINAL: Final = b'"finish_reason":null'  # as SGLang writes an intermediate frame
 
 
 class MiddleReader:
-    """One incremental stream's middle frames read through the typed view (`middle_view`),
-    for a stream whose first frame had `index`.
+    """The one reader of a stream's middle frames, for a stream whose first frame had
+    `index` and is read in one mode (`incremental`).
 
-    `decode` raises one of `VIEW_ERRORS` where that view does, with one
-    difference: a frame with keys SGLang 0.5.23 does not write (a newer release,
-    a server flag) teaches them to this stream's view, which declares them as
-    any JSON and so still checks every byte. A new key then costs a view made
-    once, not the full decode of every frame. `learned` holds the keys, at most
-    `MAX_LEARNED_KEYS` plain names of at most `MAX_LEARNED_KEY_CHARS`; a frame
-    with others is left to the full decoder.
+    `read` gives a middle frame through a typed view, with the full decoder's
+    verdict, or None: the frame must then be decoded in full (it may be the
+    terminal one, or the view cannot read it). The bytes must hold SGLang's
+    ``"finish_reason":null``; the view refuses an error, an ``object``, a finish
+    reason and, for an incremental stream, any key it does not declare; the
+    index must be the first frame's; a cumulative frame's bytes must be
+    `plain` (its view skips what it does not read).
+
+    `decode` is the incremental view itself, raising one of `VIEW_ERRORS`,
+    with one difference: a frame with keys SGLang 0.5.23 does not write (a
+    newer release, a server flag) teaches them to this stream's view, which
+    declares them as any JSON and so still checks every byte. A new key then
+    costs a view made once, not the full decode of every frame. `learned`
+    holds the keys, at most `MAX_LEARNED_KEYS` plain names of at most
+    `MAX_LEARNED_KEY_CHARS`; a frame with others is left to the full decoder.
     """
 
-    __slots__ = ("_indexed", "_view", "learned")
+    __slots__ = ("_decode", "_index", "_indexed", "_keys", "incremental", "learned")
 
-    def __init__(self, index: Any) -> None:
+    def __init__(self, index: Any, *, incremental: bool = True) -> None:
+        self._index = index
         self._indexed = index is not UNSET
-        self._view = middle_view(True, index)
+        self.incremental = incremental
         self.learned: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+        decoder = (_incremental if incremental else _cumulative)(self._indexed)
+        self._decode = decoder.decode
+        self._keys = _declared(decoder)
+
+    def read(self, payload: Payload) -> Any:
+        """`payload` as a middle frame's view, or None to decode it in full (see the class)."""
+        if payload.find(NOT_TERMINAL) < 0:  # find: cheaper than `in`
+            return None
+        try:
+            view = self._decode(payload)
+        except msgspec.ValidationError:
+            if not self.incremental or not self._learn(payload):
+                return None
+            try:
+                view = self._decode(payload)
+            except VIEW_ERRORS:
+                return None
+        except VIEW_ERRORS:
+            return None
+        index = self._index
+        if index is not UNSET and not (view.index is index or same_json(view.index, index)):
+            return None
+        if not self.incremental and not plain(payload):
+            return None
+        return view
 
     def decode(self, payload: Payload) -> Any:
+        """The incremental view of `payload`; one of `VIEW_ERRORS` where it cannot read it."""
         try:
-            return self._view(payload)
-        except msgspec.ValidationError as error:
-            if "unknown field" not in str(error) or not self._learn(payload):
+            return self._decode(payload)
+        except msgspec.ValidationError:
+            if not self._learn(payload):
                 raise
-        return self._view(payload)
+        return self._decode(payload)
 
     def _learn(self, payload: Payload) -> bool:
-        """Add `payload`'s unknown keys to the view; False when there are none to add."""
+        """Add `payload`'s undeclared keys to the view; False when there are none to add."""
         fields = frame_fields(payload)
         if fields is None:
             return False
-        top, meta = self.learned
-        new_top = tuple(sorted(set(fields).difference(_KNOWN_TOP, top)))
-        new_meta = tuple(sorted(set(fields["meta_info"]).difference(_KNOWN_META, meta)))
+        known_top, known_meta = self._keys
+        new_top = tuple(sorted(set(fields).difference(known_top)))
+        new_meta = tuple(sorted(set(fields["meta_info"]).difference(known_meta)))
         new = new_top + new_meta
+        top, meta = self.learned
         if not new or len(top) + len(meta) + len(new) > MAX_LEARNED_KEYS:
             return False
         if not all(_LEARNABLE.fullmatch(key) for key in new):
             return False
         self.learned = (top + new_top, meta + new_meta)
-        self._view = _incremental(self._indexed, *self.learned)
+        decoder = _incremental(self._indexed, *self.learned)
+        self._decode = decoder.decode
+        self._keys = _declared(decoder)
         return True
 
 
-NOT_TERMINAL: Final = b'"finish_reason":null'  # as SGLang writes an intermediate frame
+def unparsed_middles(events: list[bytes], data: bytes, start: int = 0) -> bool:
+    """Whether each of `events` (the event lines of `data` from `start`, or `data`) is a
+    middle frame by its bytes alone, so that it may go out unparsed.
+
+    `data` from `start` holds exactly as many ``"finish_reason"`` as there are
+    events and each event holds one ``"finish_reason":null``, so that is each
+    event's one finish_reason key; and no key can be spelt another way, as
+    `data` has no ``\\u00`` escape (the backslash is looked for first: most
+    frames have none).
+    """
+    return (
+        data.count(_FINISH_KEY, start) == len(events)
+        and min(map(bytes.find, events, repeat(NOT_TERMINAL))) >= 0
+        and (b"\\" not in data or _ESCAPE not in data)
+    )
+
+
+def unparsed_middle(payload: Payload) -> bool:
+    """Whether one event's data may go out unparsed (see `unparsed_middles`).
+
+    Never the data of several ``data`` lines (a bytearray): it goes out as one
+    line, its LFs as spaces, which only JSON that parses allows.
+    """
+    return type(payload) is bytes and payload[:1] == b"{" and unparsed_middles([payload], payload)
+
+
+_FINISH_KEY: Final = b'"finish_reason"'
+_ESCAPE: Final = b"\\u00"  # how a key could spell "finish_reason" without those bytes
 # Digits become 0, "E" becomes "e" and "+" becomes "-", so that two searches
 # find every number msgspec's full decoder could refuse: an exponent of three
 # digits or more, or a run of 200 digits (an integer over 4,300 digits, or a
@@ -287,39 +333,6 @@ def plain(data: bytes | bytearray) -> bool:
             return False
     shapes = data.translate(_NUMBER_SHAPES)
     return _LONG_DIGITS not in shapes and _BIG_EXPONENT.search(shapes) is None
-
-
-def intermediate_view(decode: Callable[[Payload], Any], payload: Payload, index: Any) -> Any:
-    """A middle frame read through a typed view (`decode`, from `middle_view`), or None to
-    decode it in full and `add` it.
-
-    None when the bytes lack SGLang's ``"finish_reason":null`` (the frame may
-    be the terminal one), when the view cannot read them (an unknown key, a
-    wrong type), and for a frame with an error, no meta_info, a finish reason
-    or another index than the first frame's.
-    """
-    data = payload if type(payload) is bytes else searchable(payload)  # bytes: no call
-    if data.find(NOT_TERMINAL) < 0:  # find: cheaper than `in`
-        return None
-    try:
-        view = decode(payload)
-    except VIEW_ERRORS:
-        return None
-    if index is not UNSET and not (view.index is index or same_json(view.index, index)):
-        return None
-    return view
-
-
-def searchable(payload: Payload) -> bytes | bytearray:
-    """Bytes to search in place of `payload`, without a copy.
-
-    A memoryview payload (`SseDecoder` keeps a one-line event's data so) is a
-    slice of its line, which adds only ``data:`` and a space: the same search
-    and the same `plain` verdict.
-    """
-    if type(payload) is memoryview:
-        return cast("bytes | bytearray", payload.obj)
-    return payload
 
 
 def same_json(a: object, b: object) -> bool:

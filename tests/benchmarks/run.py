@@ -367,7 +367,7 @@ def split_events(transcript: bytes) -> Callable[[], None]:
     def run() -> None:
         decoder = SseDecoder()
         for chunk in chunks(transcript):
-            decoder._feed_raw(chunk)
+            decoder.feed_payloads(chunk)
 
     return run
 
@@ -383,7 +383,7 @@ def split_and_validate(transcript: bytes) -> Callable[[], None]:
     def run() -> None:
         decoder = SseDecoder()
         for chunk in chunks(transcript):
-            for payload in decoder._feed_raw(chunk):
+            for payload in decoder.feed_payloads(chunk):
                 validate(payload)
 
     return run

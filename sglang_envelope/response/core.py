@@ -1,0 +1,382 @@
+"""The stream core: one generation's frames, read in order into its answer.
+
+SGLang streams in one of two modes (``srt/managers/tokenizer_manager.py``):
+
+* cumulative, its default: every frame holds everything so far, so the
+  terminal frame is the answer;
+* incremental (server flag ``incremental_streaming_output``, which Dynamo
+  requires): the fields in `DELTA_FIELDS` hold only what is new and are
+  concatenated; every other field is the last frame's.
+
+The mode is read from the frames unless the caller gives it. The terminal
+frame is the one whose ``meta_info.finish_reason`` is not null.
+
+`StreamCore` admits each frame, detects the mode, keeps the deltas in its
+store (`stores`) and makes the answer's final checks; `reading.SseReader`
+feeds it a stream's SSE bytes within their bounds. Every frame is decoded
+once: once the mode is known, a middle frame is read by the stream's
+`MiddleReader` (a typed view with the full decoder's verdict); the terminal
+frame, and anything the view cannot read, is decoded in full. `aggregate`,
+`aggregate_bytes` and `relay` use only the public methods below.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Generic, TypeVar
+
+from msgspec import UNSET
+
+from sglang_envelope.errors.exceptions import ResponseError, show_value
+from sglang_envelope.response.frames import (
+    CONSISTENCY,
+    abort_error,
+    check_consistency,
+    decode_frame,
+    engine_error,
+    expected,
+)
+from sglang_envelope.response.sse import (
+    Payload,
+)
+from sglang_envelope.response.stores import DeltaStore
+from sglang_envelope.response.views import (
+    DELTA_ROWS,
+    JSON_TYPE_NAMES,
+    MiddleReader,
+    frame_fields,
+    same_json,
+)
+
+__all__ = ["StreamCore"]
+
+#: `meta_info` keys SGLang sends only on a stream's first frame and at the end of its
+#: unary answer: the aggregated answer ends with them too, as SGLang's unary one does.
+FIRST_FRAME_KEYS: Final = ("response_sent_to_client_ts",)
+
+_READINGS: Final = {
+    True: "read incrementally (frames hold deltas)",
+    False: "read cumulatively (each frame holds everything so far)",
+}
+
+S = TypeVar("S", bound=DeltaStore)
+_BATCH: Final = 32  # middle frames whose views are held at once
+
+
+class StreamCore(Generic[S]):
+    """One generation's frames, added in order, and its answer's checks.
+
+    ``incremental=None`` reads the mode from the frames: a frame whose
+    ``meta_info.completion_tokens`` (or another count of `CONSISTENCY`) fits
+    only one reading settles it. The deltas go to `store`. After an
+    exception from an `add`, discard the core.
+    """
+
+    __slots__ = (
+        "_count",
+        "_first_meta",
+        "_fits",
+        "_index",
+        "_last",
+        "_mode",
+        "_reader",
+        "_terminal",
+        "store",
+    )
+
+    def __init__(self, incremental: bool | None, store: S) -> None:
+        self._mode: bool | None = None if incremental is None else bool(incremental)
+        self.store = store
+        self._count = 0  # frames added
+        self._first_meta: dict[str, Any] = {}  # the first frame's meta_info
+        self._index: Any = UNSET  # the first frame's "index" (UNSET when it has none)
+        self._reader = MiddleReader(UNSET)  # the middle frames' reader, for that index
+        self._last: dict[str, Any] | None = None
+        self._terminal: dict[str, Any] | None = None
+        # While the mode is unknown: why each reading was ruled out (None: it still fits).
+        self._fits: dict[bool, str | None] = {True: None, False: None}
+
+    @property
+    def incremental(self) -> bool | None:
+        """Whether frames are read as incremental deltas; None while the mode is not known."""
+        return self._mode
+
+    @property
+    def finished(self) -> bool:
+        """True once the terminal frame has been added."""
+        return self._terminal is not None
+
+    @property
+    def frames(self) -> int:
+        """How many frames were added (or counted, `count_unparsed`)."""
+        return self._count
+
+    @property
+    def last(self) -> dict[str, Any] | None:
+        """The last frame added in full (not through a view), if any."""
+        return self._last
+
+    def add(self, frame: dict[str, Any]) -> None:
+        """Add the next frame, decoded; raise `EngineError` for an error frame.
+
+        A frame after the terminal one, a frame that is not a JSON object with
+        a ``meta_info`` object, a delta field of the wrong type, or, while the
+        mode is being detected, a frame that fits neither mode raises
+        `ResponseError`. A frame that raises adds nothing.
+        """
+        number = self.frames + 1
+        try:
+            if type(frame) is not dict:
+                raise expected("frame", "an object", frame)
+            meta = self._admit(frame, number)
+            found = _deltas(frame, meta) if self._mode is not False else []
+            if self._mode is None:
+                self._detect(frame, meta)
+            if self._mode is not False:
+                self.store.add_found(found)
+        except ResponseError as exc:
+            if type(exc) is ResponseError:
+                raise ResponseError(f"frame {number}: {exc}") from exc
+            raise
+        self._count = number
+        self._last = frame
+        if meta.get("finish_reason") is not None:
+            self._terminal = frame
+
+    def add_payloads(
+        self, payloads: list[Payload], *, keep_last: bool = False
+    ) -> dict[str, Any] | None:
+        """`add` for frames still in JSON, each decoded once, in order; then the store's
+        `end_chunk`.
+
+        With `keep_last`, the last, when it is a middle frame of a stream known
+        incremental, is added with its keys' JSON kept as it came
+        (`frame_fields`, `DeltaStore.add_raw`): those keys are returned.
+        """
+        end = len(payloads) - (keep_last and bool(payloads))
+        if end:
+            try:
+                self._add_run(payloads, 0, end)
+            finally:
+                self.store.end_chunk()
+        if end == len(payloads):
+            return None
+        fields = self._add_kept(payloads[end])
+        if fields is None:
+            self.add_payloads(payloads[end:])
+        return fields
+
+    def count_unparsed(self, count: int) -> None:
+        """Count `count` middle frames that a relay passed on unparsed."""
+        self._count += count
+
+    def terminal_frame(self, said_done: bool) -> tuple[dict[str, Any], bool]:
+        """The terminal frame and whether it is an abort; raise if there is no answer.
+
+        No terminal frame is a `ResponseError`, an abort with a status in
+        [400, 600) an `EngineError`. The terminal frame's `meta_info` gains the
+        first frame's `FIRST_FRAME_KEYS` it lacks (in a new dict).
+        """
+        terminal = self._terminal
+        if terminal is None:
+            end = "said data: [DONE]" if said_done else "ended"
+            if self.frames == 0:
+                raise ResponseError(f"the stream {end} before any frame")
+            raise ResponseError(
+                f"the stream {end} after {self.frames} frames without a terminal frame "
+                "(one whose meta_info.finish_reason is not null)"
+            )
+        meta = terminal["meta_info"]
+        finish = meta["finish_reason"]
+        aborted = finish.get("type") == "abort"
+        if aborted and (error := abort_error(finish)) is not None:
+            raise error
+        first = self._first_meta
+        kept = {key: first[key] for key in FIRST_FRAME_KEYS if key in first and key not in meta}
+        if kept:  # a new terminal frame: the caller's stays as it came
+            terminal = {**terminal, "meta_info": {**meta, **kept}}
+        return terminal, aborted
+
+    def checked_terminal(self, said_done: bool) -> dict[str, Any]:
+        """The terminal frame (`terminal_frame`), once the answer's final checks pass.
+
+        A stream whose mode was never told apart must give the same answer read
+        either way; unless it is an abort, every `CONSISTENCY` count must match
+        its array. Either fault is a `ResponseError`.
+        """
+        self.store.end_chunk()
+        terminal, aborted = self.terminal_frame(said_done)
+        meta = terminal["meta_info"]
+        if self._mode is None and not self._readings_agree(terminal):
+            raise ResponseError(
+                f"the stream's {self.frames} frames fit both stream modes, which give "
+                f"different answers: {_READINGS[True]} and {_READINGS[False]}; no frame "
+                "carries a meta_info.completion_tokens that tells them apart: pass "
+                "incremental=True or False"
+            )
+        if aborted:
+            return terminal
+        if self._mode is False:
+            check_consistency(terminal, meta)
+        else:
+            self._check_counts(meta)
+        return terminal
+
+    def _add_run(self, payloads: list[Payload], at: int, end: int) -> None:
+        """Add `payloads[at:end]`: the middle frames the reader reads, their views given to
+        the store a batch at a time (so that few are held at once), any other in full."""
+        while at < end:
+            if self._count and self._terminal is None and self._mode is not None:
+                read = self._reader.read
+                stop = at + _BATCH if end - at > _BATCH else end
+                views: list[Any] = []
+                keep = views.append
+                while at < stop and (view := read(payloads[at])) is not None:
+                    keep(view)
+                    at += 1
+                self._count += len(views)
+                if self._mode:
+                    self.store.add_views(views)
+                if at == stop:
+                    continue
+            self.add(decode_frame(payloads[at]))
+            at += 1
+
+    def _add_kept(self, payload: Payload) -> dict[str, Any] | None:
+        """Add a middle frame of a stream known incremental through the view, keeping its
+        keys' JSON; None, adding nothing, for any other frame or state."""
+        if not (self._mode is True and self._count and self._terminal is None):
+            return None
+        view = self._reader.read(payload)
+        fields = None if view is None else frame_fields(payload)
+        if fields is not None:
+            self._count += 1
+            self.store.add_raw(view, fields)
+        return fields
+
+    def _admit(self, frame: dict[str, Any], number: int) -> dict[str, Any]:
+        """Check that a frame may come next; return its meta_info."""
+        if self._terminal is not None:
+            raise ResponseError(f"it came after the terminal frame (frame {self.frames})")
+        error = engine_error(frame)
+        if error is not None:
+            raise error
+        meta = frame.get("meta_info", UNSET)
+        if meta is UNSET:
+            raise ResponseError("it has no meta_info")
+        if type(meta) is not dict:
+            raise expected("meta_info", "an object", meta)
+        finish = meta.get("finish_reason")
+        if finish is not None and type(finish) is not dict:
+            raise expected("meta_info.finish_reason", "an object or null", finish)
+        index = frame.get("index", UNSET)
+        if number == 1:
+            self._index = index
+            self._reader = MiddleReader(index, incremental=self._mode is not False)
+            self._first_meta = meta
+        elif not same_json(index, self._index):
+            raise ResponseError(
+                f"its index {show_value(index)} differs from the first frame's "
+                f"{show_value(self._index)}: "
+                "the stream interleaves several generations (n > 1); aggregate one at a time"
+            )
+        return meta
+
+    def _detect(self, frame: dict[str, Any], meta: dict[str, Any]) -> None:
+        """Rule out the readings this frame contradicts; settle the mode if one is left.
+
+        SGLang counts every output token so far in both modes
+        (``completion_tokens`` is the length of the output ids sent up to
+        this frame; likewise the ``*_length`` keys), so a count is the total
+        of the deltas read incrementally and the frame's own array read
+        cumulatively. A cumulative frame also extends the previous one. Runs
+        before the frame's deltas are collected, so a frame that fails adds
+        nothing.
+        """
+        fits = self._fits
+        for count_key, path, unless in CONSISTENCY:
+            count = meta.get(count_key)
+            array = _field(frame, meta, path)
+            if type(count) is not int or type(array) is not list or unless in meta:
+                continue
+            total = self.store.total(path) + len(array)
+            if fits[True] is None and count != total:
+                shown = show_value(count)
+                fits[True] = f"meta_info.{count_key} is {shown} but {path} has {total} entries"
+            if fits[False] is None and count != len(array):
+                fits[False] = (
+                    f"meta_info.{count_key} is {show_value(count)} but this frame's {path} "
+                    f"has {len(array)} entries"
+                )
+        if fits[False] is None and self._last is not None:
+            fits[False] = _not_extending(self._last, frame)
+        if fits[True] is not None and fits[False] is not None:
+            raise ResponseError(
+                f"it fits neither stream mode: {_READINGS[True]}, {fits[True]}; "
+                f"{_READINGS[False]}, {fits[False]}"
+            )
+        if fits[True] is not None:
+            self._mode = False
+            self._reader = MiddleReader(self._index, incremental=False)
+            self.store.forget()  # a cumulative stream's answer is its terminal frame
+        elif fits[False] is not None:
+            self._mode = True
+
+    def _check_counts(self, meta: dict[str, Any]) -> None:
+        """`check_consistency` on the incremental answer: the arrays' entries in the store."""
+        for count_key, path, unless in CONSISTENCY:
+            count = meta.get(count_key)
+            if count is None or path not in self.store.present or (unless and unless in meta):
+                continue
+            if type(count) is not int:
+                raise expected(f"meta_info.{count_key}", "an integer", count)
+            if count != self.store.total(path):
+                raise ResponseError(
+                    f"meta_info.{count_key} is {show_value(count)} but {path} has "
+                    f"{self.store.total(path)} entries"
+                )
+
+    def _readings_agree(self, terminal: dict[str, Any]) -> bool:
+        """Whether the incremental reading equals the terminal frame (the cumulative one):
+        a concatenation equals its last piece exactly when their lengths are equal."""
+        meta = terminal["meta_info"]
+        for path, key, in_meta, _ in DELTA_ROWS:
+            value = (meta if in_meta else terminal).get(key, UNSET)
+            if (path in self.store.present) != (value is not UNSET):
+                return False
+            if value is not UNSET and self.store.total(path) != len(value):
+                return False  # an earlier frame added to it
+        return True
+
+
+def _deltas(frame: dict[str, Any], meta: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The `DELTA_FIELDS` a frame carries, as (path, value), once all are of the right type."""
+    found: list[tuple[str, Any]] = []
+    for path, key, in_meta, kind in DELTA_ROWS:
+        value = (meta if in_meta else frame).get(key, UNSET)
+        if value is UNSET:
+            continue
+        if type(value) is not kind:
+            raise expected(path, JSON_TYPE_NAMES[kind], value)
+        found.append((path, value))
+    return found
+
+
+def _field(frame: dict[str, Any], meta: dict[str, Any], path: str) -> Any:
+    """The value at a `DELTA_FIELDS` path of a frame (UNSET when absent)."""
+    parent, _, key = path.rpartition(".")
+    return (meta if parent else frame).get(key, UNSET)
+
+
+def _not_extending(previous: dict[str, Any], frame: dict[str, Any]) -> str | None:
+    """Why `frame` cannot follow `previous` in a cumulative stream, or None if it can."""
+    for path, key, in_meta, kind in DELTA_ROWS:
+        before = (previous["meta_info"] if in_meta else previous).get(key, UNSET)
+        now = (frame["meta_info"] if in_meta else frame).get(key, UNSET)
+        if type(before) is kind and type(now) is kind and not _begins_with(now, before):
+            return f"this frame's {path} does not begin with the previous frame's"
+    return None
+
+
+def _begins_with(value: Any, start: Any) -> bool:
+    """Whether a string or array `value` begins with `start` (of the same type)."""
+    return len(value) >= len(start) and same_json(value[: len(start)], start)
