@@ -28,7 +28,15 @@ from msgspec import UNSET
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.flat import encode_flat_top_logprobs
 
-__all__ = ["ABORTED", "AnswerPlan", "Span", "answer_object", "plan_answer", "token_text"]
+__all__ = [
+    "ABORTED",
+    "AnswerPlan",
+    "Span",
+    "answer_object",
+    "plan_answer",
+    "text_ids",
+    "token_text",
+]
 
 #: Ids below this are the model's special tokens (``<s>``, ``</s>``, ``<pad>``): never made.
 FIRST_ID: Final = 3
@@ -100,6 +108,13 @@ def token_text(token_id: int) -> str:
     return f" w{token_id}"
 
 
+def text_ids(text: str, vocab_size: int) -> list[int]:
+    """The fake's tokenizer: one id a UTF-8 byte, the byte's value past the special ids
+    (wrapped into the vocabulary when it has fewer than 259 ids)."""
+    span = vocab_size - FIRST_ID
+    return [FIRST_ID + byte % span for byte in text.encode("utf-8", "surrogatepass")]
+
+
 def _sampling(request: ClientRequest, name: str) -> Any:
     params = request.sampling_params
     if params is UNSET or params is None:
@@ -123,11 +138,13 @@ def plan_answer(
     vocab_size: int,
     context_length: int,
     default_max_new_tokens: int,
+    seed: int = 0,
 ) -> AnswerPlan:
     """The output for `request`: ids made from the prompt, ending at ``max_new_tokens``
     (``{"type": "length", "length": n}``) or at the first id of ``stop_token_ids``
     (``{"type": "stop", "matched": id}``, the id included). A null
-    ``max_new_tokens`` runs to the context length."""
+    ``max_new_tokens`` runs to the context length. A `seed` other than 0 (a sample of
+    ``n`` > 1 sampled at a temperature above 0) makes other ids from the same prompt."""
     limit = _sampling(request, "max_new_tokens")
     if limit is UNSET:
         limit = default_max_new_tokens
@@ -141,7 +158,7 @@ def plan_answer(
     ids: list[int] = []
     finish: dict[str, Any] = {"type": "length", "length": count}
     for _ in range(count):
-        token = FIRST_ID + (total * 31 + 7 * length * (length + 1)) % span
+        token = FIRST_ID + (total * 31 + 7 * length * (length + 1) + 101 * seed) % span
         total, length = total + token, length + 1
         ids.append(token)
         if token in stops:

@@ -26,6 +26,7 @@ from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.sse import SSE_DONE
 from sglang_envelope.testing.answers import ABORTED, AnswerPlan, Span, answer_object, plan_answer
 from sglang_envelope.testing.control import Pause, loads_body, serve_control
+from sglang_envelope.testing.many import plan_many, serve_many
 from sglang_envelope.testing.requests import (
     ClientGone,
     Message,
@@ -34,12 +35,16 @@ from sglang_envelope.testing.requests import (
     check_generate,
     json_content,
     read_body,
+    split_many,
 )
 from sglang_envelope.testing.server import (
     JSON,
+    NOT_JSON_MESSAGE,
     AbortBody,
     abort_order,
     answer,
+    body_chunk,
+    lifespan,
     not_found,
     parse_abort,
     server_info,
@@ -205,7 +210,7 @@ class FakeEngine:
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
-            await _lifespan(receive, send)
+            await lifespan(receive, send)
             return
         if kind != "http":
             return
@@ -256,13 +261,22 @@ class FakeEngine:
                 raise body
             self.requests.append(body)
             if not json_content(headers):
-                raise RequestRejected("not_object", None, _NOT_JSON_MESSAGE)
-            generation = self._start(check_generate(body, self.deployment, self.max_body_bytes))
+                raise RequestRejected("not_object", None, NOT_JSON_MESSAGE)
+            many = split_many(body, self.vocab_size)  # None: one token-input sequence
+            if many is not None and many.array:
+                generations = [_Generation(plan) for plan in plan_many(self, many)]
+                self._running.update((g.plan.rid, g) for g in generations)
+            else:
+                one = body if many is None else many.prompts[0]
+                generation = self._start(check_generate(one, self.deployment, self.max_body_bytes))
         except (RequestRejected, EngineError) as error:
             refusal = error_response(error, stream=stream)
             await answer(send, *refusal)
             return
-        await self._serve(generation, receive, send)
+        if many is not None and many.array:
+            await serve_many(self, generations, receive, send)
+        else:
+            await self._serve(generation, receive, send)
 
     def _start(self, request: ClientRequest) -> _Generation:
         rid = request.rid or uuid.uuid4().hex
@@ -280,7 +294,7 @@ class FakeEngine:
         return generation
 
     async def _serve(self, generation: _Generation, receive: Receive, send: Send) -> None:
-        watcher = asyncio.ensure_future(self._watch(generation, receive))
+        watcher = asyncio.ensure_future(self._watch([generation], receive))
         try:
             if generation.plan.request.stream:
                 await self._stream(generation, send)
@@ -291,14 +305,15 @@ class FakeEngine:
             if self._running.get(generation.plan.rid) is generation:
                 del self._running[generation.plan.rid]
 
-    async def _watch(self, generation: _Generation, receive: Receive) -> None:
-        """End the generation when its client goes away, as SGLang's server does."""
+    async def _watch(self, generations: list[_Generation], receive: Receive) -> None:
+        """End a request's generations when its client goes away, as SGLang's server does."""
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                if generation.stop is None:
+                if any(generation.stop is None for generation in generations):
                     self.disconnects += 1
-                generation.halt("disconnect")
+                for generation in generations:
+                    generation.halt("disconnect")
                 return
 
     async def _step(self, generation: _Generation) -> Span | Ending:
@@ -335,7 +350,7 @@ class FakeEngine:
         while True:
             if self.fail_after is not None and frames >= self.fail_after:
                 frame = error_event(EngineError(self.fail_message, self.fail_status))
-                await _body(send, frame + SSE_DONE, more=False)
+                await body_chunk(send, frame + SSE_DONE, more=False)
                 self._record(generation, "error")
                 return
             step = await self._step(generation)
@@ -346,10 +361,10 @@ class FakeEngine:
             data = _ENCODE(answer_object(generation.plan, shown, unary=False))
             frames += 1
             if step.finish is not None:
-                await _body(send, b"data: " + data + b"\n\n" + SSE_DONE, more=False)
+                await body_chunk(send, b"data: " + data + b"\n\n" + SSE_DONE, more=False)
                 self._record(generation, self._ending(step))
                 return
-            await _body(send, b"data: " + data + b"\n\n", more=True)
+            await body_chunk(send, b"data: " + data + b"\n\n", more=True)
 
     async def _unary(self, generation: _Generation, send: Send) -> None:
         frames = 0
@@ -369,22 +384,3 @@ class FakeEngine:
                 await answer(send, 200, JSON, _ENCODE(body))
                 self._record(generation, self._ending(step))
                 return
-
-
-_NOT_JSON_MESSAGE: Final = (
-    "request body must be a JSON object sent as Content-Type: application/json"
-)
-
-
-async def _body(send: Send, data: bytes, *, more: bool) -> None:
-    await send({"type": "http.response.body", "body": data, "more_body": more})
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return

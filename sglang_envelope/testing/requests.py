@@ -7,16 +7,25 @@ them (the library's checks are recorded against a live server). It serves
 what a worker sends that a client may not: the serving system's fields
 (``bootstrap_*``, ``routed_dp_rank``, ...), and keys ``GenerateReqInput``
 does not know, which SGLang ignores.
+
+`split_many` reads a request for many sequences first, as SGLang's
+``GenerateReqInput.normalize_batch_and_arguments`` does: B prompts (``input_ids``
+a list of lists, or ``text`` a list; ``text`` tokenized by the fake's `text_ids`)
+and ``sampling_params.n`` samples of each. It gives one one-sequence body a
+prompt, which `check_generate` checks as any other, and the rid of each
+sequence (index ``i * n + j``).
 """
 
 from __future__ import annotations
 
+import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
-from sglang_envelope.errors.exceptions import RequestRejected
+from sglang_envelope.errors.exceptions import EngineError, RequestRejected
 from sglang_envelope.request.deployment import Deployment, check_engine_body
 from sglang_envelope.request.engine import EngineBody
 from sglang_envelope.request.fields import RequestFields
@@ -27,8 +36,19 @@ from sglang_envelope.request.rules import (
     reject,
 )
 from sglang_envelope.request.types import ClientRequest, decode_client_request
+from sglang_envelope.testing.answers import text_ids
 
-__all__ = ["ClientGone", "Receive", "Send", "check_generate", "json_content", "read_body"]
+__all__ = [
+    "MAX_SEQUENCES",
+    "ClientGone",
+    "Receive",
+    "Send",
+    "Sequences",
+    "check_generate",
+    "json_content",
+    "read_body",
+    "split_many",
+]
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -139,3 +159,154 @@ def check_generate(body: bytes, deployment: Deployment, max_body_bytes: int) -> 
     )
     check_engine_body(deployment, engine_body)
     return request
+
+
+#: The most sequences (prompts times ``n``) the fake serves in one request.
+MAX_SEQUENCES: Final = 1024
+#: Fields a batch may give one value a prompt in SGLang: the fake takes one value for all.
+_PER_ITEM: Final = (
+    "sampling_params",
+    "return_logprob",
+    "logprob_start_len",
+    "top_logprobs_num",
+    "token_ids_logprob",
+    "return_hidden_states",
+    "lora_path",
+    "custom_logit_processor",
+    "extra_key",
+    "cache_salt",
+)
+_NULL: Final = msgspec.Raw(b"null")
+
+
+class _Shape(msgspec.Struct):
+    """The keys that say whether a body asks for more than one sequence, undecoded."""
+
+    text: msgspec.Raw = _NULL
+    input_ids: msgspec.Raw = _NULL
+    sampling_params: msgspec.Raw = _NULL
+
+
+class _Samples(msgspec.Struct):
+    n: Any = 1
+
+
+_shape = msgspec.json.Decoder(_Shape).decode
+_samples = msgspec.json.Decoder(_Samples).decode
+
+
+class Sequences(NamedTuple):
+    """A request for many sequences, split: one one-sequence body a prompt (with
+    the client's rid item, for its checks), ``n``, and each sequence's rid in index order."""
+
+    prompts: list[bytes]
+    n: int
+    rids: list[str]
+    #: Whether the answer is an array (a batch, or ``n`` > 1), else one sequence's answer.
+    array: bool
+
+
+def _batch(raw: bytes) -> bool:
+    """SGLang's gate: ``[]`` or a list whose first item is a number is one prompt."""
+    return raw[:1] == b"[" and raw[1:].lstrip()[:1] not in b"]-0123456789"
+
+
+def _many_shape(body: bytes) -> bool:
+    try:
+        shape = _shape(body)
+        params = bytes(shape.sampling_params).lstrip()
+        n = _samples(params).n if params[:1] == b"{" else 1
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return False  # the one-sequence checks refuse it
+    if bytes(shape.text) != b"null" or _batch(bytes(shape.input_ids).lstrip()):
+        return True
+    return type(n) is int and n > 1
+
+
+def _prompts(mapping: dict[str, Any], vocab_size: int) -> tuple[list[Any], bool]:
+    """Each prompt's ``input_ids``, and whether they came as a batch."""
+    ids = mapping.get("input_ids")
+    if ids is not None:
+        if isinstance(ids, list) and ids and not isinstance(ids[0], (int, float)):
+            return ids, True
+        return [ids], False
+    text = mapping.get("text")
+    items, batch = (text, True) if isinstance(text, list) else ([text], False)
+    prompts: list[Any] = []
+    for at, item in enumerate(items):
+        if not isinstance(item, str):
+            where = f"text[{at}]" if batch else "text"
+            got = type(item).__name__
+            raise RequestRejected("wrong_type", where, f"{where} must be a string, got {got}")
+        prompts.append(text_ids(item, vocab_size))
+    return prompts, batch
+
+
+def _rids(rid: Any, count: int, n: int) -> tuple[list[Any], list[str]]:
+    """The rid each prompt's body carries (for its checks) and each sequence's rid."""
+    if isinstance(rid, list):
+        if len(rid) != count:
+            raise EngineError(
+                "The specified rids length mismatch with the batch_size for batch processing.",
+                400,
+            )
+        counts = Counter(item for item in rid if isinstance(item, str))
+        twice = [item for item, seen in counts.items() if seen > 1]
+        if twice:
+            raise EngineError(f"Duplicate request IDs detected within the request: {twice}", 400)
+        given = rid
+    else:
+        given = [rid] * count
+    if n > 1:  # SGLang gives every sample a new rid (regenerate_rid)
+        return given, [uuid.uuid4().hex for _ in range(count * n)]
+    if isinstance(rid, str):
+        return given, [f"{rid}_{i}" for i in range(count)]
+    return given, [item if isinstance(item, str) else uuid.uuid4().hex for item in given]
+
+
+def _per_item(mapping: dict[str, Any]) -> None:
+    for name in _PER_ITEM:
+        value = mapping.get(name)
+        one = name == "token_ids_logprob" and not any(isinstance(v, list) for v in value or ())
+        if isinstance(value, list) and not one:
+            raise EngineError(
+                f"{name} is a list: the fake engine serves one {name} for every "
+                "sequence of a batch",
+                400,
+            )
+
+
+def _one_body(rest: dict[str, Any], prompt: Any, rid: Any) -> bytes:
+    one = {**rest, "input_ids": prompt}
+    if rid is not None:
+        one["rid"] = rid
+    return msgspec.json.encode(one)
+
+
+def split_many(body: bytes, vocab_size: int) -> Sequences | None:
+    """`body` split into one body a prompt, or None when it asks for one token-input sequence."""
+    if not _many_shape(body):
+        return None
+    try:
+        mapping: dict[str, Any] = msgspec.json.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return None  # the one-sequence checks refuse it
+    params = mapping.get("sampling_params")
+    n = params.get("n", 1) if isinstance(params, dict) else 1
+    n = n if type(n) is int and n > 1 else 1
+    prompts, batch = _prompts(mapping, vocab_size)
+    rest = {key: value for key, value in mapping.items() if key not in ("text", "rid")}
+    if not batch and n == 1:  # one text prompt
+        return Sequences([_one_body(rest, prompts[0], mapping.get("rid"))], 1, [], False)
+    _per_item(mapping)
+    if len(prompts) * n > MAX_SEQUENCES:
+        raise EngineError(
+            f"the fake engine serves at most {MAX_SEQUENCES} sequences in one request, "
+            f"got {len(prompts)} prompts times n={n}",
+            400,
+        )
+    given, rids = _rids(mapping.get("rid"), len(prompts), n)
+    if isinstance(params, dict):
+        rest["sampling_params"] = {key: v for key, v in params.items() if key != "n"}
+    bodies = [_one_body(rest, prompt, rid) for prompt, rid in zip(prompts, given, strict=True)]
+    return Sequences(bodies, n, rids, True)

@@ -18,13 +18,16 @@ from typing import Any, Final, NamedTuple, Protocol
 import msgspec
 
 from sglang_envelope.errors.answers import EVENT_STREAM
-from sglang_envelope.testing.requests import Send
+from sglang_envelope.testing.requests import Receive, Send
 
 __all__ = [
     "JSON",
+    "NOT_JSON_MESSAGE",
     "AbortBody",
     "abort_order",
     "answer",
+    "body_chunk",
+    "lifespan",
     "not_found",
     "parse_abort",
     "pydantic_error",
@@ -33,6 +36,9 @@ __all__ = [
 ]
 
 JSON: Final = "application/json"
+NOT_JSON_MESSAGE: Final = (
+    "request body must be a JSON object sent as Content-Type: application/json"
+)
 _ENCODE = msgspec.json.Encoder().encode
 
 #: ``GET /get_server_info`` keys a live 0.5.23 server (``tests/fixtures/live_server_info.json``)
@@ -80,6 +86,22 @@ async def answer(send: Send, status: int, content_type: str | None, body: bytes)
         headers.append((b"content-type", content_type.encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def body_chunk(send: Send, data: bytes, *, more: bool) -> None:
+    """One part of a response's body (`more`: another follows)."""
+    await send({"type": "http.response.body", "body": data, "more_body": more})
+
+
+async def lifespan(receive: Receive, send: Send) -> None:
+    """The ASGI lifespan protocol: startup and shutdown, with nothing to do."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 async def stream_start(send: Send) -> None:

@@ -1,0 +1,154 @@
+"""The fake engine's requests for many sequences: a batch, ``sampling_params.n`` > 1, or both.
+
+As SGLang 0.5.23 serves them (``TokenizerManager._handle_batch_request``):
+every sequence (index ``i * n + j``: prompt ``i``, sample ``j``) is a
+generation of its own, under its own rid, answered by the fake's one-sequence
+machinery. A stream interleaves the sequences' frames (here round by round,
+in index order), each with ``"index": k`` as its last key, and ends with one
+``data: [DONE]``; a unary answer is a JSON array of the sequences' answers in
+index order. An error ends them all (SGLang's gather fails on the first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from sglang_envelope.errors.answers import error_event, error_response
+from sglang_envelope.errors.exceptions import EngineError
+from sglang_envelope.request.checks import SAMPLING_EPS, effective_temperature
+from sglang_envelope.request.types import ClientRequest
+from sglang_envelope.response.sse import SSE_DONE
+from sglang_envelope.testing.answers import AnswerPlan, Span, answer_object, plan_answer
+from sglang_envelope.testing.requests import Receive, Send, Sequences, check_generate
+from sglang_envelope.testing.server import JSON, answer, body_chunk, stream_start
+
+if TYPE_CHECKING:
+    from sglang_envelope.testing.engine import Ending, FakeEngine, _Generation
+
+__all__ = ["plan_many", "serve_many"]
+
+_ENCODE: Final = msgspec.json.Encoder().encode
+
+
+def _sampled(request: ClientRequest) -> bool:
+    """Whether samples of the request differ: SGLang samples above its smallest temperature."""
+    params = request.sampling_params
+    if params is None or isinstance(params, msgspec.UnsetType):
+        return True  # SGLang's default temperature is 1.0
+    return effective_temperature(params) >= SAMPLING_EPS
+
+
+def plan_many(engine: FakeEngine, sequences: Sequences) -> list[AnswerPlan]:
+    """The answer of each sequence, once every prompt's body is checked;
+    raises as SGLang refuses one, or for a rid a running generation has."""
+    requests = [
+        check_generate(body, engine.deployment, engine.max_body_bytes) for body in sequences.prompts
+    ]
+    for rid in sequences.rids:
+        if rid in engine._running:
+            raise EngineError(f"Duplicate request ID detected: {rid}", 400)
+    n = sequences.n
+    sampled = [_sampled(request) for request in requests]
+    return [
+        plan_answer(
+            requests[index // n],
+            rid,
+            vocab_size=engine.vocab_size,
+            context_length=engine.context_length,
+            default_max_new_tokens=engine.default_max_new_tokens,
+            seed=index % n if sampled[index // n] else 0,
+        )
+        for index, rid in enumerate(sequences.rids)
+    ]
+
+
+async def serve_many(
+    engine: FakeEngine, generations: list[_Generation], receive: Receive, send: Send
+) -> None:
+    """Answer the request of `generations` (a stream or an array), and end them."""
+    watcher = asyncio.ensure_future(engine._watch(generations, receive))
+    try:
+        if generations[0].plan.request.stream:
+            await _stream(engine, generations, send)
+        else:
+            await _unary(engine, generations, send)
+    finally:
+        watcher.cancel()
+        for generation in generations:
+            if engine._running.get(generation.plan.rid) is generation:
+                del engine._running[generation.plan.rid]
+
+
+def _frame(engine: FakeEngine, generation: _Generation, step: Span, index: int) -> bytes:
+    shown = step if engine.incremental else step._replace(start=0)
+    frame: dict[str, Any] = answer_object(generation.plan, shown, unary=False)
+    frame["index"] = index  # SGLang adds it last
+    return b"data: " + _ENCODE(frame) + b"\n\n"
+
+
+async def _stream(engine: FakeEngine, generations: list[_Generation], send: Send) -> None:
+    await stream_start(send)
+    live = list(enumerate(generations))
+    frames = 0
+    while live:
+        if engine.fail_after is not None and frames >= engine.fail_after:
+            error = error_event(EngineError(engine.fail_message, engine.fail_status))
+            await body_chunk(send, error + SSE_DONE, more=False)
+            for _, generation in live:
+                engine._record(generation, "error")
+            return
+        steps = await asyncio.gather(*(engine._step(generation) for _, generation in live))
+        frames += 1
+        chunks, going, gone = [], [], False
+        for (index, generation), step in zip(live, steps, strict=True):
+            if not isinstance(step, Span):
+                engine._record(generation, step)
+                gone = True
+                continue
+            chunks.append(_frame(engine, generation, step, index))
+            if step.finish is None:
+                going.append((index, generation))
+            else:
+                engine._record(generation, engine._ending(step))
+        if gone:  # the client went away: nothing more is sent
+            for _, generation in going:
+                engine._record(generation, "disconnect")
+            return
+        live = going
+        await body_chunk(send, b"".join(chunks) + (b"" if live else SSE_DONE), more=bool(live))
+
+
+async def _to_end(engine: FakeEngine, generation: _Generation) -> Span | Ending:
+    """Run one generation of a unary request to its end: its last span, or how it ended."""
+    frames = 0
+    while True:
+        if engine.fail_after is not None and frames >= engine.fail_after:
+            engine._record(generation, "error")
+            return "error"
+        step = await engine._step(generation)
+        if not isinstance(step, Span):
+            engine._record(generation, step)
+            return step
+        frames += 1
+        if step.finish is not None:
+            engine._record(generation, engine._ending(step))
+            return step
+
+
+async def _unary(engine: FakeEngine, generations: list[_Generation], send: Send) -> None:
+    ends = await asyncio.gather(*(_to_end(engine, generation) for generation in generations))
+    if "error" in ends:
+        error = EngineError(engine.fail_message, engine.fail_status)
+        await answer(send, *error_response(error, stream=False))
+        return
+    if "disconnect" in ends:
+        return
+    bodies = [
+        answer_object(generation.plan, end._replace(start=0), unary=True)
+        for generation, end in zip(generations, ends, strict=True)
+        if isinstance(end, Span)
+    ]
+    await answer(send, 200, JSON, _ENCODE(bodies))
