@@ -3,7 +3,7 @@
 Nothing else in the package imports this folder.
 """
 
-from sglang_envelope.testing.answers import token_text
+from sglang_envelope.testing.answers import text_ids, token_text
 from sglang_envelope.testing.engine import FakeEngine, Outcome
 
-__all__ = ["FakeEngine", "Outcome", "token_text"]
+__all__ = ["FakeEngine", "Outcome", "text_ids", "token_text"]

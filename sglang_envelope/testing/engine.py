@@ -1,8 +1,9 @@
 """`FakeEngine`: a fake SGLang 0.5.23 HTTP server, as a plain ASGI 3 app, for tests.
 
 It answers ``POST /generate`` (both stream modes, unary, logprobs, flat
-fields, refusals), ``POST /abort_request``, ``GET /get_server_info``,
-``GET /health``, and the rollout controls ``GET /v1/loads``,
+fields, refusals; many sequences and text as ``testing/many.py`` says),
+``POST /abort_request``, ``GET /get_server_info``, ``GET /health``, and the
+rollout controls ``GET /v1/loads``,
 ``POST /pause_generation`` and ``POST /continue_generation`` as SGLang's own
 server does, and counts what it saw. Run it
 under any ASGI server (uvicorn) or call it in process (``httpx.ASGITransport``).
@@ -14,7 +15,7 @@ import asyncio
 import collections
 import contextlib
 import uuid
-from typing import Any, Final, Literal, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -24,9 +25,9 @@ from sglang_envelope.request.deployment import Deployment
 from sglang_envelope.request.limits import DEFAULT_MAX_BODY_BYTES
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.sse import SSE_DONE
-from sglang_envelope.testing.answers import ABORTED, AnswerPlan, Span, answer_object, plan_answer
+from sglang_envelope.testing.answers import ABORTED, Span, answer_object, plan_answer
 from sglang_envelope.testing.control import Pause, loads_body, serve_control
-from sglang_envelope.testing.many import plan_many, serve_many
+from sglang_envelope.testing.many import Ending, Generation, plan_many, serve_many
 from sglang_envelope.testing.requests import (
     ClientGone,
     Message,
@@ -56,7 +57,6 @@ __all__ = ["FakeEngine", "Outcome"]
 #: What SGLang writes when a generation fails (`fail_after`), by default.
 FAIL_MESSAGE: Final = "The running request was aborted by a backend error."
 _ENCODE = msgspec.json.Encoder().encode
-Ending = Literal["length", "stop", "abort", "error", "disconnect"]
 
 
 class Outcome(NamedTuple):
@@ -65,24 +65,6 @@ class Outcome(NamedTuple):
     rid: str
     ending: Ending
     completion_tokens: int
-
-
-class _Generation:
-    """One request being answered."""
-
-    __slots__ = ("abort_sent", "made", "plan", "stop", "stopped")
-
-    def __init__(self, plan: AnswerPlan) -> None:
-        self.plan = plan
-        self.made = 0
-        self.abort_sent = False
-        self.stop: Literal["abort", "disconnect"] | None = None
-        self.stopped = asyncio.Event()
-
-    def halt(self, why: Literal["abort", "disconnect"]) -> None:
-        if self.stop is None:
-            self.stop = why
-            self.stopped.set()
 
 
 def _check_options(options: dict[str, Any]) -> None:
@@ -127,7 +109,8 @@ class FakeEngine:
     Counts for tests: `requests` (each ``/generate`` body, refused or served),
     `aborts` (each ``/abort_request`` body, decoded), `outcomes` (how each
     generation ended), `disconnects` (clients that went away mid-answer) and
-    `running` (generations still running). The records keep the last
+    `running` (generations still running). A request for many sequences
+    (``n`` > 1, a batch) is one generation a sequence. The records keep the last
     `max_recorded` items.
     """
 
@@ -188,7 +171,7 @@ class FakeEngine:
         self.aborts: collections.deque[Any] = collections.deque(maxlen=max_recorded)
         self.outcomes: collections.deque[Outcome] = collections.deque(maxlen=max_recorded)
         self.disconnects = 0
-        self._running: dict[str, _Generation] = {}
+        self._running: dict[str, Generation] = {}
         self._pause = Pause()
 
     @property
@@ -264,7 +247,7 @@ class FakeEngine:
                 raise RequestRejected("not_object", None, NOT_JSON_MESSAGE)
             many = split_many(body, self.vocab_size)  # None: one token-input sequence
             if many is not None and many.array:
-                generations = [_Generation(plan) for plan in plan_many(self, many)]
+                generations = [Generation(plan) for plan in plan_many(self, many)]
                 self._running.update((g.plan.rid, g) for g in generations)
             else:
                 one = body if many is None else many.prompts[0]
@@ -278,7 +261,7 @@ class FakeEngine:
         else:
             await self._serve(generation, receive, send)
 
-    def _start(self, request: ClientRequest) -> _Generation:
+    def _start(self, request: ClientRequest) -> Generation:
         rid = request.rid or uuid.uuid4().hex
         if rid in self._running:
             raise EngineError(f"Duplicate request ID detected: {rid}", 400)
@@ -289,11 +272,11 @@ class FakeEngine:
             context_length=self.context_length,
             default_max_new_tokens=self.default_max_new_tokens,
         )
-        generation = _Generation(plan)
+        generation = Generation(plan)
         self._running[rid] = generation
         return generation
 
-    async def _serve(self, generation: _Generation, receive: Receive, send: Send) -> None:
+    async def _serve(self, generation: Generation, receive: Receive, send: Send) -> None:
         watcher = asyncio.ensure_future(self._watch([generation], receive))
         try:
             if generation.plan.request.stream:
@@ -305,7 +288,7 @@ class FakeEngine:
             if self._running.get(generation.plan.rid) is generation:
                 del self._running[generation.plan.rid]
 
-    async def _watch(self, generations: list[_Generation], receive: Receive) -> None:
+    async def _watch(self, generations: list[Generation], receive: Receive) -> None:
         """End a request's generations when its client goes away, as SGLang's server does."""
         while True:
             message = await receive()
@@ -316,7 +299,7 @@ class FakeEngine:
                     generation.halt("disconnect")
                 return
 
-    async def _step(self, generation: _Generation) -> Span | Ending:
+    async def _step(self, generation: Generation) -> Span | Ending:
         """Make the next frame's tokens (after the delay): their span, or how it ended."""
         if self.frame_delay > 0 and generation.stop is None:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -336,7 +319,7 @@ class FakeEngine:
         finish = plan.finish if generation.made == total else None
         return Span(start, generation.made, finish, start == 0)
 
-    def _record(self, generation: _Generation, ending: Ending) -> None:
+    def _record(self, generation: Generation, ending: Ending) -> None:
         self.outcomes.append(Outcome(generation.plan.rid, ending, generation.made))
 
     def _ending(self, span: Span) -> Ending:
@@ -344,7 +327,7 @@ class FakeEngine:
         kind: Ending = span.finish["type"]
         return kind
 
-    async def _stream(self, generation: _Generation, send: Send) -> None:
+    async def _stream(self, generation: Generation, send: Send) -> None:
         await stream_start(send)
         frames = 0
         while True:
@@ -366,7 +349,7 @@ class FakeEngine:
                 return
             await body_chunk(send, b"data: " + data + b"\n\n", more=True)
 
-    async def _unary(self, generation: _Generation, send: Send) -> None:
+    async def _unary(self, generation: Generation, send: Send) -> None:
         frames = 0
         while True:
             if self.fail_after is not None and frames >= self.fail_after:

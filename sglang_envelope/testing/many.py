@@ -12,25 +12,66 @@ index order. An error ends them all (SGLang's gather fails on the first).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Literal, Protocol
 
 import msgspec
 
 from sglang_envelope.errors.answers import error_event, error_response
 from sglang_envelope.errors.exceptions import EngineError
 from sglang_envelope.request.checks import SAMPLING_EPS, effective_temperature
+from sglang_envelope.request.deployment import Deployment
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.sse import SSE_DONE
 from sglang_envelope.testing.answers import AnswerPlan, Span, answer_object, plan_answer
 from sglang_envelope.testing.requests import Receive, Send, Sequences, check_generate
 from sglang_envelope.testing.server import JSON, answer, body_chunk, stream_start
 
-if TYPE_CHECKING:
-    from sglang_envelope.testing.engine import Ending, FakeEngine, _Generation
-
-__all__ = ["plan_many", "serve_many"]
+__all__ = ["Ending", "Generation", "plan_many", "serve_many"]
 
 _ENCODE: Final = msgspec.json.Encoder().encode
+#: How one generation ends.
+Ending = Literal["length", "stop", "abort", "error", "disconnect"]
+
+
+class Generation:
+    """One sequence being answered (a request for one sequence is one)."""
+
+    __slots__ = ("abort_sent", "made", "plan", "stop", "stopped")
+
+    def __init__(self, plan: AnswerPlan) -> None:
+        self.plan = plan
+        self.made = 0
+        self.abort_sent = False
+        self.stop: Literal["abort", "disconnect"] | None = None
+        self.stopped = asyncio.Event()
+
+    def halt(self, why: Literal["abort", "disconnect"]) -> None:
+        if self.stop is None:
+            self.stop = why
+            self.stopped.set()
+
+
+class _Engine(Protocol):
+    """What the many-sequence serving reads of `FakeEngine`."""
+
+    deployment: Deployment
+    max_body_bytes: int
+    vocab_size: int
+    context_length: int
+    default_max_new_tokens: int
+    incremental: bool
+    fail_after: int | None
+    fail_message: str
+    fail_status: int
+    _running: dict[str, Generation]
+
+    async def _watch(self, generations: list[Generation], receive: Receive) -> None: ...
+
+    async def _step(self, generation: Generation) -> Span | Ending: ...
+
+    def _record(self, generation: Generation, ending: Ending) -> None: ...
+
+    def _ending(self, span: Span) -> Ending: ...
 
 
 def _sampled(request: ClientRequest) -> bool:
@@ -41,7 +82,7 @@ def _sampled(request: ClientRequest) -> bool:
     return effective_temperature(params) >= SAMPLING_EPS
 
 
-def plan_many(engine: FakeEngine, sequences: Sequences) -> list[AnswerPlan]:
+def plan_many(engine: _Engine, sequences: Sequences) -> list[AnswerPlan]:
     """The answer of each sequence, once every prompt's body is checked;
     raises as SGLang refuses one, or for a rid a running generation has."""
     requests = [
@@ -66,7 +107,7 @@ def plan_many(engine: FakeEngine, sequences: Sequences) -> list[AnswerPlan]:
 
 
 async def serve_many(
-    engine: FakeEngine, generations: list[_Generation], receive: Receive, send: Send
+    engine: _Engine, generations: list[Generation], receive: Receive, send: Send
 ) -> None:
     """Answer the request of `generations` (a stream or an array), and end them."""
     watcher = asyncio.ensure_future(engine._watch(generations, receive))
@@ -82,14 +123,14 @@ async def serve_many(
                 del engine._running[generation.plan.rid]
 
 
-def _frame(engine: FakeEngine, generation: _Generation, step: Span, index: int) -> bytes:
+def _frame(engine: _Engine, generation: Generation, step: Span, index: int) -> bytes:
     shown = step if engine.incremental else step._replace(start=0)
     frame: dict[str, Any] = answer_object(generation.plan, shown, unary=False)
     frame["index"] = index  # SGLang adds it last
     return b"data: " + _ENCODE(frame) + b"\n\n"
 
 
-async def _stream(engine: FakeEngine, generations: list[_Generation], send: Send) -> None:
+async def _stream(engine: _Engine, generations: list[Generation], send: Send) -> None:
     await stream_start(send)
     live = list(enumerate(generations))
     frames = 0
@@ -121,7 +162,7 @@ async def _stream(engine: FakeEngine, generations: list[_Generation], send: Send
         await body_chunk(send, b"".join(chunks) + (b"" if live else SSE_DONE), more=bool(live))
 
 
-async def _to_end(engine: FakeEngine, generation: _Generation) -> Span | Ending:
+async def _to_end(engine: _Engine, generation: Generation) -> Span | Ending:
     """Run one generation of a unary request to its end: its last span, or how it ended."""
     frames = 0
     while True:
@@ -138,7 +179,7 @@ async def _to_end(engine: FakeEngine, generation: _Generation) -> Span | Ending:
             return step
 
 
-async def _unary(engine: FakeEngine, generations: list[_Generation], send: Send) -> None:
+async def _unary(engine: _Engine, generations: list[Generation], send: Send) -> None:
     ends = await asyncio.gather(*(_to_end(engine, generation) for generation in generations))
     if "error" in ends:
         error = EngineError(engine.fail_message, engine.fail_status)

@@ -142,8 +142,9 @@ def _orchestration(served: dict[str, Any]) -> _Orchestration:
 
 def check_generate(body: bytes, deployment: Deployment, max_body_bytes: int) -> ClientRequest:
     """The request `body` asks for; raises `RequestRejected` for
-    a body SGLang refuses (and for what the library refuses on purpose: text or
-    batched input, parallel sampling, JSON past the library's bounds)."""
+    a body SGLang refuses (and for what the library refuses on purpose: JSON past
+    the library's bounds). `body` asks for one token-input sequence (`split_many`
+    makes such bodies of the others)."""
     served: dict[str, Any] = {}
     try:
         request = decode_client_request(body, max_body_bytes=max_body_bytes)
