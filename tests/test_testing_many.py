@@ -240,3 +240,23 @@ def test_a_failure_ends_every_sequence() -> None:
     assert len(events) == 5 and events[2].startswith(b'data: {"error"')
     assert events[3] == b"data: [DONE]"
     assert unary.status_code == 503 and "error" in unary.json()
+
+
+def test_each_prompt_s_body_is_checked_as_one_request() -> None:
+    async def answers() -> list[httpx.Response]:
+        async with in_process(FakeEngine()) as client:
+            return [
+                await post(client, {"input_ids": [[1], [2]], "rid": ["a", 5]}),
+                await post(client, {"text": "ab", "rid": ["q"], "sampling_params": {"n": 2}}),
+                await post(client, many(n=2, return_logprob=True, top_logprobs_num=2)),
+                await post(client, {"input_ids": [[1], []]}),
+            ]
+
+    typed, text, logprobs, empty = run(answers)
+    assert typed.status_code == 400 and b"rid" in typed.content
+    assert [a["meta_info"]["prompt_tokens"] for a in text.json()] == [2, 2]
+    assert all(a["meta_info"]["id"] != "q" for a in text.json())
+    for sample in logprobs.json():
+        meta = sample["meta_info"]
+        assert len(meta["output_token_logprobs"]) == len(meta["output_top_logprobs"]) == 3
+    assert empty.status_code == 400
