@@ -26,7 +26,7 @@ GREEDY = {"temperature": 0, "max_new_tokens": 10}
 #: The sequences of one request run as one batch, whose size on the CPU backend changes a
 #: logprob's last float32 digits (the streamed and the unary run batch alike, but not always
 #: step by step): floats are compared relatively within this.
-TOLERANCE = 1e-4
+TOLERANCE = 1e-5
 
 #: name -> (the client's body without `stream`, its number of sequences)
 BODIES: dict[str, tuple[dict[str, Any], int]] = {
@@ -53,16 +53,15 @@ async def _both(live: LiveServer, body: dict[str, Any]) -> tuple[bytes, bytes]:
     return streamed.body, unary.body
 
 
-@pytest.fixture(scope="session", params=["server", "incremental_server"])
-def choices_server(request: pytest.FixtureRequest) -> LiveServer:
-    live: LiveServer = request.getfixturevalue(request.param)
-    return live
+#: The servers each test runs on (the suite's `any_server`, started and stopped by its pool).
+SERVERS = pytest.mark.parametrize("any_server", ["server", "incremental_server"], indirect=True)
 
 
+@SERVERS
 @pytest.mark.parametrize("name", list(BODIES))
-def test_stream_equals_unary(choices_server: LiveServer, name: str) -> None:
+def test_stream_equals_unary(any_server: LiveServer, name: str) -> None:
     body, n = BODIES[name]
-    stream, unary = asyncio.run(_both(choices_server, body))
+    stream, unary = asyncio.run(_both(any_server, body))
     want = parse_unary(unary, choices=n)
     got = aggregate_sse([stream], choices=n)
     assert len(got) == len(want) == n
@@ -76,13 +75,12 @@ def test_stream_equals_unary(choices_server: LiveServer, name: str) -> None:
     assert indices == set(range(n))
 
 
+@SERVERS
 @pytest.mark.parametrize("client_incremental", [False, True])
 @pytest.mark.parametrize("name", list(BODIES))
-def test_relay_reaggregates(
-    choices_server: LiveServer, name: str, client_incremental: bool
-) -> None:
+def test_relay_reaggregates(any_server: LiveServer, name: str, client_incremental: bool) -> None:
     body, n = BODIES[name]
-    stream, _ = asyncio.run(_both(choices_server, body))
+    stream, _ = asyncio.run(_both(any_server, body))
     relayed = b"".join(relay_sse([stream], choices=n, client_incremental=client_incremental))
     assert relayed.endswith(b"data: [DONE]\n\n") and relayed.count(b"[DONE]") == 1
     assert b'"error"' not in relayed, relayed[-400:]
