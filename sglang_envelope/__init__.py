@@ -54,6 +54,7 @@ from sglang_envelope.releases.target import KNOWN_RELEASES, Target
 from sglang_envelope.response.aggregate import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_EVENT_BYTES,
+    ChoicesAggregator,
     StreamAggregator,
     aggregate_frames,
     aggregate_sse,
@@ -152,6 +153,7 @@ __all__ = [
     "GenerateResponse",
     "MetaInfo",
     "SseDecoder",
+    "ChoicesAggregator",
     "StreamAggregator",
     "aggregate_frames",
     "aggregate_sse",

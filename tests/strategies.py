@@ -1481,3 +1481,16 @@ def large_body_texts(draw: st.DrawFn) -> bytes:
     members += extra
     order = draw(st.permutations(members))
     return ("{" + ",".join(order) + "}").encode()
+
+
+@st.composite
+def interleaved(draw: st.DrawFn, streams: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The frames of several sequences as SGLang streams a batch or n > 1: each frame with
+    ``"index": k`` as its last key, the sequences interleaved in any order, each in its own."""
+    order = draw(st.permutations([k for k, frames in enumerate(streams) for _ in frames]))
+    taken = [0] * len(streams)
+    out = []
+    for k in order:
+        out.append({**streams[k][taken[k]], "index": k})
+        taken[k] += 1
+    return out

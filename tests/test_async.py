@@ -93,7 +93,7 @@ def test_what_is_not_an_async_iterable_is_refused() -> None:
     with pytest.raises(EnvelopeError, match="aiter_frames chunks: expected an async iterable"):
         aiter_frames([b"data: {}\n\n"])  # type: ignore[arg-type]
     with pytest.raises(EnvelopeError, match="aggregate_sse_async chunks: expected an async"):
-        asyncio.run(aggregate_sse_async([b"data: {}\n\n"]))  # type: ignore[arg-type]
+        asyncio.run(aggregate_sse_async([b"data: {}\n\n"]))  # type: ignore[call-overload]
     with pytest.raises(EnvelopeError, match="max_event_bytes"):
         aiter_frames(delivered([]), max_event_bytes=0)
     with pytest.raises(EnvelopeError, match="aggregate_sse_async chunk: expected bytes"):

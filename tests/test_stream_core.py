@@ -86,7 +86,7 @@ def test_a_unary_body_may_be_any_bytes_like_object_but_nothing_else() -> None:
     for given in (bytearray(body), memoryview(body)):
         assert parse_unary(given)["text"] == "a"
     with pytest.raises(EnvelopeError, match="parse_unary body: expected bytes, got str"):
-        parse_unary(body.decode())  # type: ignore[arg-type]
+        parse_unary(body.decode())  # type: ignore[call-overload]
 
 
 # --- the same-mode relay's faults in events it reads by the WHATWG rules ---

@@ -10,9 +10,7 @@ non-streaming body.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, cast
-
-from msgspec import UNSET
+from typing import Any, cast, overload
 
 from sglang_envelope.errors.exceptions import (
     EngineError,
@@ -20,8 +18,9 @@ from sglang_envelope.errors.exceptions import (
     ResponseError,
     show_value,
 )
-from sglang_envelope.response.core import StreamCore
-from sglang_envelope.response.frames import decode_json, engine_error, expected
+from sglang_envelope.response.choices import ChoicesAggregator, check_choices, unary_choices
+from sglang_envelope.response.core import StreamCore, answer
+from sglang_envelope.response.frames import check_unary_object, decode_json, engine_error
 from sglang_envelope.response.reading import DEFAULT_MAX_BYTES, SseReader, check_bound, too_big
 from sglang_envelope.response.sources import feed_all
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike
@@ -33,6 +32,7 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_EVENT_BYTES",
     "DELTA_FIELDS",
+    "ChoicesAggregator",
     "StreamAggregator",
     "aggregate_frames",
     "aggregate_sse",
@@ -126,30 +126,60 @@ class StreamAggregator:
         return self._result
 
 
-def answer(core: StreamCore[DeltaStore], *, said_done: bool) -> GenerateResponse:
-    """The final response of a stream read into `core` (see `StreamAggregator.result`)."""
-    terminal = core.checked_terminal(said_done)
-    if core.incremental is False:
-        return cast(GenerateResponse, terminal)
-    return cast(GenerateResponse, core.store.assemble(terminal, copy=False))
-
-
+@overload
 def aggregate_frames(
-    frames: Iterable[dict[str, Any]], *, incremental: bool | None = None
-) -> GenerateResponse:
-    """The final response of a stream's decoded frames (see `StreamAggregator`)."""
+    frames: Iterable[dict[str, Any]], *, incremental: bool | None = ..., choices: None = ...
+) -> GenerateResponse: ...
+@overload
+def aggregate_frames(
+    frames: Iterable[dict[str, Any]], *, incremental: bool | None = ..., choices: int
+) -> list[GenerateResponse]: ...
+def aggregate_frames(
+    frames: Iterable[dict[str, Any]],
+    *,
+    incremental: bool | None = None,
+    choices: int | None = None,
+) -> GenerateResponse | list[GenerateResponse]:
+    """The final response of a stream's decoded frames (see `StreamAggregator`).
+
+    ``choices=N`` reads a stream of N sequences (`ChoicesAggregator`) and
+    returns their answers in index order.
+    """
+    if choices is not None:
+        many = ChoicesAggregator(choices, incremental=incremental)
+        feed_all(frames, "aggregate_frames frames", many.add)
+        return many.result()
     aggregator = StreamAggregator(incremental=incremental)
     feed_all(frames, "aggregate_frames frames", aggregator.add)
     return aggregator.result()
 
 
+@overload
+def aggregate_sse(
+    chunks: Iterable[BytesLike],
+    *,
+    incremental: bool | None = ...,
+    max_bytes: int = ...,
+    max_event_bytes: int = ...,
+    choices: None = ...,
+) -> GenerateResponse: ...
+@overload
+def aggregate_sse(
+    chunks: Iterable[BytesLike],
+    *,
+    incremental: bool | None = ...,
+    max_bytes: int = ...,
+    max_event_bytes: int = ...,
+    choices: int,
+) -> list[GenerateResponse]: ...
 def aggregate_sse(
     chunks: Iterable[BytesLike],
     *,
     incremental: bool | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-) -> GenerateResponse:
+    choices: int | None = None,
+) -> GenerateResponse | list[GenerateResponse]:
     """The final response of a raw SSE stream, read chunk by chunk.
 
     The stream mode is detected unless `incremental` forces it (see
@@ -161,16 +191,36 @@ def aggregate_sse(
     whatever the chunking, and the verdict is the one `SseDecoder.feed` and
     `StreamAggregator.add` give on the same bytes. A generator of chunks is
     closed when reading stops, on a fault as at the end.
+
+    ``choices=N`` reads SGLang's stream of N sequences (a batch, or n > 1):
+    the answers in index order, each as `ChoicesAggregator` reads it.
     """
+    if choices is not None:
+        many = ChoicesAggregator(choices, incremental=incremental)
+        reader = SseReader("aggregate_sse", many, max_bytes, max_event_bytes)
+        feed_all(chunks, "aggregate_sse chunks", reader.feed)
+        return many.result(said_done=reader.close())
     core = StreamCore(incremental, DeltaStore())
     reader = SseReader("aggregate_sse", core, max_bytes, max_event_bytes)
     feed_all(chunks, "aggregate_sse chunks", reader.feed)
     return answer(core, said_done=reader.close())
 
 
+@overload
 def parse_unary(
-    body: BytesLike, *, status: int = 200, max_bytes: int = DEFAULT_MAX_BYTES
-) -> GenerateResponse:
+    body: BytesLike, *, status: int = ..., max_bytes: int = ..., choices: None = ...
+) -> GenerateResponse: ...
+@overload
+def parse_unary(
+    body: BytesLike, *, status: int = ..., max_bytes: int = ..., choices: int
+) -> list[GenerateResponse]: ...
+def parse_unary(
+    body: BytesLike,
+    *,
+    status: int = 200,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    choices: int | None = None,
+) -> GenerateResponse | list[GenerateResponse]:
     """The response of a non-streaming /generate, returned as sent.
 
     `status` is the HTTP status SGLang answered with. An SGLang error body
@@ -181,8 +231,13 @@ def parse_unary(
     or any value but an object with a ``meta_info`` object raises
     `ResponseError`; a body over `max_bytes` raises `LimitExceeded` before it
     is parsed.
+
+    ``choices=N`` reads the answer of N sequences: a JSON array of exactly N
+    objects, each checked as one generation's (`ResponseError` naming ``[k]``).
     """
     check_bound("max_bytes", max_bytes)
+    if choices is not None:
+        check_choices(choices)
     if type(status) is not int or not 100 <= status < 600:
         shown = show_value(status)
         raise EnvelopeError(f"status: expected an HTTP status in [100, 600), got {shown}")
@@ -196,18 +251,15 @@ def parse_unary(
         raise EngineError(error.message, status) if status >= 400 else error
     if status >= 400:
         raise ResponseError(f"the response has HTTP status {status} but no SGLang error body")
+    if choices is not None:
+        return unary_choices(response, choices)
     if type(response) is list:
         raise ResponseError(
-            "the response body is a JSON array, SGLang's answer to a batch or n > 1; "
-            "expected the object of one generation"
+            "the response body is a JSON array, SGLang's answer to a batch or n > 1 "
+            f"({len(response)} sequences); expected the object of one generation: pass "
+            f"choices={len(response)} to read it"
         )
-    if type(response) is not dict:
-        raise expected("the response body", "an object", response)
-    meta = response.get("meta_info", UNSET)
-    if meta is UNSET:
-        raise ResponseError("the response body has no meta_info")
-    if type(meta) is not dict:
-        raise expected("meta_info", "an object", meta)
+    check_unary_object(response, "the response body")
     return cast(GenerateResponse, response)
 
 

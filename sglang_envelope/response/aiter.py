@@ -13,10 +13,10 @@ has ``aclose`` (`sources.aclose_source`): the caller's async generator runs its
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
-from typing import Any
+from typing import Any, overload
 
-from sglang_envelope.response.aggregate import answer
-from sglang_envelope.response.core import StreamCore
+from sglang_envelope.response.choices import ChoicesAggregator
+from sglang_envelope.response.core import StreamCore, answer
 from sglang_envelope.response.reading import DEFAULT_MAX_BYTES, SseReader
 from sglang_envelope.response.sources import aclose_source, afeed_all, open_async_source
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, SseDecoder
@@ -52,14 +52,38 @@ async def _frames(
     decoder.close()
 
 
+@overload
+async def aggregate_sse_async(
+    chunks: AsyncIterable[BytesLike],
+    *,
+    incremental: bool | None = ...,
+    max_bytes: int = ...,
+    max_event_bytes: int = ...,
+    choices: None = ...,
+) -> GenerateResponse: ...
+@overload
+async def aggregate_sse_async(
+    chunks: AsyncIterable[BytesLike],
+    *,
+    incremental: bool | None = ...,
+    max_bytes: int = ...,
+    max_event_bytes: int = ...,
+    choices: int,
+) -> list[GenerateResponse]: ...
 async def aggregate_sse_async(
     chunks: AsyncIterable[BytesLike],
     *,
     incremental: bool | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-) -> GenerateResponse:
+    choices: int | None = None,
+) -> GenerateResponse | list[GenerateResponse]:
     """`aggregate_sse` for an async iterable of chunks: the same answer and the same errors."""
+    if choices is not None:
+        many = ChoicesAggregator(choices, incremental=incremental)
+        reader = SseReader("aggregate_sse_async", many, max_bytes, max_event_bytes)
+        await afeed_all(chunks, "aggregate_sse_async chunks", reader.feed)
+        return many.result(said_done=reader.close())
     core = StreamCore(incremental, DeltaStore())
     reader = SseReader("aggregate_sse_async", core, max_bytes, max_event_bytes)
     await afeed_all(chunks, "aggregate_sse_async chunks", reader.feed)

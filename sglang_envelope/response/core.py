@@ -22,7 +22,7 @@ frame, and anything the view cannot read, is decoded in full. `aggregate`,
 
 from __future__ import annotations
 
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar, cast
 
 from msgspec import UNSET
 
@@ -39,6 +39,7 @@ from sglang_envelope.response.sse import (
     Payload,
 )
 from sglang_envelope.response.stores import DeltaStore
+from sglang_envelope.response.types import GenerateResponse
 from sglang_envelope.response.views import (
     DELTA_ROWS,
     JSON_TYPE_NAMES,
@@ -47,7 +48,7 @@ from sglang_envelope.response.views import (
     same_json,
 )
 
-__all__ = ["StreamCore"]
+__all__ = ["StreamCore", "answer"]
 
 #: `meta_info` keys SGLang sends only on a stream's first frame and at the end of its
 #: unary answer: the aggregated answer ends with them too, as SGLang's unary one does.
@@ -346,6 +347,14 @@ class StreamCore(Generic[S]):
             if value is not UNSET and self.store.total(path) != len(value):
                 return False  # an earlier frame added to it
         return True
+
+
+def answer(core: StreamCore[DeltaStore], *, said_done: bool) -> GenerateResponse:
+    """The final response of a stream read into `core` (see `StreamAggregator.result`)."""
+    terminal = core.checked_terminal(said_done)
+    if core.incremental is False:
+        return cast(GenerateResponse, terminal)
+    return cast(GenerateResponse, core.store.assemble(terminal, copy=False))
 
 
 def _deltas(frame: dict[str, Any], meta: dict[str, Any]) -> list[tuple[str, Any]]:

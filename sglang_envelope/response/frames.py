@@ -17,6 +17,7 @@ __all__ = [
     "CONSISTENCY",
     "as_frame",
     "check_consistency",
+    "check_unary_object",
     "decode_frame",
     "decode_json",
     "engine_error",
@@ -25,6 +26,7 @@ __all__ = [
 ]
 
 _DECODER: Final = msgspec.json.Decoder()
+_MISSING: Final = object()
 
 _JSON_TYPES: Final[dict[type, str]] = {
     dict: "an object",
@@ -157,3 +159,16 @@ def check_consistency(response: dict[str, Any], meta: dict[str, Any]) -> None:
                 f"meta_info.{count_key} is {show_value(count)} but {array_path} has "
                 f"{len(array)} entries"
             )
+
+
+def check_unary_object(response: Any, what: str, meta_path: str = "meta_info") -> None:
+    """Check that `response`, `what` in a non-streaming body, is one generation's object:
+    a JSON object with a ``meta_info`` object (`ResponseError` naming `what` or
+    `meta_path` if not)."""
+    if type(response) is not dict:
+        raise expected(what, "an object", response)
+    meta = response.get("meta_info", _MISSING)
+    if meta is _MISSING:
+        raise ResponseError(f"{what} has no meta_info")
+    if type(meta) is not dict:
+        raise expected(meta_path, "an object", meta)

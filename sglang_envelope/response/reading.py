@@ -7,7 +7,7 @@ fault in the stream is the one raised, whatever the chunking.
 
 from __future__ import annotations
 
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, Protocol, TypeAlias
 
 from sglang_envelope.errors.exceptions import (
     EnvelopeError,
@@ -15,10 +15,16 @@ from sglang_envelope.errors.exceptions import (
     ResponseError,
     show_value,
 )
-from sglang_envelope.response.core import StreamCore
 from sglang_envelope.response.sse import BytesLike, Payload, SseDecoder
 
-__all__ = ["DEFAULT_MAX_BYTES", "Admitted", "SseReader", "check_bound", "event_payloads"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "Admitted",
+    "FrameSink",
+    "SseReader",
+    "check_bound",
+    "event_payloads",
+]
 __all__ += ["too_big"]
 
 DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
@@ -27,6 +33,18 @@ DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
 #: What `SseReader.admit` read: the data of the events admitted, in order, the fault
 #: that stopped it (None), and the kept keys of the last frame (`keep_last`).
 Admitted: TypeAlias = tuple[list[Payload], ResponseError | None, dict[str, Any] | None]
+
+
+class FrameSink(Protocol):
+    """What `SseReader` reads into: a stream core (`core.StreamCore`), or the cores of a
+    stream of many sequences (`choices.ChoicesAggregator`)."""
+
+    @property
+    def frames(self) -> int: ...
+
+    def add_payloads(
+        self, payloads: list[Payload], *, keep_last: bool = False
+    ) -> dict[str, Any] | None: ...
 
 
 class SseReader:
@@ -38,9 +56,7 @@ class SseReader:
 
     __slots__ = ("_max_bytes", "_seen", "_what", "core", "decoder")
 
-    def __init__(
-        self, what: str, core: StreamCore[Any], max_bytes: int, max_event_bytes: int
-    ) -> None:
+    def __init__(self, what: str, core: FrameSink, max_bytes: int, max_event_bytes: int) -> None:
         check_bound("max_bytes", max_bytes)
         self.decoder = SseDecoder(max_event_bytes=max_event_bytes)
         self.core = core

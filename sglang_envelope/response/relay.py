@@ -68,11 +68,12 @@ from sglang_envelope.response.reading import (
     SseReader,
     event_payloads,
 )
+from sglang_envelope.response.relay_choices import ChoicesRelay
 from sglang_envelope.response.sources import (
-    aclose_source,
-    close_source,
     open_async_source,
     open_source,
+    relay_chunks,
+    relay_chunks_async,
 )
 from sglang_envelope.response.sse import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -99,6 +100,7 @@ def relay_sse(
     client_incremental: bool = False,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    choices: int | None = None,
 ) -> Iterator[bytes]:
     """SGLang's SSE stream, read chunk by chunk, as client-ready SSE bytes.
 
@@ -112,9 +114,10 @@ def relay_sse(
     as middle frames pass unparsed (see the module's docstring). Raises
     `EnvelopeError` at once for bad arguments, and for a chunk that is not
     bytes. The chunks' generator (async: ``aclose``) is closed when reading stops.
+    ``choices=N`` relays a stream of N sequences (`relay_choices`).
     """
-    relay = _Relay("relay_sse", incremental, client_incremental, max_bytes, max_event_bytes)
-    return _relay(relay, open_source(chunks, "relay_sse chunks"))
+    relay = _make("relay_sse", incremental, client_incremental, max_bytes, max_event_bytes, choices)
+    return relay_chunks(relay, open_source(chunks, "relay_sse chunks"))
 
 
 def relay_sse_async(
@@ -124,43 +127,27 @@ def relay_sse_async(
     client_incremental: bool = False,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    choices: int | None = None,
 ) -> AsyncIterator[bytes]:
     """`relay_sse` over an async iterable of bytes (an httpx ``aiter_bytes()``, ...).
 
     Same bytes out for the same bytes in, whatever the chunking of either.
     """
-    relay = _Relay("relay_sse_async", incremental, client_incremental, max_bytes, max_event_bytes)
-    return _relay_async(relay, open_async_source(chunks, "relay_sse_async chunks"))
+    what = "relay_sse_async"
+    relay = _make(what, incremental, client_incremental, max_bytes, max_event_bytes, choices)
+    return relay_chunks_async(relay, open_async_source(chunks, f"{what} chunks"))
 
 
-def _relay(relay: _Relay, chunks: Iterator[BytesLike]) -> Iterator[bytes]:
-    try:
-        for chunk in chunks:
-            out = relay.feed(chunk)
-            if relay.ended:  # a failure: the source is closed before it goes out
-                break
-            if out:
-                yield out
-        else:
-            out = relay.close()
-    finally:
-        close_source(chunks)
-    yield out
-
-
-async def _relay_async(relay: _Relay, chunks: AsyncIterator[BytesLike]) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in chunks:
-            out = relay.feed(chunk)
-            if relay.ended:  # a failure: the source is closed before it goes out
-                break
-            if out:
-                yield out
-        else:
-            out = relay.close()
-    finally:
-        await aclose_source(chunks)
-    yield out
+def _make(
+    what: str, engine: bool | None, client: bool, max_bytes: int, max_event: int, n: int | None
+) -> _Relay | ChoicesRelay:
+    """The relay of one sequence, or of `n` (each index's made by the same arguments)."""
+    one = _Relay(what, engine, client, max_bytes, max_event_bytes=max_event)
+    if n is None:
+        return one
+    return ChoicesRelay(
+        what, n, lambda: _Relay(what, engine, client, max_bytes, max_event), max_bytes, max_event
+    )
 
 
 class _Relay:

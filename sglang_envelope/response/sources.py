@@ -8,18 +8,18 @@ has ``aclose`` (an async generator, such as an httpx ``aiter_bytes()``) is
 awaited closed (`aclose_source`), a generator is closed (`close_source`). The
 source's ``finally`` runs then, not when the garbage collector finds it.
 Other iterators (a list's, a file's) are left as they are: the reader did not
-open what they read.
+open what they read. `relay_chunks` drives a relay over a source so.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 from sglang_envelope.errors.exceptions import EnvelopeError
 
 __all__ = ["aclose_source", "afeed_all", "close_source", "feed_all", "open_async_source"]
-__all__ += ["open_source"]
+__all__ += ["open_source", "relay_chunks", "relay_chunks_async"]
 
 
 def open_source(items: Iterable[Any], what: str) -> Iterator[Any]:
@@ -67,3 +67,46 @@ async def afeed_all(items: AsyncIterable[Any], what: str, feed: Callable[[Any], 
             feed(item)
     finally:
         await aclose_source(iterator)
+
+
+class Relay(Protocol):
+    """A sans-I/O relay (`relay`): `feed` engine bytes, get client bytes; `close` at the end."""
+
+    ended: bool
+
+    def feed(self, chunk: Any) -> bytes: ...
+
+    def close(self) -> bytes: ...
+
+
+def relay_chunks(relay: Relay, chunks: Iterator[Any]) -> Iterator[bytes]:
+    """The client's bytes of `relay` over `chunks`: each chunk's, then the close's (after a
+    failure, the failure's last); the source closed (`close_source`) however that ends."""
+    try:
+        for chunk in chunks:
+            out = relay.feed(chunk)
+            if relay.ended:  # a failure: the source is closed before it goes out
+                break
+            if out:
+                yield out
+        else:
+            out = relay.close()
+    finally:
+        close_source(chunks)
+    yield out
+
+
+async def relay_chunks_async(relay: Relay, chunks: AsyncIterator[Any]) -> AsyncIterator[bytes]:
+    """`relay_chunks` over an async source, its iterator awaited closed (`aclose_source`)."""
+    try:
+        async for chunk in chunks:
+            out = relay.feed(chunk)
+            if relay.ended:  # a failure: the source is closed before it goes out
+                break
+            if out:
+                yield out
+        else:
+            out = relay.close()
+    finally:
+        await aclose_source(chunks)
+    yield out
