@@ -79,7 +79,7 @@ def _build(envelope: WorkerEnvelope, role: Role, **kwargs: Any) -> EngineRequest
             {"input_ids": [1], "stream": True, "return_flat_raw_output_top_logprobs": True},
             "output_flat_with_stream",
         ),
-        ({"input_ids": [1], "sampling_params": {"n": 5}}, "parallel_sampling"),
+        ({"input_ids": [1], "sampling_params": {"n": None}}, "n_null"),
         ({"input_ids": [1], "sampling_params": {"bogus": 1}}, "unknown_sampling_param"),
         ({"input_ids": []}, "empty_input_ids"),
         ({"input_ids": [2**32]}, "token_id_out_of_range"),
