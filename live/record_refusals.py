@@ -144,7 +144,6 @@ CASES: tuple[Case, ...] = (
          _sampling(watermark={"enabled": True, "context_window": 0})),
     Case("sampling_watermark_sets_nothing", "sampling_watermark_sets_nothing",
          _sampling(watermark={})),
-    Case("parallel_sampling", "parallel_sampling", _sampling(n=2)),
     Case("unsupported_sampling_param", "unsupported_sampling_param",
          _sampling(choice=["yes", "no"])),
     Case("too_many_stop_strings", "too_many_stop_strings",

@@ -463,6 +463,10 @@ EDGE_CASES: tuple[tuple[str, Body], ...] = (
     ("parallel-sampling", _ids({"sampling_params": {"n": -1}})),
     ("parallel-sampling", _ids({"sampling_params": {"n": 2, "beam_width": 2}})),
     ("parallel-sampling", _ids({"stream": False, "sampling_params": {"n": 4}})),
+    ("parallel-sampling", _ids({"stream": True, "rid": "p", "sampling_params": {"n": 3}})),
+    ("parallel-sampling", _ids({"sampling_params": {"n": 3, "beam_width": 2}})),
+    ("parallel-sampling", _ids({"sampling_params": {"n": 2, "beam_width": 4}})),
+    ("parallel-sampling", _ids({"sampling_params": {"n": 2, "beam_width": 1}})),
     # min_new_tokens over max_new_tokens
     ("min-over-max", _ids({"sampling_params": {"min_new_tokens": 10, "max_new_tokens": 5}})),
     ("min-over-max", _ids({"sampling_params": {"min_new_tokens": 200}})),
@@ -722,6 +726,10 @@ def engine_requests(
                 bootstrap=None if role is Role.AGGREGATED else bootstrap,
                 routing=None if routing is None else Routing(**routing),
             )
+        except RequestRejected as error:  # a prefill/decode leg of n > 1 samples
+            refused = {"code": error.code, "field": error.field, "message": error.message}
+            entries.append({"role": role.value, "refused": refused})
+            continue
         except EnvelopeError as error:
             entries.append({"role": role.value, "error": str(error)})
             continue

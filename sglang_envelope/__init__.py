@@ -42,6 +42,13 @@ from sglang_envelope.request.limits import (
     DEFAULT_MAX_JSON_DEPTH,
     DEFAULT_MAX_JSON_ITEMS,
 )
+from sglang_envelope.request.sequences import (
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_PROMPTS,
+    DEFAULT_MAX_SEQUENCES,
+    Sequences,
+    decode_sequences,
+)
 from sglang_envelope.request.types import (
     ClientRequest,
     SamplingParams,
@@ -121,10 +128,13 @@ __all__ = [
     "error_response",
     "stream_requested",
     # request side
+    "DEFAULT_MAX_BATCH_BYTES",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_INPUT_IDS",
     "DEFAULT_MAX_JSON_DEPTH",
     "DEFAULT_MAX_JSON_ITEMS",
+    "DEFAULT_MAX_PROMPTS",
+    "DEFAULT_MAX_SEQUENCES",
     "KNOWN_RELEASES",
     "OVERRIDE_HEADERS",
     "DEPLOYMENT_RULES",
@@ -137,12 +147,14 @@ __all__ = [
     "RoleName",
     "Routing",
     "SamplingParams",
+    "Sequences",
     "Target",
     "Watermark",
     "WorkerEnvelope",
     "build_engine_request",
     "decode_client_request",
     "decode_envelope",
+    "decode_sequences",
     "encode_envelope",
     "to_worker_envelope",
     # response side

@@ -150,7 +150,7 @@ def rejected_requests(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
             [
                 "output_flat_with_stream",
                 "b64_without_flat",
-                "parallel_sampling",
+                "n_null",
                 "min_new_tokens_over_max",
                 "orchestrator_field",
                 "not_token_input",
@@ -171,8 +171,8 @@ def rejected_requests(draw: st.DrawFn) -> tuple[dict[str, Any], str]:
         body.update(return_flat_raw_top_logprobs_b64=True)
         body.pop("return_flat_raw_top_logprobs", None)
         body.pop("return_flat_raw_output_top_logprobs", None)
-    elif code == "parallel_sampling":
-        sampling["n"] = draw(st.integers(2, 8) | st.integers(-4, 0))
+    elif code == "n_null":
+        sampling["n"] = None
         body["sampling_params"] = sampling
     elif code == "min_new_tokens_over_max":
         high = draw(st.integers(0, 1000))

@@ -37,6 +37,7 @@ from sglang_envelope import (
     to_worker_envelope,
 )
 from sglang_envelope.request.rules import FIELD_OWNERS, RULES
+from sglang_envelope.request.sequences import samples_per_prompt
 from tests.strategies import DEPLOYMENT
 
 FIXTURE = Path(__file__).parent / "fixtures" / "request_conformance.jsonl"
@@ -81,6 +82,16 @@ def _live_verdict(case_id: str) -> Body:
             "message": error.message,
         }
     return {"accepted": True}
+
+
+def _fanned_out(case: Case) -> bool:
+    """Whether the case's prefill/decode legs were refused: n > 1 samples, fanned out."""
+    return any("refused" in entry for entry in case["engine"])
+
+
+def _sent(case: Case) -> list[Body]:
+    """The engine requests built for a case (a refused leg is never sent)."""
+    return [entry for entry in case["engine"] if "request" in entry]
 
 
 def _bootstrap(recorded: Body) -> Bootstrap:
@@ -159,9 +170,9 @@ STRICTER_BY_DESIGN: dict[str, str] = {
     "invalid_value": (
         "sampling_logprobs_mode outside the annotation's Literal['selected', 'support']."
     ),
-    "parallel_sampling": (
-        "One sequence per request: n other than 1 makes SGLang answer with several sequences "
-        "(n > 1 turns a single request into a batch)."
+    "n_over_beam_width": (
+        "SGLang's scheduler refuses it after dispatch (beam_search/coordinator.py, "
+        "validate_and_init), in these words; the library refuses it before dispatch."
     ),
     "min_new_tokens_over_max": (
         "SGLang refuses it too, in SamplingParams.verify() after tokenization, with the same "
@@ -212,7 +223,7 @@ KNOWN_GAPS: tuple[Known, ...] = (
 
 #: Bodies the library accepts that SGLang refuses. None: an explicit
 #: `sampling_params.n = null`, which SGLang's gate reads as 1 but normalization fails on
-#: with a TypeError, is refused by parallel_sampling.
+#: with a TypeError, is refused by n_null.
 KNOWN_ACCEPTED_BUT_REFUSED: tuple[Known, ...] = ()
 #: The engine requests of those bodies that SGLang refuses, by role.
 KNOWN_ENGINE_REFUSALS: dict[str, frozenset[str]] = {
@@ -265,7 +276,7 @@ def test_fixture_header_matches_its_cases() -> None:
     assert META["sglang_version"] == "0.5.23"
     assert META["cases"] == len(CASES)
     assert META["accepted"] == len(ACCEPTED)
-    engine = [entry for case in ACCEPTED for entry in case["engine"]]
+    engine = [entry for case in ACCEPTED for entry in case["engine"] if "request" in entry]
     assert META["engine_requests"] == len(engine)
     assert len(CASES_BY_ID) == len(CASES), "case ids repeat"
     assert len(CASES_BY_BODY) == len(CASES), "bodies repeat"
@@ -345,7 +356,8 @@ def test_engine_requests_are_rebuilt_exactly(case_id: str) -> None:
         role_bootstrap = None if role is Role.AGGREGATED else bootstrap
         routing = None if case["routing"] is None else Routing(**case["routing"])
         for source in (envelope, received):
-            built = build_engine_request(
+            build = functools.partial(
+                build_engine_request,
                 source,
                 deployment=DEPLOYMENT,
                 input_ids=source.request.input_ids,
@@ -353,6 +365,14 @@ def test_engine_requests_are_rebuilt_exactly(case_id: str) -> None:
                 bootstrap=role_bootstrap,
                 routing=routing,
             )
+            if "refused" in entry:  # a prefill/decode leg carries one sequence
+                n = request.sampling_params.n  # type: ignore[union-attr]
+                assert role is not Role.AGGREGATED and isinstance(n, int) and n > 1
+                with pytest.raises(RequestRejected) as refused:
+                    build()
+                assert refused.value.code == entry["refused"]["code"] == "parallel_sampling"
+                continue
+            built = build()
             assert built.to_dict() == entry["request"], f"{role.value}: {REGENERATE}"
             assert json.loads(built.to_json()) == entry["request"], role.value
 
@@ -363,21 +383,23 @@ def test_engine_requests_are_rebuilt_exactly(case_id: str) -> None:
 def test_engine_requests_pass_sglang() -> None:
     refused: dict[str, set[str]] = {}
     for case in ACCEPTED:
-        for entry in case["engine"]:
+        one = samples_per_prompt(decode_client_request(json.dumps(case["body"]).encode())) == 1
+        for entry in _sent(case):
             verdicts = entry["sglang"]
             if not _sglang_accepts(verdicts):
                 refused.setdefault(_key(case["body"]), set()).add(entry["role"])
                 continue
-            # SGLang saw the request as built: one request, in the stream mode the role chose
+            # SGLang saw the request as built: one prompt (of n samples), in the stream mode
+            # the role chose
             assert verdicts["normalize"]["stream"] == entry["request"]["stream"], case["id"]
-            assert verdicts["normalize"]["is_single"] is True, case["id"]
+            assert verdicts["normalize"]["is_single"] is one, case["id"]
     assert refused == {key: set(roles) for key, roles in KNOWN_ENGINE_REFUSALS.items()}
 
 
 def test_every_role_is_exercised() -> None:
-    prefill = [entry["request"] for case in ACCEPTED for entry in case["engine"][2:]]
-    decode = [entry["request"] for case in ACCEPTED for entry in case["engine"][1:2]]
-    assert len(prefill) == len(decode) == len(ACCEPTED)
+    prefill = [entry["request"] for case in ACCEPTED for entry in _sent(case)[2:]]
+    decode = [entry["request"] for case in ACCEPTED for entry in _sent(case)[1:2]]
+    assert len(prefill) == len(decode) == len(ACCEPTED) - sum(_fanned_out(c) for c in ACCEPTED)
     # the roles differ where the contract says they do
     assert all(request["stream"] is True for request in prefill)
     assert all(request["sampling_params"]["max_new_tokens"] == 1 for request in prefill)
@@ -391,7 +413,7 @@ def test_every_routing_combination_reaches_sglang_for_every_role() -> None:
     seen: set[tuple[str, frozenset[str]]] = set()
     for case in ACCEPTED:
         fields = frozenset(case["routing"] or ())
-        for entry in case["engine"]:
+        for entry in _sent(case):
             assert _sglang_accepts(entry["sglang"]), (case["id"], entry["role"])
             seen.add((entry["role"], fields))
             routing, request = case["routing"] or {}, entry["request"]
@@ -444,6 +466,8 @@ def test_prefill_is_routed_to_the_prefill_rank_as_sglang_routes_it() -> None:
 
 def test_every_prefill_request_runs_on_the_rank_decode_reads_from() -> None:
     for case in ACCEPTED:
+        if _fanned_out(case):
+            continue
         prefill = case["engine"][2]["request"]
         rank = case["bootstrap"]["prefill_dp_rank"]
         assert prefill.get("routed_dp_rank") == rank == prefill.get("disagg_prefill_dp_rank")

@@ -7,7 +7,13 @@ from pathlib import Path
 
 from sglang_envelope.request.deployment import DEPLOYMENT_RULES
 from sglang_envelope.request.engine import ROLE_PLANS
-from sglang_envelope.request.rules import FIELD_OWNERS, RULES, TARGET_RULES
+from sglang_envelope.request.rules import (
+    ENGINE_RULES,
+    FIELD_OWNERS,
+    RULES,
+    SEQUENCE_RULES,
+    TARGET_RULES,
+)
 
 CONTRACT = Path(__file__).resolve().parent.parent / "docs" / "contract.md"
 
@@ -28,9 +34,14 @@ def test_rules_table_matches_the_code() -> None:
 
 def test_rules_table_says_how_each_rule_is_enforced() -> None:
     enforced = [how for *_, how in _table("rules")]
-    assert enforced == [
-        "checked" if r.check else "target" if r.code in TARGET_RULES else "decode" for r in RULES
-    ]
+    assert enforced == [_enforced_by(rule.code, rule.check) for rule in RULES]
+
+
+def _enforced_by(code: str, check: object) -> str:
+    if check is not None:
+        return "checked"
+    kinds = {"target": TARGET_RULES, "sequences": SEQUENCE_RULES, "engine": ENGINE_RULES}
+    return next((kind for kind, codes in kinds.items() if code in codes), "decode")
 
 
 def test_field_owner_table_matches_the_code() -> None:

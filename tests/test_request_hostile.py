@@ -17,12 +17,17 @@ from sglang_envelope import (
     build_engine_request,
     decode_client_request,
     decode_envelope,
+    decode_sequences,
     to_worker_envelope,
 )
 from tests.strategies import DEPLOYMENT, HOSTILE_BODIES, client_requests, json_values
 
 
 def _decode_or_reject(body: Any) -> None:
+    try:
+        decode_sequences(body)
+    except RequestRejected as rejected:
+        assert rejected.code and rejected.message
     try:
         request = decode_client_request(body)
     except RequestRejected as rejected:
@@ -31,13 +36,17 @@ def _decode_or_reject(body: Any) -> None:
     envelope = to_worker_envelope(request, rid="r")
     for role in Role:
         bootstrap = None if role is Role.AGGREGATED else Bootstrap("h", 1, 1)
-        engine = build_engine_request(
-            envelope,
-            deployment=DEPLOYMENT,
-            input_ids=request.input_ids,
-            role=role,
-            bootstrap=bootstrap,
-        )
+        try:
+            engine = build_engine_request(
+                envelope,
+                deployment=DEPLOYMENT,
+                input_ids=request.input_ids,
+                role=role,
+                bootstrap=bootstrap,
+            )
+        except RequestRejected as rejected:  # n > 1 on a leg of a pair
+            assert role is not Role.AGGREGATED and rejected.code == "parallel_sampling"
+            continue
         assert msgspec.json.decode(engine.to_json()) == engine.to_dict()
 
 

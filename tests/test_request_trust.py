@@ -79,7 +79,7 @@ def _build(envelope: WorkerEnvelope, role: Role, **kwargs: Any) -> EngineRequest
             {"input_ids": [1], "stream": True, "return_flat_raw_output_top_logprobs": True},
             "output_flat_with_stream",
         ),
-        ({"input_ids": [1], "sampling_params": {"n": 5}}, "parallel_sampling"),
+        ({"input_ids": [1], "sampling_params": {"n": None}}, "n_null"),
         ({"input_ids": [1], "sampling_params": {"bogus": 1}}, "unknown_sampling_param"),
         ({"input_ids": []}, "empty_input_ids"),
         ({"input_ids": [2**32]}, "token_id_out_of_range"),
@@ -210,6 +210,8 @@ def _sglang_accepted_kinds() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     sampling: dict[str, set[str]] = {}
     for case in CASES:
         for entry in case.get("engine", ()):
+            if "refused" in entry:  # a prefill/decode leg of n > 1 samples: never sent
+                continue
             verdicts = entry["sglang"]
             if not (verdicts["normalize"]["ok"] and verdicts["gate"]["ok"]):
                 continue
@@ -285,6 +287,11 @@ def test_hand_built_fixture_bodies_meet_sglangs_verdicts(case: dict[str, Any]) -
     )
     routing = None if case["routing"] is None else Routing(**case["routing"])
     for entry in case["engine"]:
+        if "refused" in entry:
+            with pytest.raises(RequestRejected) as refused:
+                _build(envelope, Role(entry["role"]), bootstrap=bootstrap, routing=routing)
+            assert refused.value.code == entry["refused"]["code"] == "parallel_sampling"
+            continue
         built = _build(envelope, Role(entry["role"]), bootstrap=bootstrap, routing=routing)
         assert built.to_dict() == entry["request"]
         assert entry["sglang"]["normalize"]["ok"] and entry["sglang"]["gate"]["ok"]

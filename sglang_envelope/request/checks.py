@@ -34,11 +34,17 @@ def param_value(value: Any, default: Any) -> Any:
     return default if value is UNSET or value is None else value
 
 
-def n_not_one(p: SamplingParams) -> dict[str, object] | None:
-    # An explicit null is refused too: SGLang's gate reads it as 1, but
-    # normalize_batch_and_arguments() then fails on it with a TypeError.
-    n = p.n
-    return None if n is UNSET or n == 1 else {"n": n}
+def n_null(p: SamplingParams) -> dict[str, object] | None:
+    # SGLang's gate reads a null n as 1, but normalize_batch_and_arguments() then
+    # compares it with 1 and fails with a TypeError (no answer in SGLang's words).
+    return {} if p.n is None else None
+
+
+def n_over_beam_width(p: SamplingParams) -> dict[str, object] | None:
+    # A beam request (beam_width > 1) returns n of its beams: SGLang's scheduler
+    # refuses more (beam_search/coordinator.py, validate_and_init).
+    width, n = param_value(p.beam_width, None), param_value(p.n, 1)
+    return {"n": n, "beam_width": width} if width is not None and 1 < width < n else None
 
 
 # --- SGLang's own checks after dispatch (their messages are the release tables') ---

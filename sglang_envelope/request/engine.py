@@ -22,6 +22,7 @@ from sglang_envelope.request.envelope import WorkerEnvelope
 from sglang_envelope.request.fields import RequestFields, SamplingParams, TokenId
 from sglang_envelope.request.passed import NO_PASSED_FIELDS, PassedFields, with_passed_fields
 from sglang_envelope.request.routing import Bootstrap, Routing
+from sglang_envelope.request.rules import reject
 from sglang_envelope.request.types import ClientRequest
 
 __all__ = [
@@ -209,6 +210,14 @@ def _check_input_ids(input_ids: Sequence[int]) -> tuple[int, ...]:
     return ids
 
 
+def _check_one_sequence(role: Role, sampling: SamplingParams | Any | None) -> None:
+    """A prefill/decode pair carries one sequence: n > 1 is fanned out by the caller
+    (`Sequences.samples()`), one request a sample."""
+    n = sampling.n if isinstance(sampling, SamplingParams) else None
+    if isinstance(n, int) and n > 1:
+        raise reject("parallel_sampling", n=n, role=role.value)
+
+
 def _prefill_dp_rank(bootstrap: Bootstrap | None, routing: Routing | None) -> int | None:
     """The prefill leg's `routed_dp_rank`, as Dynamo picks it: the rank decode fetches the
     KV cache from (`bootstrap.prefill_dp_rank`), else the router's `routing.dp_rank`."""
@@ -266,6 +275,10 @@ def build_engine_request(
     `routing` carries what the router decided (see `Routing`); its `lora_path`
     and `priority` replace the client's. On the prefill leg the rank is
     `bootstrap.prefill_dp_rank`, else `routing.dp_rank` (as Dynamo does).
+    A prefill or decode leg carries one sequence: `sampling_params.n` > 1 is
+    refused (`RequestRejected`, code `parallel_sampling`); fan it out with
+    `decode_sequences(...).samples()`, one request a sample. The aggregated
+    role passes `n` on unchanged.
     Raises `EnvelopeError` for the caller's mistakes: an unknown role, a
     missing or unexpected `bootstrap`, a `deployment` that is not a
     `Deployment`, `input_ids` that are not token ids.
@@ -278,6 +291,8 @@ def build_engine_request(
         raise EnvelopeError(f"role must be one of {roles}, got {show_value(role)}") from None
     _check_bootstrap(role, plan, bootstrap)
     request = envelope.request
+    if plan.needs_bootstrap:
+        _check_one_sequence(role, request.sampling_params)
     if target is not None and target != request.target:
         _refuse_other_target(target, request.target)
     fields: dict[str, Any] = {"rid": envelope.rid}

@@ -12,8 +12,8 @@ own words, so a client reads the same text whichever side refused it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any, Literal, NamedTuple
+from collections.abc import Mapping
+from typing import Any
 
 from sglang_envelope.errors.exceptions import RequestRejected
 from sglang_envelope.releases.target import Target
@@ -30,7 +30,8 @@ from sglang_envelope.request.checks import (
     min_negative,
     min_over_max,
     mode_without_mask,
-    n_not_one,
+    n_null,
+    n_over_beam_width,
     outside,
     penalty_overflows,
     pooling_given,
@@ -45,13 +46,17 @@ from sglang_envelope.request.checks import (
     watermark_in_both,
     watermark_is,
 )
+from sglang_envelope.request.rule_types import Holds, Rule
 
 __all__ = ["DEFAULT_TARGET", "FIELD_OWNERS", "GENERATE_REQ_INPUT_FIELDS", "NULL_AS_ABSENT", "RULES"]
 __all__ += [
+    "ENGINE_RULES",
     "RULES_BY_CODE",
     "SAMPLING_PARAMS_FIELDS",
+    "SEQUENCE_RULES",
     "SGLANG_CHECKS_LEFT",
     "TARGET_RULES",
+    "Holds",
     "Rule",
     "reject",
 ]
@@ -123,50 +128,6 @@ OWNED_BOOLEANS = ("use_audio_in_video", "log_metrics", "return_bytes", "backgrou
 NULL_AS_ABSENT = frozenset(FIELD_OWNERS).difference(OWNED_BOOLEANS)
 
 
-class Holds(NamedTuple):
-    """A rule's shortcut, as data: a test of the checked struct's `fields`.
-
-    - `kind="false"`: the one field is false or None;
-    - `kind="any_true"`: any of the fields is true;
-    - `kind="nonempty"`: the one field is not the empty tuple;
-    - `kind="in_range"`: the one field is None, or a number from `low` (excluded
-      when `open_low`) to `high`;
-    - `kind="at_least"`: the one field is None, or a number of at least `low`.
-
-    `contract.shortcut_test` spells it in the compiled check.
-    """
-
-    kind: Literal["false", "any_true", "nonempty", "in_range", "at_least"]
-    fields: tuple[str, ...]
-    low: float = 0.0
-    high: float = 0.0
-    open_low: bool = False
-
-
-class Rule(NamedTuple):
-    """One rule of the contract.
-
-    `check` returns None when the request keeps the rule, else the facts the
-    message template is filled with. None as `check` means the typed decode
-    enforces the rule. `template`, for one of SGLang's own checks, is its
-    message in the release tables: the rule holds on a target whose tables
-    carry it, in that release's words.
-    """
-
-    code: str
-    field: str | None
-    message: str
-    #: Takes the request, or its `SamplingParams` for a rule on `sampling_params`.
-    check: Callable[[Any], dict[str, object] | None] | None = None
-    #: Fields the check reads that must differ from their defaults for the rule to
-    #: be broken: while all hold their defaults, the check is skipped.
-    when: str | tuple[str, ...] | None = None
-    template: str | None = None
-    #: A test of the checked struct that is true only when the rule holds: while it
-    #: is, the check is not called (a shortcut; `check` decides). See `Holds`.
-    holds: Holds | None = None
-
-
 def _sglang(
     code: str, field: str, template: str, check: Any, when: Any, holds: Holds | None = None
 ) -> Rule:
@@ -225,7 +186,8 @@ RULES: tuple[Rule, ...] = (
          "input_ids is required: this endpoint takes one token-input request"),
     Rule("batched_input", "input_ids",
          "input_ids must be one flat list of token ids: "
-         "this endpoint takes one token-input request, not a batch"),
+         "decode_client_request takes one prompt, not a batch: decode a batch with "
+         "decode_sequences"),
     Rule("token_id_out_of_range", "{path}", "{path} must be a token id in [0, 2^32)"),
     Rule("too_many_input_ids", "input_ids", "input_ids has {size} tokens; the limit is {limit}"),
     Rule("token_out_of_vocab", "input_ids[{index}]",
@@ -235,6 +197,24 @@ RULES: tuple[Rule, ...] = (
     Rule("wrong_type", "{path}", "{path}: expected {expected}, got {got}"),
     Rule("invalid_value", "{path}", "{path}: {detail}"),
     Rule("invalid_envelope", None, "worker envelope is malformed: {detail}"),
+    # decode_sequences' (SEQUENCE_RULES): a batch, its bounds and its rids, before any
+    # prompt is decoded; then each prompt meets every rule above and below.
+    Rule("too_many_prompts", "input_ids", "input_ids holds {size} prompts; the limit is {limit}"),
+    Rule("batch_too_large", "input_ids",
+         "a batch of {size} prompts is {work} bytes once split (the shared fields once a "
+         "prompt); the limit is {limit}"),
+    Rule("per_item_list", "{key}",
+         "{key} as a list (one value a prompt) is not accepted: give one value for the whole "
+         "batch, or send one request a prompt"),
+    Rule("rid_list_length", "rid",
+         "The specified rids length mismatch with the batch_size for batch processing."),
+    Rule("duplicate_rids", "rid", "Duplicate request IDs detected within the request: {rids}"),
+    Rule("batch_n_below_one", "sampling_params.n",
+         "sampling_params.n is {n}: SGLang makes no sequence of a batch for an n below 1 "
+         "(its tokenizer manager then fails without an answer)"),
+    Rule("too_many_sequences", "sampling_params.n",
+         "the request asks for {count} sequences ({prompts} prompts x n {n}); the limit is "
+         "{limit}"),
     # SGLang's own checks, in the order normalize_batch_and_arguments() makes them.
     Rule("flat_with_multi_item", "return_flat_raw_top_logprobs",
          "return_flat_raw_top_logprobs does not support multi-item scoring: "
@@ -280,11 +260,15 @@ RULES: tuple[Rule, ...] = (
     *(Rule(f"sampling_{code}", "sampling_params.watermark", message,
            resolve_is(message, inner=True), "watermark")
       for code, message in _RESOLVE),
-    # Sampling: one sequence a request, and SGLang's SamplingParams.normalize() and
-    # .verify() checks, in its words and order.
+    # Sampling: a null n, which SGLang's normalization fails on; then SGLang's
+    # SamplingParams.normalize() and .verify() checks, in its words and order.
+    Rule("n_null", "sampling_params.n",
+         "sampling_params.n must be an integer, got null: SGLang's "
+         "normalize_batch_and_arguments() fails on a null n", n_null, when="n"),
+    # build_engine_request's (ENGINE_RULES): a prefill/decode pair carries one sequence.
     Rule("parallel_sampling", "sampling_params.n",
-         "sampling_params.n must be 1: this endpoint returns one sequence per request, got {n}",
-         n_not_one, when="n"),
+         "sampling_params.n is {n}: a {role} leg carries one sequence; send one request "
+         "a sample (Sequences.samples())"),
     # A key SGLang's gate lets through that its SamplingParams has no argument for.
     Rule("unsupported_sampling_param", "sampling_params.{key}",
          "Unexpected keyword argument '{key}'"),
@@ -307,6 +291,9 @@ RULES: tuple[Rule, ...] = (
     _sglang("beam_width_below_one", "sampling_params.beam_width",
             "beam_width must be at least 1, got {beam_width}.", beam_width_below_one,
             "beam_width"),
+    # The scheduler's, for a beam request (its other checks need the deployment).
+    Rule("n_over_beam_width", "sampling_params.n",
+         "n ({n}) cannot exceed beam_width ({beam_width}).", n_over_beam_width, "beam_width"),
     _sglang("temperature_out_of_range", "sampling_params.temperature",
             "temperature must be a non-negative finite number, got {temperature}.",
             bad_temperature, "temperature",
@@ -379,6 +366,13 @@ RULES_BY_CODE = {rule.code: rule for rule in RULES}
 TARGET_RULES = frozenset(
     ("needs_newer_sglang", "unsupported_sampling_param", "unexpected_sampling_param")
 )
+#: Rules `decode_sequences` enforces on a body of many sequences, before its prompts.
+SEQUENCE_RULES = frozenset(
+    ("too_many_prompts", "batch_too_large", "per_item_list", "rid_list_length",
+     "duplicate_rids", "batch_n_below_one", "too_many_sequences")
+)  # fmt: skip
+#: Rules `build_engine_request` enforces for a role.
+ENGINE_RULES = frozenset(("parallel_sampling",))
 
 #: SGLang's checks in the release tables that need only the request but that no
 #: rule above makes, and why. Checks that need the deployment (`Check.needs`) stay
