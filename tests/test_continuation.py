@@ -66,6 +66,7 @@ def test_a_continuation_is_the_request_with_what_is_left(
     first, response = case
     made = response["output_ids"]
     then = continuation_request(response, first)
+    assert first.input_ids is not None
     assert then.input_ids == (*first.input_ids, *made)
     params, before = then.sampling_params, first.sampling_params
     assert isinstance(params, SamplingParams) and isinstance(before, SamplingParams)

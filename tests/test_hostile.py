@@ -404,7 +404,7 @@ def test_free_form_nesting_at_any_depth_is_refused(
 
 def test_request_bounds_at_their_defaults() -> None:
     ids = b"[" + b"1," * (DEFAULT_MAX_INPUT_IDS - 1) + b"1]"
-    assert len(decode_client_request(b'{"input_ids": ' + ids + b"}").input_ids) == (
+    assert len(decode_client_request(b'{"input_ids": ' + ids + b"}").input_ids or ()) == (
         DEFAULT_MAX_INPUT_IDS
     )
     with pytest.raises(RequestRejected) as caught:

@@ -23,6 +23,7 @@ from sglang_envelope import (
     encode_envelope,
     to_worker_envelope,
 )
+from sglang_envelope.request.fields import TEXT_INPUT_FIELDS
 from sglang_envelope.request.rules import FIELD_OWNERS, GENERATE_REQ_INPUT_FIELDS
 from tests.strategies import (
     DEPLOYMENT,
@@ -227,8 +228,11 @@ def test_body_and_input_ids_are_bounded() -> None:
 
 def test_every_sglang_field_is_either_the_clients_or_owned() -> None:
     client_fields = set(ClientRequest.__struct_fields__) - {"target", "passed_fields"}
-    assert client_fields.isdisjoint(FIELD_OWNERS)
-    assert client_fields | set(FIELD_OWNERS) == set(GENERATE_REQ_INPUT_FIELDS)
+    token_fields = client_fields - set(TEXT_INPUT_FIELDS)
+    assert token_fields.isdisjoint(FIELD_OWNERS)
+    assert token_fields | set(FIELD_OWNERS) == set(GENERATE_REQ_INPUT_FIELDS)
+    # the text and media fields are the token-input target's to refuse, a text target's to take
+    assert set(TEXT_INPUT_FIELDS) <= {k for k, v in FIELD_OWNERS.items() if v == "not_token_input"}
 
 
 # --- the engine request, per role ---
@@ -298,6 +302,7 @@ def test_a_decode_workers_usual_call_builds_what_any_call_builds(
 ) -> None:
     envelope = to_worker_envelope(decode_client_request(body), rid=rid)
     ids = envelope.request.input_ids
+    assert ids is not None
     usual = build_engine_request(
         envelope, deployment=DEPLOYMENT, input_ids=ids, role=role, bootstrap=bootstrap
     )

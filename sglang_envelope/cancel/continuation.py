@@ -95,6 +95,16 @@ def _budget(params: SamplingParams, made: int, default: int) -> int | None:
     return left
 
 
+def _token_prompt(request: ClientRequest) -> tuple[int, ...]:
+    """The request's prompt ids; `EnvelopeError` for a text prompt."""
+    if request.input_ids is None or request.text is not None:
+        raise EnvelopeError(
+            "text: a request with a text prompt cannot be continued: the continuation "
+            "appends the tokens made to input_ids, and the prompt's ids are SGLang's tokenizer's"
+        )
+    return request.input_ids
+
+
 def continuation_request(
     response: Mapping[str, Any],
     request: ClientRequest,
@@ -118,7 +128,9 @@ def continuation_request(
     finish reason other than abort or length (or none), an abort SGLang gave
     an error status, ``output_ids`` missing or not ints or not as many as
     ``completion_tokens``, no ``max_new_tokens`` left, constrained decoding
-    (``json_schema``, ``regex``, ``ebnf``, ``structural_tag``, ``choice``).
+    (``json_schema``, ``regex``, ``ebnf``, ``structural_tag``, ``choice``), a
+    prompt given as ``text`` (a target with input="text"): its continuation needs the
+    prompt's token ids, which only SGLang's tokenizer knows.
     """
     if not isinstance(response, Mapping):
         raise EnvelopeError(
@@ -127,6 +139,7 @@ def continuation_request(
         )
     if not isinstance(request, ClientRequest):
         raise EnvelopeError(f"request must be a ClientRequest, got {type(request).__name__}")
+    prompt = _token_prompt(request)
     if type(default_max_new_tokens) is not int or default_max_new_tokens < 0:
         raise EnvelopeError(
             f"default_max_new_tokens must be an int >= 0, got {show_value(default_max_new_tokens)}"
@@ -145,6 +158,6 @@ def continuation_request(
         changes["min_new_tokens"] = max(0, least - len(ids))
     return msgspec.structs.replace(
         request,
-        input_ids=(*request.input_ids, *ids),
+        input_ids=(*prompt, *ids),
         sampling_params=msgspec.structs.replace(params, **changes),
     )

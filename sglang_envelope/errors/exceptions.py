@@ -55,6 +55,7 @@ RejectionCode = Literal[
     "duplicate_rids",
     "batch_n_below_one",
     "too_many_sequences",
+    "no_input",
     "flat_with_multi_item",
     "output_flat_with_stream",
     "b64_without_flat",
@@ -111,6 +112,7 @@ RejectionCode = Literal[
     # the deployment's rules (`DEPLOYMENT_RULES`) that `RULES` has not named above
     "thinking_needs_strict_thinking",
     "routed_dp_rank_out_of_range",
+    "text_needs_tokenizer",
     "input_too_long",
     "total_tokens_too_many",
     "token_ids_logprob_out_of_vocab",

@@ -23,6 +23,7 @@ from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.releases.tables import RELEASES, TABLES
 
 __all__ = [
+    "INPUTS",
     "KNOWN_RELEASES",
     "TRANSPORTS",
     "UNKNOWN_FIELD_POLICIES",
@@ -39,6 +40,8 @@ __all__ = [
 KNOWN_RELEASES: tuple[str, ...] = RELEASES
 #: How requests reach SGLang: its `/generate` route, or in-process.
 TRANSPORTS = ("http", "engine")
+#: What a request's prompt may be: token ids only (`input_ids`), or also `text` and media.
+INPUTS = ("tokens", "text")
 #: What happens to a key the tables do not know: refused, or passed through unchanged.
 UNKNOWN_FIELD_POLICIES = ("reject", "pass")
 
@@ -137,6 +140,9 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
     `sglang` is a release in `KNOWN_RELEASES`, `transport` is `"http"` or
     `"engine"`, and `unknown_fields` is `"reject"` (keys the tables do not know
     are refused) or `"pass"` (they pass through unchanged, for a newer SGLang).
+    `input` is `"tokens"` (the prompt is `input_ids`; `text` and the media
+    fields are refused) or `"text"` (also `text`, one string, and the media
+    fields, under SGLang's rules: see docs/contract.md, "Text input").
     `installed_fields` is set by `Target.installed()`. Raises `EnvelopeError`,
     naming the field, for anything else.
     """
@@ -145,11 +151,13 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
     transport: str = "http"
     unknown_fields: str = "reject"
     installed_fields: InstalledFields | None = None
+    input: str = "tokens"
 
     def __post_init__(self) -> None:
         _one_of("sglang", self.sglang, KNOWN_RELEASES)
         _one_of("transport", self.transport, TRANSPORTS)
         _one_of("unknown_fields", self.unknown_fields, UNKNOWN_FIELD_POLICIES)
+        _one_of("input", self.input, INPUTS)
         fields = self.installed_fields
         if fields is not None and not isinstance(fields, InstalledFields):
             got = type(fields).__name__
@@ -174,7 +182,9 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
         return _TABLES[self.sglang].gate if self.transport == "http" else None
 
     @classmethod
-    def installed(cls, *, transport: str = "engine", unknown_fields: str = "reject") -> Target:
+    def installed(
+        cls, *, transport: str = "engine", unknown_fields: str = "reject", input: str = "tokens"
+    ) -> Target:
         """The target of the SGLang importable in this process, its fields read at run time.
 
         The fields are `GenerateReqInput`'s and `SamplingParams`' (its
@@ -203,6 +213,7 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
             transport=transport,
             unknown_fields=unknown_fields,
             installed_fields=fields,
+            input=input,
         )
 
 

@@ -281,11 +281,12 @@ def start_below_minus_one(r: RequestFields) -> dict[str, object] | None:
 
 def logprobs_past_prompt(r: Any) -> dict[str, object] | None:
     """SGLang's scheduler's check of a request (or an engine body, which has the same
-    fields) that asks for logprobs from past its prompt."""
-    start, size = r.logprob_start_len, len(r.input_ids)
-    if not r.return_logprob or start is None or start <= size:
+    fields) that asks for logprobs from past its prompt. A text prompt (no `input_ids`)
+    is left to SGLang, which counts its tokens once it has tokenized it."""
+    start, ids = r.logprob_start_len, r.input_ids
+    if not r.return_logprob or start is None or ids is None or start <= len(ids):
         return None
-    return {"start": start, "tokens": size}
+    return {"start": start, "tokens": len(ids)}
 
 
 def grammars(p: SamplingParams) -> dict[str, object] | None:

@@ -25,10 +25,22 @@ from sglang_envelope.releases.target import (
     Target,
     first_release_with,
 )
-from sglang_envelope.request.fields import RequestFields, SamplingParams
+from sglang_envelope.request.fields import TEXT_INPUT_FIELDS, RequestFields, SamplingParams
 from sglang_envelope.request.generated import define, shortcut_test
-from sglang_envelope.request.limits import REQUEST_RAW_FIELDS, SAMPLING_RAW_FIELDS, raw_check
-from sglang_envelope.request.rules import FIELD_OWNERS, RULES, RULES_BY_CODE, Holds, Rule
+from sglang_envelope.request.limits import (
+    REQUEST_RAW_FIELDS,
+    SAMPLING_RAW_FIELDS,
+    TEXT_RAW_FIELDS,
+    raw_check,
+)
+from sglang_envelope.request.rules import (
+    FIELD_OWNERS,
+    RULES,
+    RULES_BY_CODE,
+    TEXT_INPUT_RULES,
+    Holds,
+    Rule,
+)
 
 __all__ = ["Contract", "RawCheck", "check_request", "contract_for"]
 
@@ -130,7 +142,7 @@ def _scope_source(
 
 
 def _compile(
-    request: _Checks, sampling: _Checks, label: str
+    request: _Checks, sampling: _Checks, label: str, text: bool
 ) -> Callable[[RequestFields, Any], None]:
     """A target's checks as one Python function (`label` in tracebacks), compiled once:
     the request's fields held as JSON bytes, then its `sampling_params`' (`_RAW_CHECKS`,
@@ -138,6 +150,8 @@ def _compile(
     of its `sampling_params` when it has them."""
     namespace: dict[str, Any] = {"_rejected": _rejected, "UNSET": UNSET}
     raw_request, raw_sampling = _RAW_CHECKS[False], _RAW_CHECKS[True]
+    if text:  # a target that takes text also takes the media fields
+        raw_request += _TEXT_RAW_CHECKS
     lines = ["def check(v, limits):", "    unset = UNSET", "    if True:"]
     lines += _raw_source(raw_request, "v", "r", namespace)
     lines += ["    p = v.sampling_params", "    sampled = p is not None and p is not unset"]
@@ -191,6 +205,8 @@ class Contract(NamedTuple):
     #: `unknown_fields="pass"`), or those the installed SGLang has.
     passes: tuple[frozenset[str] | None, frozenset[str] | None]
     splits: bool  # whether any key passes
+    #: Whether the target takes `text` and the media fields (`Target.input == "text"`).
+    text_input: bool
     #: `check(request, limits)` raises `RequestRejected` for the first field held as JSON
     #: bytes past `limits` (a `_limits.Limits`), then for the first rule the request breaks.
     check: Callable[[RequestFields, Any], None]
@@ -208,6 +224,8 @@ _RAW_CHECKS: dict[bool, tuple[tuple[str, RawCheck], ...]] = {
     False: tuple((f.path, raw_check(f, "")) for f in REQUEST_RAW_FIELDS),
     True: tuple((f.path, raw_check(f, "sampling_params.")) for f in SAMPLING_RAW_FIELDS),
 }
+_TEXT_FIELDS = frozenset(TEXT_INPUT_FIELDS)
+_TEXT_RAW_CHECKS = tuple((f.path, raw_check(f, "")) for f in TEXT_RAW_FIELDS)
 
 
 def _templates(tables: ReleaseTables) -> frozenset[str]:
@@ -257,21 +275,16 @@ def contract_for(target: Target) -> Contract:
     templates = _templates(tables)
     messages = {} if tables.features.output_flat else _WITHOUT_OUTPUT_FLAT
     scoped: dict[bool, list[tuple[Rule, str]]] = {False: [], True: []}
+    text = target.input == "text"
     for rule in RULES:
         if rule.check is None or (rule.template is not None and rule.template not in templates):
+            continue
+        if rule.code in TEXT_INPUT_RULES and not text:
             continue
         message = messages.get(rule.code, rule.message).replace("{release}", release)
         scoped[_on_sampling(rule)].append((rule, message))
     fields = frozenset(tables.generate_req_input_fields)
-    absent: list[tuple[str, Any, str, dict[str, object]]] = []
-    for name, default in _DEFAULTS[False].items():
-        if name not in fields and name != "input_ids":
-            first = first_release_with(name)
-            facts: dict[str, object] = {"key": name, "path": name, "release": release}
-            if first is not None and _newer(first, target.sglang):
-                absent.append((name, default, _ABSENT, {**facts, "first": first}))
-            else:  # an installed SGLang without it
-                absent.append((name, default, "unknown_field", {**facts, "hint": ""}))
+    absent = _absent_fields(target, fields, release)
     absent_sampling: list[tuple[str, str, dict[str, object]]] = []
     for key in _DEFAULTS[True]:
         refusal = _sampling_refusal(target, key)
@@ -306,8 +319,27 @@ def contract_for(target: Target) -> Contract:
         absent_sampling=tuple(absent_sampling),
         passes=passes,
         splits=passes != (frozenset(), frozenset()),
-        check=_compile(request, sampling, f"rules check {release} {target.transport}"),
+        text_input=text,
+        check=_compile(request, sampling, f"rules check {release} {target.transport}", text),
     )
+
+
+def _absent_fields(
+    target: Target, fields: frozenset[str], release: str
+) -> list[tuple[str, Any, str, dict[str, object]]]:
+    """(name, default, rule, facts) of each client field the target lacks (the text and
+    media fields only on a target that takes text: a token-input one refuses them anyway)."""
+    absent: list[tuple[str, Any, str, dict[str, object]]] = []
+    text = target.input == "text"
+    for name, default in _DEFAULTS[False].items():
+        if name not in fields and name != "input_ids" and (text or name not in _TEXT_FIELDS):
+            first = first_release_with(name)
+            facts: dict[str, object] = {"key": name, "path": name, "release": release}
+            if first is not None and _newer(first, target.sglang):
+                absent.append((name, default, _ABSENT, {**facts, "first": first}))
+            else:  # an installed SGLang without it
+                absent.append((name, default, "unknown_field", {**facts, "hint": ""}))
+    return absent
 
 
 def _presence(name: str, default: Any, code: str, facts: dict[str, object]) -> tuple[Rule, str]:

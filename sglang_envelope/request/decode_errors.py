@@ -16,12 +16,18 @@ from typing import Any
 import msgspec
 
 from sglang_envelope.errors.exceptions import RequestRejected
-from sglang_envelope.request.fields import RequestFields, SamplingParams, Watermark
+from sglang_envelope.request.fields import (
+    TEXT_INPUT_FIELDS,
+    RequestFields,
+    SamplingParams,
+    Watermark,
+)
 from sglang_envelope.request.rules import reject
 
 __all__ = [
     "DECODE_ERRORS",
     "KNOWN_FIELDS",
+    "TEXT_KNOWN_FIELDS",
     "RefuseUnknown",
     "first_unknown_key",
     "translate_validation_error",
@@ -41,6 +47,15 @@ _EXPECTED = re.compile(r"^Expected `(?P<expected>[^`]*)`, got `(?P<got>[^`]*)`$"
 _UNKNOWN = re.compile(r"^Object contains unknown field `", re.DOTALL)
 _MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
 _TOKEN_LIST_ITEM = re.compile(r"^input_ids\[\d+\]$")
+#: The facts of `batched_input`, by the field that holds a batch.
+_BATCHED = {
+    "input_ids": {
+        "key": "input_ids",
+        "one": "flat list of token ids",
+        "batch": "decode a batch with decode_sequences",
+    },
+    "text": {"key": "text", "one": "string", "batch": "send one request a text"},
+}
 
 
 #: What msgspec raises on a body it cannot decode (RecursionError: nested too deeply;
@@ -52,10 +67,14 @@ _members = msgspec.json.Decoder(dict[str, msgspec.Raw])
 #: Where a struct sits in a client body, and the names it knows.
 KNOWN_FIELDS: Mapping[str, frozenset[str]] = MappingProxyType(
     {
-        "": frozenset(RequestFields.__struct_fields__),
+        "": frozenset(RequestFields.__struct_fields__).difference(TEXT_INPUT_FIELDS),
         "sampling_params": frozenset(SamplingParams.__struct_fields__),
         "sampling_params.watermark": frozenset(Watermark.__struct_fields__),
     }
+)
+#: `KNOWN_FIELDS` of a body for a target with input="text": the text and media fields too.
+TEXT_KNOWN_FIELDS: Mapping[str, frozenset[str]] = MappingProxyType(
+    {**KNOWN_FIELDS, "": frozenset(RequestFields.__struct_fields__)}
 )
 
 
@@ -86,6 +105,7 @@ def translate_validation_error(
     prefix: str = "",
     data: Any = None,
     refuse_unknown: RefuseUnknown | None = None,
+    known: Mapping[str, frozenset[str]] = KNOWN_FIELDS,
 ) -> RequestRejected:
     """Turn msgspec's verdict on a body (or on `prefix`, a part of it) into the rule it breaks.
 
@@ -103,7 +123,7 @@ def translate_validation_error(
     if match["key"]:
         return reject("invalid_value", path=path or "body", detail=f"keys must be strings; {what}")
     if _UNKNOWN.match(str(error)):
-        return _unknown_key(data, refuse_unknown, path=path, what=what)
+        return _unknown_key(data, refuse_unknown, path=path, what=what, known=known)
     if missing := _MISSING.match(what):
         if not path and missing["key"] == "input_ids":
             return reject("missing_input_ids")
@@ -120,10 +140,15 @@ def _joined(prefix: str, raw: str | None) -> str:
 
 
 def _unknown_key(
-    data: Any, refuse_unknown: RefuseUnknown | None, *, path: str, what: str
+    data: Any,
+    refuse_unknown: RefuseUnknown | None,
+    *,
+    path: str,
+    what: str,
+    known: Mapping[str, frozenset[str]],
 ) -> RequestRejected:
     """The refusal of the first unknown key, found in the body `data` itself."""
-    found = first_unknown_key(data) if data is not None else None
+    found = first_unknown_key(data, "", known) if data is not None else None
     if found is None or refuse_unknown is None:  # not found in the body: read the message
         return reject("invalid_value", path=path or "body", detail=what)
     return refuse_unknown(*found)
@@ -134,9 +159,11 @@ def _wrong_value(what: str, path: str) -> RequestRejected:
     expected = _EXPECTED.match(what)
     if not path:
         return reject("not_object", got=expected["got"] if expected else what)
+    if path == "text" and expected and expected["got"] == "array":
+        return reject("batched_input", **_BATCHED["text"])
     if _TOKEN_LIST_ITEM.match(path):
         if expected and expected["got"] == "array":
-            return reject("batched_input")
+            return reject("batched_input", **_BATCHED["input_ids"])
         if not expected:
             return reject("token_id_out_of_range", path=path)
     if expected:

@@ -65,7 +65,8 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
 
     - `vocab_size`: the model's vocabulary (required; None opts out of every id check).
     - `context_length`, `max_req_input_len`, `num_reserved_tokens`,
-      `allow_auto_truncate`: SGLang's prompt-length checks.
+      `allow_auto_truncate`: SGLang's prompt-length checks, on `input_ids` only: a
+      text prompt (`Target(input="text")`) is left to SGLang, which checks it once tokenized.
     - `dp_size`: data-parallel ranks, for `routed_dp_rank`.
     - `skip_tokenizer_init`, `enable_custom_logit_processor`, `enable_strict_thinking`,
       `hidden_states`: server flags that refuse some requests.
@@ -200,6 +201,8 @@ def _prompt_tokens(d: Deployment, body: Any) -> int | None:
         return None  # not known: SGLang checks
     if d.allow_auto_truncate is not False:
         return None  # SGLang truncates what is too long, or it is not known whether it does
+    if body.input_ids is None:
+        return None  # a text prompt: SGLang counts its tokens once it has tokenized it
     return len(body.input_ids) + d.num_reserved_tokens
 
 
@@ -292,7 +295,8 @@ def _bias_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
 
 
 def _input_over_scheduler_limit(d: Deployment, body: Any) -> dict[str, object] | None:
-    limit, size = d.max_req_input_len, len(body.input_ids)
+    ids, limit = body.input_ids, d.max_req_input_len
+    size = 0 if ids is None else len(ids)  # a text prompt: SGLang checks it once tokenized
     if limit is None or d.allow_auto_truncate is not False or size < limit:
         return None
     return {"tokens": size, "limit": limit}
@@ -322,6 +326,11 @@ DEPLOYMENT_RULES: tuple[DeploymentRule, ...] = (
         _thinking_without_strict),
     DeploymentRule("routed_dp_rank_out_of_range", "routed_dp_rank",
         "routed_dp_rank={rank} out of range [0, {dp_size})", _rank_outside),
+    DeploymentRule("text_needs_tokenizer", "text",
+        "The engine initialized with skip_tokenizer_init=True cannot accept text prompts. "
+        "Please provide input_ids or re-initialize the engine with skip_tokenizer_init=False.",
+        lambda d, body: {} if d.skip_tokenizer_init is True and body.input_ids is None
+        and body.text is not None else None),
     DeploymentRule("input_too_long", "input_ids",
         "The input ({tokens} tokens) is longer than the model's context length "
         "({context_length} tokens).", _input_too_long),

@@ -253,7 +253,7 @@ def _labels_json(labels: Mapping[str, str] | None) -> Raw | None:
 def build_engine_request(
     envelope: WorkerEnvelope,
     *,
-    input_ids: Sequence[int],
+    input_ids: Sequence[int] | None,
     role: Role | RoleName,
     deployment: Deployment,
     bootstrap: Bootstrap | None = None,
@@ -282,6 +282,9 @@ def build_engine_request(
     Raises `EnvelopeError` for the caller's mistakes: an unknown role, a
     missing or unexpected `bootstrap`, a `deployment` that is not a
     `Deployment`, `input_ids` that are not token ids.
+
+    `input_ids` None keeps the request's own prompt, its ids or its `text` (which
+    both legs of a pair carry, as SGLang's router sends it); ids given go with a text.
     """
     _check_arguments(envelope, deployment, routing)
     try:
@@ -297,7 +300,7 @@ def build_engine_request(
         _refuse_other_target(target, request.target)
     fields: dict[str, Any] = {"rid": envelope.rid}
     # The envelope's own ids were checked when it was made; others are checked here.
-    if input_ids is not request.input_ids:
+    if input_ids is not request.input_ids and input_ids is not None:
         fields["input_ids"] = _check_input_ids(input_ids)
     fields["stream"] = plan.always_streams or not request.return_flat_raw_output_top_logprobs
     if bootstrap is not None:

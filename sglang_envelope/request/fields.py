@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
-__all__ = ["RequestFields", "SamplingParams", "TokenId", "Watermark"]
+__all__ = ["TEXT_INPUT_FIELDS", "RequestFields", "SamplingParams", "TokenId", "Watermark"]
 
 TokenId = Annotated[int, msgspec.Meta(ge=0, lt=2**32)]
 
@@ -84,9 +84,14 @@ class RequestFields(msgspec.Struct, frozen=True, omit_defaults=True):
     `input_ids` is a tuple; every other list or object is the client's JSON as
     `msgspec.Raw` bytes (`msgspec.json.decode(raw)` gives the value), checked
     but never built as Python objects, so its cost stays that of its bytes.
+
+    `input_ids` is None only in a request for a target that takes text
+    (`Target(input="text")`): a token-input request always has it. `text` and
+    the media fields (`TEXT_INPUT_FIELDS`) come last; on a token-input target
+    they are never set (the decode refuses them).
     """
 
-    input_ids: tuple[TokenId, ...]
+    input_ids: tuple[TokenId, ...] | None = None
     rid: str | None = None
     session_id: str | None = None
     sampling_params: SamplingParams | UnsetType | None = UNSET
@@ -120,3 +125,23 @@ class RequestFields(msgspec.Struct, frozen=True, omit_defaults=True):
     watermark: Raw | UnsetType = UNSET
     multi_item_delimiter_indices: Raw | UnsetType = UNSET
     token_indices_to_pool: Raw | UnsetType = UNSET
+    # Text input and media (a target with input="text"): the client's JSON, nulls kept.
+    text: str | None = None
+    image_data: Raw | UnsetType = UNSET
+    video_data: Raw | UnsetType = UNSET
+    audio_data: Raw | UnsetType = UNSET
+    mm_hashes: Raw | UnsetType = UNSET
+    mm_content_hashes: Raw | UnsetType = UNSET
+    use_audio_in_video: bool | UnsetType = UNSET
+    video_config: Raw | UnsetType = UNSET
+    modalities: Raw | UnsetType = UNSET
+    max_dynamic_patch: int | UnsetType | None = UNSET
+    min_dynamic_patch: int | UnsetType | None = UNSET
+    image_max_dynamic_patch: int | UnsetType | None = UNSET
+    video_max_dynamic_patch: int | UnsetType | None = UNSET
+    images_config: Raw | UnsetType = UNSET
+    mm_processor_kwargs: Raw | UnsetType = UNSET
+
+
+#: The fields only a target with input="text" takes: `text`, then the media fields.
+TEXT_INPUT_FIELDS = RequestFields.__struct_fields__[RequestFields.__struct_fields__.index("text") :]

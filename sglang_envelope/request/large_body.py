@@ -15,7 +15,7 @@ import msgspec
 from msgspec import Raw
 
 from sglang_envelope.request.decode_errors import DECODE_ERRORS
-from sglang_envelope.request.fields import RequestFields, TokenId
+from sglang_envelope.request.fields import TEXT_INPUT_FIELDS, RequestFields, TokenId
 from sglang_envelope.request.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INPUT_IDS
 
 __all__ = ["CHUNK_BYTES", "LARGE_BODY_BYTES", "decode_large", "int_chunks"]
@@ -28,14 +28,16 @@ CHUNK_BYTES = 1 << 18
 #: and the default count of token ids (each takes two bytes or more).
 assert LARGE_BODY_BYTES <= DEFAULT_MAX_BODY_BYTES and LARGE_BODY_BYTES // 2 < DEFAULT_MAX_INPUT_IDS
 
-#: The client's fields with `input_ids` left as the client's JSON bytes.
+#: A token-input client's fields with `input_ids` left as the client's JSON bytes.
 _LeanRequest = msgspec.defstruct(
     "_LeanRequest",
     [
-        (f.name, Raw if f.name == "input_ids" else f.type)
-        if f.required
-        else (f.name, Raw if f.name == "input_ids" else f.type, f.default)
-        for f in msgspec.structs.fields(RequestFields)
+        ("input_ids", Raw),
+        *(
+            (f.name, f.type, f.default)
+            for f in msgspec.structs.fields(RequestFields)
+            if f.name != "input_ids" and f.name not in TEXT_INPUT_FIELDS
+        ),
     ],
     kw_only=True,
     forbid_unknown_fields=True,

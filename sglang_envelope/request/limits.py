@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_MAX_JSON_ITEMS",
     "REQUEST_RAW_FIELDS",
     "SAMPLING_RAW_FIELDS",
+    "TEXT_RAW_FIELDS",
     "Limits",
     "RawField",
     "check_bound",
@@ -231,6 +232,12 @@ REQUEST_RAW_FIELDS = (
     RawField("multi_item_delimiter_indices", _int_array, tuple[int, ...] | None),
     RawField("token_indices_to_pool", _int_array, tuple[int, ...] | None),
 )
+#: The media fields held as JSON bytes: checked only for a target with input="text".
+TEXT_RAW_FIELDS = tuple(
+    RawField(name, None, Any, objects_only=name.endswith(("_config", "_kwargs")))
+    for name in ("image_data", "video_data", "audio_data", "mm_hashes", "mm_content_hashes",
+                 "video_config", "modalities", "images_config", "mm_processor_kwargs")
+)  # fmt: skip
 SAMPLING_RAW_FIELDS = (
     RawField("stop", _str_or_array, str | tuple[str, ...] | None),
     RawField("stop_token_ids", _int_array, tuple[int, ...] | None),

@@ -46,6 +46,7 @@ from sglang_envelope.request.checks import (
     watermark_in_both,
     watermark_is,
 )
+from sglang_envelope.request.fields import TEXT_INPUT_FIELDS
 from sglang_envelope.request.rule_types import Holds, Rule
 
 __all__ = ["DEFAULT_TARGET", "FIELD_OWNERS", "GENERATE_REQ_INPUT_FIELDS", "NULL_AS_ABSENT", "RULES"]
@@ -56,6 +57,8 @@ __all__ += [
     "SEQUENCE_RULES",
     "SGLANG_CHECKS_LEFT",
     "TARGET_RULES",
+    "TEXT_INPUT_RULES",
+    "TEXT_OWNERS",
     "Holds",
     "Rule",
     "reject",
@@ -121,6 +124,10 @@ FIELD_OWNERS: Mapping[str, str] = {
 }
 
 
+#: The fields of `FIELD_OWNERS` a target with input="text" takes, and the rules that read
+#: `text` (only such a target has them); `input_embeds` stays refused there too.
+TEXT_OWNERS, TEXT_INPUT_RULES = frozenset(TEXT_INPUT_FIELDS), frozenset(("no_input",))
+
 #: The fields of `FIELD_OWNERS` that SGLang types as booleans: a null one is refused.
 #: Every other one defaults to None in SGLang, which reads a null as absent, and so
 #: does the library (AReaL sends ``"image_data": null`` with every request).
@@ -152,11 +159,9 @@ _WATERMARK_MESSAGES = (
     "watermark key must contain only hex digits",
     "watermark context_window must be a positive integer",
 )
-_WATERMARK_CODES = (
-    "watermark_not_object", "watermark_unknown_key", "watermark_enabled_not_bool",
-    "watermark_key_not_text", "watermark_key_length", "watermark_key_not_hex",
-    "watermark_context_window",
-)  # fmt: skip
+_WATERMARK_CODES = ("watermark_not_object", "watermark_unknown_key",
+    "watermark_enabled_not_bool", "watermark_key_not_text", "watermark_key_length",
+    "watermark_key_not_hex", "watermark_context_window")  # fmt: skip
 _RESOLVE = (
     ("watermark_key_when_disabled", "request watermark key cannot be combined with enabled=false"),
     ("watermark_sets_nothing", "request watermark must set enabled or key"),
@@ -184,10 +189,9 @@ RULES: tuple[Rule, ...] = (
          "{key} needs SGLang {first} or later; this target is {release}"),
     Rule("missing_input_ids", "input_ids",
          "input_ids is required: this endpoint takes one token-input request"),
-    Rule("batched_input", "input_ids",
-         "input_ids must be one flat list of token ids: "
-         "decode_client_request takes one prompt, not a batch: decode a batch with "
-         "decode_sequences"),
+    Rule("batched_input", "{key}",
+         "{key} must be one {one}: decode_client_request takes one prompt, not a batch: "
+         "{batch}"),
     Rule("token_id_out_of_range", "{path}", "{path} must be a token id in [0, 2^32)"),
     Rule("too_many_input_ids", "input_ids", "input_ids has {size} tokens; the limit is {limit}"),
     Rule("token_out_of_vocab", "input_ids[{index}]",
@@ -215,7 +219,10 @@ RULES: tuple[Rule, ...] = (
     Rule("too_many_sequences", "sampling_params.n",
          "the request asks for {count} sequences ({prompts} prompts x n {n}); the limit is "
          "{limit}"),
-    # SGLang's own checks, in the order normalize_batch_and_arguments() makes them.
+    # SGLang's own checks, in the order normalize_batch_and_arguments() makes them
+    # (the first only on a target with input="text": `TEXT_INPUT_RULES`).
+    Rule("no_input", "text", "Either text, input_ids or input_embeds should be provided.",
+         lambda r: {} if r.text is None and r.input_ids is None else None),
     Rule("flat_with_multi_item", "return_flat_raw_top_logprobs",
          "return_flat_raw_top_logprobs does not support multi-item scoring: "
          "delimiter-sparse top logprob rows have no contiguous position mapping.",
@@ -235,8 +242,9 @@ RULES: tuple[Rule, ...] = (
          when="return_flat_raw_top_logprobs_b64",
          holds=Holds("any_true", ("return_flat_raw_top_logprobs",
                                   "return_flat_raw_output_top_logprobs"))),
-    Rule("empty_input_ids", "input_ids", "input_ids cannot be empty.",
-         lambda r: {} if (not r.input_ids) else None, holds=Holds("nonempty", ("input_ids",))),
+    Rule("empty_input_ids", "input_ids", "input_ids cannot be empty.",  # unless text is set
+         lambda r: {} if r.input_ids == () and getattr(r, "text", None) is None else None,
+         holds=Holds("nonempty", ("input_ids",))),
     Rule("session_id_with_session_params", "session_id",
          "session_id and session_params cannot both be set.",
          lambda r: {} if (r.session_id is not None and is_given(r.session_params)) else None,

@@ -38,9 +38,17 @@ from sglang_envelope.request.contract import (
 )
 from sglang_envelope.request.decode_errors import (
     DECODE_ERRORS,
+    KNOWN_FIELDS,
+    TEXT_KNOWN_FIELDS,
     translate_validation_error,
 )
-from sglang_envelope.request.fields import RequestFields, SamplingParams, Watermark
+from sglang_envelope.request.fields import (
+    TEXT_INPUT_FIELDS,
+    RequestFields,
+    SamplingParams,
+    TokenId,
+    Watermark,
+)
 from sglang_envelope.request.large_body import LARGE_BODY_BYTES
 from sglang_envelope.request.large_body import decode_large as _decode_large
 from sglang_envelope.request.limits import (
@@ -71,8 +79,33 @@ __all__ = [
 ]
 
 
-class _Wire(RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A client body as the typed decode reads it, before any rule: never handed out."""
+#: A token-input client body as the typed decode reads it, before any rule (never handed
+#: out): `RequestFields` without `text` and the media fields, which it refuses as unknown
+#: keys (`rules.FIELD_OWNERS`), and with `input_ids` required.
+_Wire = msgspec.defstruct(
+    "_Wire",
+    [
+        ("input_ids", tuple[TokenId, ...]),
+        *(
+            (f.name, f.type, f.default)
+            for f in msgspec.structs.fields(RequestFields)
+            if f.name != "input_ids" and f.name not in TEXT_INPUT_FIELDS
+        ),
+    ],
+    kw_only=True,
+    forbid_unknown_fields=True,
+    frozen=True,
+)
+
+
+class _TextWire(RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A client body for a target with input="text", before any rule: never handed out."""
+
+
+#: What a token-input request holds in the text and media fields: their defaults.
+_NO_TEXT = tuple(f.default for f in msgspec.structs.fields(RequestFields))[
+    -len(TEXT_INPUT_FIELDS) :
+]
 
 
 class _Checked(NamedTuple):
@@ -128,13 +161,20 @@ assert ClientRequest.__struct_fields__ == (*CLIENT_FIELDS, *_NOT_JSON)
 
 _astuple = msgspec.structs.astuple
 _CHECKED = _Checked(DEFAULT_TARGET, NO_PASSED_FIELDS)
+#: What follows a token-input body's fields in the usual request: the text and media
+#: fields' defaults, the default target and the sign that the rules were applied.
+_USUAL_TAIL = (*_NO_TEXT, DEFAULT_TARGET, _CHECKED)
 
 
-def _from_checked(wire: _Wire, target: Target, passed: PassedFields) -> ClientRequest:
-    """The `ClientRequest` of a body every rule of `target` was applied to."""
-    checked = _CHECKED if passed is NO_PASSED_FIELDS and target is DEFAULT_TARGET else None
+def _from_checked(wire: Any, target: Target, passed: PassedFields) -> ClientRequest:
+    """The `ClientRequest` of a body (`_Wire` or `_TextWire`) every rule of `target` was
+    applied to."""
     # positional, as a request is made on every decode (keywords cost about 3 us more)
-    return ClientRequest(*_astuple(wire), target, checked or _Checked(target, passed))  # type: ignore[call-arg]
+    if type(wire) is _Wire:  # token input: the text and media fields at their defaults
+        if passed is NO_PASSED_FIELDS and target is DEFAULT_TARGET:
+            return ClientRequest(*_astuple(wire), *_USUAL_TAIL)
+        return ClientRequest(*_astuple(wire), *_NO_TEXT, target, _Checked(target, passed))  # type: ignore[call-arg]
+    return ClientRequest(*_astuple(wire), target, _Checked(target, passed))  # type: ignore[call-arg]
 
 
 _raw_members = msgspec.json.Decoder(dict[str, Raw])
@@ -174,6 +214,8 @@ def _check_made(request: ClientRequest) -> ClientRequest:
         plain = msgspec.to_builtins(request, enc_hook=_raw_to_value)
         for name in _NOT_JSON:
             plain.pop(name, None)
+        if request.input_ids is None and target.input == "tokens":
+            plain = {"input_ids": None, **plain}  # as a token-input body refuses a null one
         top, sampling = msgspec.to_builtins(passed, enc_hook=_raw_to_value)
     except (TypeError, ValueError, OverflowError, RecursionError, *DECODE_ERRORS) as error:
         raise reject(
@@ -189,6 +231,7 @@ def _check_made(request: ClientRequest) -> ClientRequest:
 # --- decoding -------------------------------------------------------------------
 
 _decoder = msgspec.json.Decoder(_Wire)
+_text_decoder = msgspec.json.Decoder(_TextWire)
 _DEFAULT_CONTRACT = contract_for(DEFAULT_TARGET)
 assert not _DEFAULT_CONTRACT.splits  # the default target refuses keys no table knows
 
@@ -212,12 +255,12 @@ def _check_input_ids(ids: tuple[int, ...], limits: Limits) -> None:
         raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id)
 
 
-def _typed_decode(body: bytes | Raw, contract: Contract) -> _Wire:
-    """The typed decode of a body (a large one through `large_body.decode_large`), its checks left
-    to the caller; a failure as SGLang's refusal."""
+def _typed_decode(body: bytes | Raw, contract: Contract, decoder: Any = _decoder) -> Any:
+    """The typed decode of a body (a large token-input one through `large_body.decode_large`),
+    its checks left to the caller; a failure as SGLang's refusal."""
     try:
-        if len(body) <= LARGE_BODY_BYTES:
-            request: _Wire = _decoder.decode(body)
+        if len(body) <= LARGE_BODY_BYTES or decoder is not _decoder:
+            request = decoder.decode(body)
         else:  # an envelope's request is a Raw: read as bytes
             fields = _decode_large(body if type(body) is bytes else bytes(body))
             request = _decoder.decode(body) if fields is None else _Wire(**fields)
@@ -225,8 +268,11 @@ def _typed_decode(body: bytes | Raw, contract: Contract) -> _Wire:
         without = _without_null_fields(body)
         if without is None:
             refuse = functools.partial(refuse_unknown, contract)
-            raise translate_validation_error(error, data=body, refuse_unknown=refuse) from None
-        return _typed_decode(without, contract)
+            known = KNOWN_FIELDS if decoder is _decoder else TEXT_KNOWN_FIELDS
+            raise translate_validation_error(
+                error, data=body, refuse_unknown=refuse, known=known
+            ) from None
+        return _typed_decode(without, contract, decoder)
     return request
 
 
@@ -259,9 +305,14 @@ def decode_with_limits(
         body = as_json(data, max_body_bytes)
         if contract.splits:
             body, passed = split_unknown(body, limits, contract)
-    wire = _typed_decode(body, contract)
-    if len(wire.input_ids) > max_input_ids or max_token_id is not None:
-        _check_input_ids(wire.input_ids, limits)
+    if contract.text_input:
+        wire = _typed_decode(body, contract, _text_decoder)
+        if wire.input_ids is not None:
+            _check_input_ids(wire.input_ids, limits)
+    else:
+        wire = _typed_decode(body, contract)
+        if len(wire.input_ids) > max_input_ids or max_token_id is not None:
+            _check_input_ids(wire.input_ids, limits)
     contract.check(wire, limits)  # the raw fields' bounds, then the rules
     return _from_checked(wire, contract.target, passed)
 

@@ -70,8 +70,11 @@ def _asks_prompt_logprobs(engine: EngineRequest) -> bool:
     """SGLang returns prompt logprobs for positions from ``logprob_start_len`` on.
 
     Its scheduler reads an absent or -1 start as "output logprobs only", and
-    a start at the prompt's length covers no prompt position.
+    a start at the prompt's length covers no prompt position. A text prompt's length
+    is SGLang's to know (it tokenizes it): no prompt logprobs are counted on.
     """
     body = engine.body
-    start = body.logprob_start_len
-    return bool(body.return_logprob) and type(start) is int and 0 <= start < len(body.input_ids)
+    start, ids = body.logprob_start_len, body.input_ids
+    if ids is None or not body.return_logprob:
+        return False
+    return type(start) is int and 0 <= start < len(ids)

@@ -34,6 +34,7 @@ __all__ = [
     "Span",
     "answer_object",
     "plan_answer",
+    "prompt_ids",
     "text_ids",
     "token_text",
 ]
@@ -148,11 +149,12 @@ def plan_answer(
     limit = _sampling(request, "max_new_tokens")
     if limit is UNSET:
         limit = default_max_new_tokens
-    room = max(0, context_length - len(request.input_ids))
+    given = prompt_ids(request)
+    room = max(0, context_length - len(given))
     count = room if limit is None else min(limit, room)
     # Each id is a function of the sequence before it (its sum and length), as a model's
     # next token is: a continuation (the prompt with the output so far) goes on alike.
-    total, length = sum(request.input_ids), len(request.input_ids)
+    total, length = sum(given), len(given)
     span = vocab_size - FIRST_ID
     stops = _stop_ids(request)
     ids: list[int] = []
@@ -169,6 +171,14 @@ def plan_answer(
     return AnswerPlan(request, rid, tuple(ids), finish, rows, prompt, time.monotonic())
 
 
+def prompt_ids(request: ClientRequest) -> tuple[int, ...]:
+    """The prompt's ids: `input_ids`, or a text prompt's UTF-8 bytes (the stand-in
+    engine's tokenizer: one id a byte)."""
+    if request.input_ids is not None:
+        return request.input_ids
+    return tuple((request.text or "").encode())
+
+
 def _rows(request: ClientRequest, vocab_size: int) -> _Rows:
     raw, asked = request.token_ids_logprob, None
     if raw is not UNSET:
@@ -180,7 +190,7 @@ def _rows(request: ClientRequest, vocab_size: int) -> _Rows:
 
 def _prompt_fields(request: ClientRequest, rows: _Rows) -> dict[str, Any]:
     """The prompt's logprob fields, the same in every frame: made once a request."""
-    start, prompt = request.logprob_start_len, request.input_ids
+    start, prompt = request.logprob_start_len, prompt_ids(request)
     inputs = range(0) if start is None or start < 0 else range(start, len(prompt))
     fields: dict[str, Any] = {
         "input_token_logprobs": [
@@ -234,7 +244,7 @@ def _meta_info(plan: AnswerPlan, span: Span, unary: bool) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "id": plan.rid,
         "finish_reason": span.finish,
-        "prompt_tokens": len(plan.request.input_ids),
+        "prompt_tokens": len(prompt_ids(plan.request)),
         "weight_version": "default",
         "num_retractions": 0,
     }

@@ -1,0 +1,103 @@
+"""A text prompt (`Target(input="text")`) through the library answers what SGLang answers.
+
+The default server has a tokenizer. A `text` body posted directly and the same body
+through the library (decoded for the text target, the envelope's wire form, an
+aggregated worker posting `to_json()`) get equal answers at temperature 0, compared as
+`test_answers.py` compares them. A body with neither `text` nor `input_ids` is refused by
+the library in SGLang's words, and by SGLang with them; one with both is served by both
+(SGLang serves the ids).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from live.flow import assert_same, body_of, client, direct, final_state, through_library
+from live.servers import LiveServer
+from sglang_envelope import (
+    Deployment,
+    RequestRejected,
+    Target,
+    build_engine_request,
+    decode_client_request,
+    to_worker_envelope,
+)
+
+TEXT = Target(input="text")
+GREEDY = {"temperature": 0, "max_new_tokens": 12}
+BODIES: dict[str, dict[str, Any]] = {
+    "text": {"text": "The quick brown fox", "sampling_params": GREEDY},
+    "text_logprobs": {
+        "text": "Once upon a time",
+        "sampling_params": GREEDY,
+        "return_logprob": True,
+        "top_logprobs_num": 2,
+        "logprob_start_len": 0,
+    },
+    "text_null_media": {"text": "Hello", "image_data": None, "sampling_params": GREEDY},
+    "text_and_ids": {"text": "Hello", "input_ids": [5, 6, 7], "sampling_params": GREEDY},
+}
+
+
+async def _both(server: LiveServer, body: bytes) -> tuple[Any, Any]:
+    async with client() as http:
+        want = await direct(http, server.url, body)
+        got = await through_library(http, server.url, body, target=TEXT)
+    return got, want
+
+
+@pytest.mark.parametrize("name", list(BODIES))
+def test_a_text_request_answers_as_sglang_does(server: LiveServer, name: str) -> None:
+    got, want = asyncio.run(_both(server, body_of({**BODIES[name], "stream": False})))
+    assert (want.status, got.status) == (200, 200)
+    assert want.json()["meta_info"]["finish_reason"] == {"type": "length", "length": 12}
+    assert_same(got.json(), want.json())
+
+
+def test_a_streamed_text_request_answers_as_sglang_does(server: LiveServer) -> None:
+    got, want = asyncio.run(_both(server, body_of({**BODIES["text"], "stream": True})))
+    assert (want.status, got.status) == (200, 200)
+    assert_same(
+        final_state(got.frames(), incremental=False), final_state(want.frames(), incremental=False)
+    )
+
+
+def test_a_body_without_a_prompt_is_refused_in_sglangs_words(server: LiveServer) -> None:
+    body = body_of({"sampling_params": GREEDY})
+    with pytest.raises(RequestRejected) as caught:
+        decode_client_request(body, target=TEXT)
+    assert caught.value.code == "no_input"
+
+    async def post() -> Any:
+        async with client() as http:
+            return await direct(http, server.url, body)
+
+    want = asyncio.run(post())
+    assert want.status == 400
+    answer = json.loads(want.body)
+    assert caught.value.message in json.dumps(answer)
+    assert caught.value.message == "Either text, input_ids or input_embeds should be provided."
+
+
+def test_a_server_without_a_tokenizer_refuses_text_as_the_library_does(
+    skip_tokenizer_server: LiveServer,
+) -> None:
+    server = skip_tokenizer_server
+    body = body_of({"text": "Hello", "sampling_params": GREEDY, "stream": False})
+    deployment = Deployment.from_server_info(server.server_info, model_config=server.model_config)
+    envelope = to_worker_envelope(decode_client_request(body, target=TEXT), rid="r1")
+    with pytest.raises(RequestRejected) as caught:
+        build_engine_request(envelope, input_ids=None, role="aggregated", deployment=deployment)
+    assert caught.value.code == "text_needs_tokenizer"
+
+    async def post() -> Any:
+        async with client() as http:
+            return await direct(http, server.url, body)
+
+    want = asyncio.run(post())
+    assert want.status == 400
+    assert caught.value.message in want.body.decode()
