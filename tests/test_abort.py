@@ -352,3 +352,23 @@ def test_a_deeply_nested_plan_field_is_refused_by_name(name: str) -> None:
     with pytest.raises(EnvelopeError, match=name) as raised:
         AbortPlan(**{**_SOUND_PLAN, name: _DEEP})
     assert type(raised.value) is EnvelopeError
+
+
+def test_an_n_sample_request_is_aborted_one_sample_rid_at_a_time() -> None:
+    client = decode_client_request(b'{"input_ids": [1], "sampling_params": {"n": 2}}')
+    engine = build_engine_request(
+        to_worker_envelope(client, rid="r"), input_ids=(1,), role=Role.AGGREGATED,
+        deployment=DEPLOYMENT,
+    )  # fmt: skip
+    with pytest.raises(EnvelopeError, match=r"^rid: an n > 1 request's samples run under fresh"):
+        plan_abort(engine, first_token_seen=True)
+    plan = plan_abort(engine, first_token_seen=True, rid="0f3a")
+    assert plan.body == b'{"rid":"0f3a"}'
+    for bad in ("", 7):
+        with pytest.raises(EnvelopeError, match=r"^rid must be a non-empty UTF-8 string"):
+            plan_abort(engine, first_token_seen=True, rid=bad)  # type: ignore[arg-type]
+    one = build_engine_request(
+        to_worker_envelope(decode_client_request(b'{"input_ids": [1]}'), rid="own"),
+        input_ids=(1,), role=Role.AGGREGATED, deployment=DEPLOYMENT,
+    )  # fmt: skip
+    assert plan_abort(one, first_token_seen=False, rid="other").body == b'{"rid":"other"}'

@@ -163,3 +163,15 @@ def test_arguments_of_the_wrong_type_are_refused() -> None:
         continuation_request(answer([1]), {"input_ids": [1]})  # type: ignore[arg-type]
     with pytest.raises(EnvelopeError, match=r"^default_max_new_tokens must be an int >= 0"):
         continuation_request(answer([1]), request({}), default_max_new_tokens=-1)
+
+
+def test_one_sample_of_n_continues_alone_under_its_own_rid() -> None:
+    many = request({"input_ids": [1], "rid": "job", "sampling_params": {"n": 4, "temperature": 1}})
+    part = answer([7, 8], id="job_2")
+    rest = continuation_request(part, many)
+    assert rest.rid == "job_2" and rest.input_ids == (1, 7, 8)
+    assert rest.sampling_params is not UNSET and rest.sampling_params is not None
+    assert (rest.sampling_params.n, rest.sampling_params.temperature) == (UNSET, 1)
+    assert continuation_request(answer([7]), many).rid is None  # no id: one is assigned
+    one = request({"input_ids": [1], "rid": "solo"})
+    assert continuation_request(answer([7], id="other"), one).rid == "solo"

@@ -17,6 +17,7 @@ from msgspec import UNSET
 
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.request.fields import SamplingParams
+from sglang_envelope.request.sequences import samples_per_prompt
 from sglang_envelope.request.types import ClientRequest
 
 __all__ = ["CONTINUABLE", "DEFAULT_MAX_NEW_TOKENS", "continuation_request"]
@@ -131,6 +132,10 @@ def continuation_request(
     (``json_schema``, ``regex``, ``ebnf``, ``structural_tag``, ``choice``), a
     prompt given as ``text`` (a target with input="text"): its continuation needs the
     prompt's token ids, which only SGLang's tokenizer knows.
+
+    `response` is one sequence: for a request with n > 1, pass one sample's
+    answer; its continuation is that sample's alone (no ``n``), under the rid
+    the sample was answered under (``meta_info.id``).
     """
     if not isinstance(response, Mapping):
         raise EnvelopeError(
@@ -156,8 +161,19 @@ def continuation_request(
     least = params.min_new_tokens
     if type(least) is int and least > 0:
         changes["min_new_tokens"] = max(0, least - len(ids))
+    one_sample: dict[str, Any] = {}
+    if samples_per_prompt(request) > 1:  # `response` is one sample: so is its continuation
+        changes["n"] = UNSET
+        one_sample["rid"] = _sample_rid(meta)
     return msgspec.structs.replace(
         request,
         input_ids=(*prompt, *ids),
         sampling_params=msgspec.structs.replace(params, **changes),
+        **one_sample,
     )
+
+
+def _sample_rid(meta: Mapping[str, Any]) -> str | None:
+    """The rid of the sample `meta` answers (its ``id``), or None to be assigned."""
+    rid = meta.get("id")
+    return rid if type(rid) is str and rid else None

@@ -26,6 +26,7 @@ import msgspec
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.request.engine import EngineRequest, Role
 from sglang_envelope.request.envelope import check_rid
+from sglang_envelope.request.sequences import samples_per_prompt
 
 __all__ = [
     "ABORT_RULES",
@@ -231,13 +232,18 @@ def plan_abort(
     *,
     first_token_seen: bool,
     policy: AbortPolicy = AbortPolicy(),  # noqa: B008 -- frozen, so sharing is safe
+    rid: str | None = None,
 ) -> AbortPlan:
     """The plan for cancelling `engine_request` now.
 
     `first_token_seen` says whether its stream has already yielded a token.
-    Raises `EnvelopeError` when the request's rid is missing or empty (SGLang
-    matches abort rids by prefix, so an empty rid would name every request), and
-    for arguments of the wrong type, naming the argument.
+    `rid` is the id to abort when not the request's own: SGLang runs each
+    sample of an n > 1 request under a fresh random rid (the ids of its answer's
+    frames, `ChoicesAggregator.rids`), which the request's rid does not reach, so
+    such a request needs `rid` (one plan a sample). Raises `EnvelopeError` when
+    the rid is missing or empty (SGLang matches abort rids by prefix, so an empty
+    rid would name every request), for n > 1 without `rid`, and for arguments of
+    the wrong type, naming the argument.
     """
     if not isinstance(engine_request, EngineRequest):
         raise EnvelopeError(
@@ -250,7 +256,15 @@ def plan_abort(
     if not isinstance(policy, AbortPolicy):
         raise EnvelopeError(f"policy must be an AbortPolicy, got {type(policy).__name__}")
     # Only build_engine_request makes an EngineRequest, so its role and body are sound.
-    rid = engine_request.body.rid
+    if rid is not None:
+        check_rid(rid)
+    elif samples_per_prompt(engine_request.body) > 1:
+        raise EnvelopeError(
+            "rid: an n > 1 request's samples run under fresh rids its own does not reach: "
+            "pass each sample's rid (its frames' meta_info.id) as rid="
+        )
+    else:
+        rid = engine_request.body.rid
     if not isinstance(rid, str) or not rid:
         raise EnvelopeError(
             f"rid: expected a non-empty request id to abort, got {rid!r} "

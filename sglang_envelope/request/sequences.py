@@ -23,7 +23,7 @@ from sglang_envelope.errors.exceptions import EnvelopeError, RequestRejected
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.body import as_json
 from sglang_envelope.request.decode_errors import DECODE_ERRORS, translate_validation_error
-from sglang_envelope.request.fields import SamplingParams
+from sglang_envelope.request.fields import RequestFields, SamplingParams
 from sglang_envelope.request.limits import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_INPUT_IDS,
@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_MAX_SEQUENCES",
     "Sequences",
     "decode_sequences",
+    "one_prompt",
     "samples_per_prompt",
 ]
 
@@ -65,8 +66,9 @@ PER_ITEM_FIELDS = frozenset(
 PER_ITEM_ID_LISTS = frozenset({"token_ids_logprob"})
 
 
-def samples_per_prompt(request: ClientRequest) -> int:
-    """How many sequences SGLang makes of one prompt: `sampling_params.n` when above 1,
+def samples_per_prompt(request: RequestFields) -> int:
+    """How many sequences SGLang makes of one prompt (a `ClientRequest` or an engine
+    request's body): `sampling_params.n` when above 1,
     else 1 (SGLang reads an n below 1 as one sequence of a single prompt). A beam
     request (`beam_width` > 1) is one sequence: its n is the number of beams it returns."""
     params = request.sampling_params
@@ -190,12 +192,20 @@ def decode_sequences(
     data = as_json(body, limits.max_body_bytes)
     members, prompts = _batch_of(data)
     if prompts is None:
-        request = decode_with_limits(data, limits, contract)
-        n = samples_per_prompt(request)
-        _check_count(1, n, bounds.sequences)
-        return Sequences((request,), n, False)
+        return one_prompt(decode_with_limits(data, limits, contract), max_sequences)
     assert members is not None
     return _decode_batch(members, prompts, limits, contract, bounds)
+
+
+def one_prompt(request: ClientRequest, max_sequences: int = DEFAULT_MAX_SEQUENCES) -> Sequences:
+    """The sequences of one prompt's `request`: its n samples, at most `max_sequences`
+    (`too_many_sequences`, before any is made)."""
+    check_bound("max_sequences", max_sequences)
+    if type(request) is not ClientRequest:
+        raise EnvelopeError(f"request must be a ClientRequest, got {type(request).__name__}")
+    n = samples_per_prompt(request)
+    _check_count(1, n, max_sequences)
+    return Sequences((request,), n, False)
 
 
 def _batch_of(data: bytes | Raw) -> tuple[dict[str, Raw] | None, list[Raw] | None]:
