@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncGenerator, Mapping
 from typing import NamedTuple
 
 import msgspec
 
 from sglang_envelope.errors.answers import error_response, stream_requested
-from sglang_envelope.errors.exceptions import EnvelopeError
+from sglang_envelope.errors.exceptions import EnvelopeError, RequestRejected
+from sglang_envelope.releases.target import Target
 from sglang_envelope.request.engine import EngineRequest
+from sglang_envelope.request.sequences import decode_sequences
+from sglang_envelope.request.types import ClientRequest, decode_client_request
 
 __all__ = [
     "Answer",
+    "check_target",
+    "client_request",
     "envelope_stream_requested",
     "id_bytes",
+    "new_rid",
     "refused",
     "request_bytes",
+    "stream_of",
     "whole_answer",
 ]
 
@@ -45,6 +53,41 @@ def whole_answer(status: int, media_type: str, body: bytes) -> Answer:
 
 def refused(exc: EnvelopeError, stream: bool) -> Answer:
     return whole_answer(*error_response(exc, stream=stream))
+
+
+def new_rid() -> str:
+    """A request id for the engine: 32 lowercase hex digits, unique."""
+    return uuid.uuid4().hex
+
+
+def client_request(body: object, target: Target) -> ClientRequest | tuple[ClientRequest, ...]:
+    """The client's request: `body` decoded for `target` (a batch: its one-sample
+    requests, `Sequences.samples()`), or a `ClientRequest` (`check_target`)."""
+    if type(body) is ClientRequest:
+        return body
+    try:
+        return decode_client_request(body, target=target)  # type: ignore[arg-type]
+    except RequestRejected as exc:
+        if exc.code != "batched_input":
+            raise
+    return decode_sequences(body, target=target).samples()  # type: ignore[arg-type]
+
+
+def check_target(body: object, target: Target) -> None:
+    """Raise `EnvelopeError` for a `ClientRequest` made for another target than `target`:
+    the caller's mistake, not the client's."""
+    if type(body) is ClientRequest and body.target != target:
+        raise EnvelopeError(
+            f"request.target: the request was made for {body.target!r}, "
+            f"the service serves {target!r}"
+        )
+
+
+def stream_of(body: object) -> bool:
+    """The client's mode, read from a body that may not decode (never raises)."""
+    if type(body) is ClientRequest:
+        return body.stream is True
+    return stream_requested(body)  # type: ignore[arg-type]
 
 
 def id_bytes(engine: EngineRequest, client_rid: str) -> tuple[bytes, bytes]:

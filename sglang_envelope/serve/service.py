@@ -2,22 +2,19 @@
 
 `Service` is made once, at a server's start, with the caller's `Transport` to
 SGLang and the SGLang server's `Deployment`. `Service.generate` takes a
-client's ``POST /generate`` body (a frontend and worker in one process: the
-rules are checked once); `Service.generate_envelope` takes a worker envelope
-off the wire (checked again: never trust the wire). Each returns an `Answer`:
-a status, headers and an async body, the bytes SGLang itself would have sent
-this client.
+client's ``POST /generate`` body (checked once); `Service.generate_envelope` a
+worker envelope off the wire (checked again). Each returns an `Answer`: a
+status, headers and an async body, the bytes SGLang would have sent this client.
 
-- It sends SGLang the engine request for the deployment's role, and chooses
-  the relay (a streaming client), the aggregation of an internal stream (a
-  unary client) or the unary answer (output-flat, which SGLang builds only on
-  a unary answer).
+- It sends the engine request for the deployment's role, and relays (a
+  streaming client), aggregates an internal stream (a unary client) or reads the
+  unary answer (output-flat, which SGLang builds only on a unary answer).
 - SGLang's status and error bodies are carried through (`error_response`); a
-  transport that fails is answered 502 or 504 (`UpstreamError`), and mid-stream
+  failed transport is answered 502 or 504 (`UpstreamError`), and mid-stream
   with SGLang's error frame and ``data: [DONE]``.
+- Many sequences (a batch, or n > 1) are one request a sequence (`serve.many`).
 - The engine runs under a request id of the service's own (32 hex digits,
-  fixed width: SGLang matches aborts by prefix), and the client gets its own
-  rid back, in every frame and in the unary answer.
+  fixed width: SGLang matches aborts by prefix); the client gets its own rid back.
 - A client that goes away is aborted at once, in a task of its own
   (`Aborts`): a streaming body closed or cancelled, or `disconnected()`
   turning true while a unary answer is awaited. The answer is read to its end
@@ -26,8 +23,7 @@ this client.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -37,7 +33,6 @@ from sglang_envelope.errors.answers import (
     EVENT_STREAM,
     JSON,
     error_event,
-    stream_requested,
 )
 from sglang_envelope.errors.exceptions import (
     EnvelopeError,
@@ -50,7 +45,7 @@ from sglang_envelope.request.engine import EngineRequest, Role, build_engine_req
 from sglang_envelope.request.envelope import WorkerEnvelope, decode_envelope, to_worker_envelope
 from sglang_envelope.request.overrides import header_overrides
 from sglang_envelope.request.routing import Bootstrap, Routing
-from sglang_envelope.request.types import ClientRequest, decode_client_request
+from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.aggregate import DEFAULT_MAX_BYTES
 from sglang_envelope.response.finalize import finalize_response
 from sglang_envelope.response.merge import merge_prefill_logprobs
@@ -59,14 +54,19 @@ from sglang_envelope.response.sse import SSE_DONE
 from sglang_envelope.serve.aborts import AbortReport, Aborts
 from sglang_envelope.serve.answer import (
     Answer,
+    check_target,
+    client_request,
     envelope_stream_requested,
     id_bytes,
+    new_rid,
     refused,
     request_bytes,
+    stream_of,
     whole_answer,
 )
 from sglang_envelope.serve.checks import check_service_arguments
 from sglang_envelope.serve.legs import Leg
+from sglang_envelope.serve.many import fan_out, samples_of
 from sglang_envelope.serve.pair import PrefillLeg, PrefillServer, with_prompt_logprobs
 from sglang_envelope.serve.transport import (
     TRANSPORT_FAILURES,
@@ -85,18 +85,12 @@ CLIENT_GONE: Final = 499
 _encode = msgspec.json.encode
 
 
-def new_rid() -> str:
-    """A request id for the engine: 32 lowercase hex digits, unique."""
-    return uuid.uuid4().hex
-
-
 class Service:
     """One SGLang server (or prefill/decode pair), served to clients."""
 
     __slots__ = (
         "_aborts", "_client_incremental", "_deployment", "_new_rid", "_overrides", "_poll_s",
-        "_prefill",
-        "_routing", "_target", "_transport", "max_bytes",
+        "_prefill", "_routing", "_target", "_transport", "max_bytes",
     )  # fmt: skip
 
     def __init__(
@@ -145,7 +139,7 @@ class Service:
 
     async def generate(
         self,
-        body: bytes | str | Mapping[str, Any],
+        body: bytes | str | Mapping[str, Any] | ClientRequest,
         *,
         disconnected: Disconnected | None = None,
         routing: Routing | None = None,
@@ -158,12 +152,21 @@ class Service:
         `routing` is what the router decided for this request (the service's
         own when None); `prefill_dp_rank`, for a pair, the prefill server's
         data-parallel rank (`Bootstrap.prefill_dp_rank`).
+
+        `body` may be a `ClientRequest` already made (for the service's target),
+        such as a `continuation_request`. A batch of prompts, or n > 1 samples,
+        is fanned out one request a sequence (`serve.many`): the client gets the
+        one answer SGLang gives, an array or frames with ``"index"``.
         """
+        check_target(body, self._target)
         try:
-            request = decode_client_request(body, target=self._target)
-            envelope = to_worker_envelope(request, rid=self._new_rid())
+            request = client_request(body, self._target)
+            if not isinstance(request, tuple):
+                envelope = to_worker_envelope(request, rid=self._new_rid())
         except EnvelopeError as exc:
-            return refused(exc, stream_requested(body))
+            return refused(exc, stream_of(body))
+        if isinstance(request, tuple):  # a batch: one request a sequence
+            return await self._many(request, disconnected, routing, prefill_dp_rank)
         return await self.answer(
             envelope, client_rid=request.rid or envelope.rid,
             body=body if type(body) is bytes else None,
@@ -213,9 +216,13 @@ class Service:
         import asyncio
 
         try:
-            engines = self._engine_requests(envelope, routing or self._routing, prefill_dp_rank)
+            samples = samples_of(envelope.request, client_rid)  # n > 1: one request a sample
+            if samples is None:
+                engines = self._engine_requests(envelope, routing or self._routing, prefill_dp_rank)
         except EnvelopeError as exc:
             return refused(exc, envelope.stream)
+        if samples is not None:
+            return await self._many(samples, disconnected, routing, prefill_dp_rank)
         request = envelope.request
         legs = [Leg(e, to, self._wire(e, request, body)) for e, to in engines]
         sending = asyncio.gather(*(leg.sending for leg in legs), return_exceptions=True)
@@ -241,6 +248,18 @@ class Service:
             relayed = self._relayed(main, client_rid, prefill)
             return Answer(200, {"content-type": EVENT_STREAM}, relayed)
         return await self._unary(main, client_rid, disconnected, prefill)
+
+    async def _many(
+        self, samples: tuple[ClientRequest, ...], disconnected: Disconnected | None,
+        routing: Routing | None, prefill_dp_rank: int | None,
+    ) -> Answer:  # fmt: skip
+        def one(envelope: WorkerEnvelope, client_rid: str) -> Awaitable[Answer]:
+            return self.answer(
+                envelope, client_rid=client_rid, disconnected=disconnected, routing=routing,
+                prefill_dp_rank=prefill_dp_rank,
+            )  # fmt: skip
+
+        return await fan_out(one, samples, self._new_rid)
 
     def _wire(
         self, engine: EngineRequest, request: ClientRequest, body: bytes | None

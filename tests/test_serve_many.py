@@ -1,0 +1,202 @@
+"""Many sequences served as one answer: n > 1 samples and batches, one request a sequence."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sglang_envelope import (
+    EnvelopeError,
+    PrefillServer,
+    SseDecoder,
+    Target,
+    aggregate_sse,
+    decode_client_request,
+    encode_sse,
+)
+from sglang_envelope.serve.many import indexed_events
+from tests.serve_fakes import DONE, LENGTH, FakeTransport, Script, events, frame
+from tests.test_serve import DEPLOYMENT, POLICY, read, run
+
+
+def counted() -> Any:
+    """Engine rids 0, 1, 2, ... as 32 hex digits, so a test knows which sample is which."""
+    count = itertools.count()
+    return lambda: f"{next(count):032x}"
+
+
+def by_rid(request: dict[str, Any]) -> Script:
+    """Each engine request makes ids of its own: 100 + its engine rid's number, then 1, 2."""
+    k = 100 + int(request["rid"], 16)
+    ids = [(k,), (k, 1), (k, 1, 2)]
+    chunks = [
+        frame("RID", i, LENGTH if len(i) == 3 else None, completion_tokens=len(i)) for i in ids
+    ]
+    chunks.append(DONE)
+    return Script(chunks=chunks, delay_s=0.002 * (k % 3))
+
+
+def serve(body: bytes | Any, script: Any = by_rid, **options: Any) -> tuple[Any, bytes, Any]:
+    transport = FakeTransport(script)
+    options.setdefault("abort_policy", POLICY)
+
+    async def main() -> tuple[Any, bytes]:
+        from sglang_envelope import Service
+
+        async with Service(transport, deployment=DEPLOYMENT, rid=counted(), **options) as svc:
+            answer = await svc.generate(body)
+            return answer, await read(answer)
+
+    answer, data = run(main())
+    return answer, data, transport
+
+
+def test_n_samples_unary_are_one_array_each_sample_its_own_request_and_rid() -> None:
+    answer, data, transport = serve(
+        b'{"rid": "job", "input_ids": [5], "sampling_params": {"n": 3}}'
+    )
+    assert (answer.status, answer.media_type) == (200, "application/json")
+    array = json.loads(data)
+    rids = [request["rid"] for request in transport.requests]
+    assert len(set(rids)) == 3
+    made = [[100 + int(rid, 16), 1, 2] for rid in sorted(rids)]
+    assert [item["output_ids"] for item in array] == made
+    assert [item["meta_info"]["id"] for item in array] == ["job_0", "job_1", "job_2"]
+    assert all("n" not in request.get("sampling_params", {}) for request in transport.requests)
+    assert transport.aborts == []
+
+
+def test_n_samples_streamed_carry_their_index_last_and_one_done() -> None:
+    body = b'{"rid": "job", "input_ids": [5], "stream": true, "sampling_params": {"n": 2}}'
+    answer, data, _ = serve(body)
+    assert answer.media_type.startswith("text/event-stream")
+    sent = events(data.decode())
+    assert sent[-1] == DONE and sent.count(DONE) == 1
+    frames = [json.loads(event[6:]) for event in sent[:-1]]
+    assert all(list(f)[-1] == "index" for f in frames)
+    assert sorted({f["index"] for f in frames}) == [0, 1]
+    assert [f["meta_info"]["id"] for f in frames if f["index"] == 1] == ["job_1"] * 3
+    merged = aggregate_sse([data], choices=2)
+    unary = json.loads(serve(body.replace(b'"stream": true, ', b""))[1])
+    assert merged == unary
+
+
+def test_a_batch_answers_in_order_under_sglangs_rids() -> None:
+    body = b'{"rid": "b", "input_ids": [[5], [6, 7], [8]]}'
+    _, data, transport = serve(body)
+    assert [item["meta_info"]["id"] for item in json.loads(data)] == ["b_0", "b_1", "b_2"]
+    assert [request["input_ids"] for request in transport.requests] == [[5], [6, 7], [8]]
+
+
+def test_a_batch_without_rids_gets_the_engines_and_n_per_prompt() -> None:
+    body = b'{"input_ids": [[5], [6]], "sampling_params": {"n": 2}}'
+    _, data, transport = serve(body)
+    ids = [item["meta_info"]["id"] for item in json.loads(data)]
+    assert ids == [request["rid"] for request in transport.requests] and len(set(ids)) == 4
+    assert [r["input_ids"] for r in transport.requests] == [[5], [5], [6], [6]]
+
+
+def test_a_client_request_is_served_and_one_for_another_target_refused() -> None:
+    request = decode_client_request(b'{"input_ids": [5], "sampling_params": {"n": 2}}')
+    assert len(json.loads(serve(request)[1])) == 2
+    other = decode_client_request(b'{"input_ids": [5]}', target=Target(sglang="0.5.21"))
+    with pytest.raises(EnvelopeError, match=r"^request\.target: the request was made for"):
+        serve(other)
+
+
+def test_too_many_sequences_are_refused_before_any_is_sent() -> None:
+    answer, data, transport = serve(b'{"input_ids": [5], "sampling_params": {"n": 5000}}')
+    assert answer.status == 400 and transport.requests == []
+    assert b"5000" in data
+
+
+def test_one_sequence_refused_by_sglang_is_the_answer_and_the_others_are_aborted() -> None:
+    def second_fails(request: dict[str, Any]) -> Script:
+        if int(request["rid"], 16) == 2:  # rid 0 is the request's own, the samples 1, 2, 3
+            return Script(400, [b'{"error":{"message":"nope"}}'])
+        return Script(until_abort=True)
+
+    body = b'{"input_ids": [5], "sampling_params": {"n": 3}}'
+    answer, data, transport = serve(body, second_fails)
+    assert answer.status == 400 and json.loads(data)["error"]["message"] == "nope"
+    aborted = {abort["rid"] for abort in transport.aborts}
+    assert aborted == {f"{k:032x}" for k in (1, 3)}
+    # A streaming client gets SGLang's error frame (status 200), which ends the whole stream.
+    answer, data, transport = serve(body.replace(b"{", b'{"stream": true, ', 1), second_fails)
+    assert answer.status == 200 and data.endswith(b"\n\n" + DONE) and data.count(b"data:") == 2
+    assert json.loads(events(data.decode())[0][6:])["error"]["message"] == "nope"
+    assert {abort["rid"] for abort in transport.aborts} == {f"{k:032x}" for k in (1, 3)}
+
+
+def test_a_streaming_client_gone_aborts_every_sample() -> None:
+    transport = FakeTransport(lambda request: Script(chunks=[frame()], until_abort=True))
+
+    async def main() -> None:
+        from sglang_envelope import Service
+
+        async with Service(transport, deployment=DEPLOYMENT, abort_policy=POLICY) as svc:
+            body = b'{"input_ids": [5], "stream": true, "sampling_params": {"n": 3}}'
+            answer = await svc.generate(body)
+            first = await anext(answer.body)
+            assert b'"index":' in first
+            await answer.body.aclose()
+
+    run(main())
+    assert {a["rid"] for a in transport.aborts} == {r["rid"] for r in transport.requests}
+    assert len(transport.requests) == 3
+
+
+def test_a_pair_gives_each_sample_its_own_room_on_both_legs() -> None:
+    prefill, decode = FakeTransport(by_rid), FakeTransport(by_rid)
+
+    async def main() -> bytes:
+        from sglang_envelope import Service
+
+        server = PrefillServer(prefill, "10.0.0.1", 8998)
+        async with Service(
+            decode, deployment=DEPLOYMENT, prefill=server, abort_policy=POLICY, rid=counted()
+        ) as svc:
+            body = b'{"rid": "p", "input_ids": [5], "sampling_params": {"n": 2}}'
+            return await read(await svc.generate(body))
+
+    array = json.loads(run(main()))
+    assert [item["meta_info"]["id"] for item in array] == ["p_0", "p_1"]
+    rooms = [request["bootstrap_room"] for request in decode.requests]
+    assert sorted(rooms) == sorted(r["bootstrap_room"] for r in prefill.requests)
+    assert len(set(rooms)) == 2
+
+
+def _frames(k: int) -> list[dict[str, Any]]:
+    return [
+        {"text": "", "output_ids": [k, i], "meta_info": {"id": f"s{k}", "n": i}} for i in range(3)
+    ]
+
+
+@given(st.lists(st.integers(1, 40), max_size=8), st.integers(0, 9))
+def test_indexed_events_reads_any_chunking_of_one_sequence(cuts: list[int], k: int) -> None:
+    stream = b"".join(encode_sse(f) for f in _frames(k)) + DONE
+    decoder, out, at = SseDecoder(), [], 0
+    for size in [*cuts, len(stream)]:
+        chunk, at = stream[at : at + size], at + size
+        out.append(indexed_events(decoder, chunk, k)[0])
+    frames = [msgspec.json.decode(e[6:]) for e in events(b"".join(out).decode())]
+    assert frames == [{**f, "index": k} for f in _frames(k)]
+
+
+def test_an_error_frame_ends_the_merged_stream_as_it_came() -> None:
+    error = b'data: {"error":{"message":"boom"}}\n\n'
+    events_out, ended = indexed_events(SseDecoder(), frame() + error + DONE, 4)
+    assert ended and events_out.endswith(error) and b'"index":4}' in events_out
+
+
+def test_a_streamed_batch_of_n_samples_reads_back_in_index_order() -> None:
+    body = b'{"input_ids": [[5], [6]], "stream": true, "sampling_params": {"n": 2}}'
+    data = serve(body)[1]
+    answers = aggregate_sse([data], choices=4)
+    assert [a["output_ids"][0] for a in answers] == [100, 101, 102, 103]
