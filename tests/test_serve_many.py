@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglang_envelope import (
@@ -200,3 +200,35 @@ def test_a_streamed_batch_of_n_samples_reads_back_in_index_order() -> None:
     data = serve(body)[1]
     answers = aggregate_sse([data], choices=4)
     assert [a["output_ids"][0] for a in answers] == [100, 101, 102, 103]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(1, 3),
+    st.integers(1, 4),
+    st.one_of(st.none(), st.sampled_from(["g", "a_1"])),
+    st.booleans(),
+)
+def test_a_fan_out_has_unique_rids_and_rooms_and_streams_what_it_answers(
+    prompts: int, n: int, rid: str | None, pair: bool
+) -> None:
+    ids = [[5 + i] for i in range(prompts)] if prompts > 1 else [5]
+    body: dict[str, Any] = {"input_ids": ids, "sampling_params": {"n": n}}
+    if rid is not None:
+        body["rid"] = rid
+    prefill = FakeTransport(by_rid)
+    options = {"prefill": PrefillServer(prefill, "10.0.0.1", 8998)} if pair else {}
+    wire = json.dumps(body).encode()
+    _, unary, transport = serve(wire, **options)
+    _, streamed, _ = serve(json.dumps({**body, "stream": True}).encode(), **options)
+    count = prompts * n
+    engine_rids = [request["rid"] for request in transport.requests]
+    assert len(set(engine_rids)) == len(engine_rids) == count
+    if pair:
+        assert len({request["bootstrap_room"] for request in transport.requests}) == count
+    answer = json.loads(unary)
+    if count == 1:  # one sequence: SGLang's one object, not an array
+        assert aggregate_sse([streamed]) == answer
+        return
+    assert len({item["meta_info"]["id"] for item in answer}) == count
+    assert aggregate_sse([streamed], choices=count) == answer
