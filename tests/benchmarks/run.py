@@ -60,6 +60,7 @@ from sglang_envelope import (
     relay_sse,
     to_worker_envelope,
 )
+from sglang_envelope.serve.many import indexed_events
 
 CHUNK = 64 * 1024
 
@@ -530,6 +531,50 @@ def relay_rows(quick: bool, rounds: int, row: Callable[..., None]) -> None:
     row(f"  4x frames ({4 * frames}) vs {frames}", big_s, small_s, "<= 4.4x", scale <= 4.4, scale)
 
 
+def many_rows(quick: bool, rounds: int, row: Callable[..., None]) -> None:
+    """Many sequences: SGLang's interleaved stream of 8, read with ``choices=``, against the
+    8 streams read one by one; and the service's merge (`indexed_events`) of 8 streams, an
+    event a chunk as the relay yields them, against splitting the same events."""
+    count, per = 8, 100 if quick else 250
+    streams = [incremental_transcript(per, seed=10 + k)[1] for k in range(count)]
+    alone = [b"".join(b"data: " + p + b"\n\n" for p in frames) + SSE_DONE for frames in streams]
+    interleaved = b"".join(
+        b"data: " + streams[k][i][:-1] + b',"index":%d}\n\n' % k
+        for i in range(per)
+        for k in range(count)
+    )
+    interleaved += SSE_DONE
+    work, floor = alternate(
+        lambda: aggregate_sse(chunks(interleaved), choices=count),
+        lambda: [aggregate_sse(chunks(one)) for one in alone],
+        rounds,
+    )
+    name = f"many sequences: {count} x {per} frames interleaved, choices={count}"
+    row(name, work, floor, "(reference)", True)
+    events = [[b"data: " + p + b"\n\n" for p in frames] for frames in streams]
+
+    def merge() -> None:
+        for k, one in enumerate(events):
+            decoder = SseDecoder()
+            for event in one:
+                indexed_events(decoder, event, k)
+
+    def split() -> None:
+        for one in events:
+            decoder = SseDecoder()
+            for event in one:
+                decoder.feed_payloads(event)
+
+    work, floor = alternate(merge, split, rounds)
+    row(
+        "  the service's merge of the 8 streams (index added)",
+        work,
+        floor,
+        "<= 1.5x",
+        work / floor <= 1.5,
+    )
+
+
 def flat_fields(positions: int, k: int) -> dict[str, Any]:
     rng = random.Random(3)
     nested = [
@@ -680,6 +725,7 @@ def main() -> None:
     row(f"cumulative SSE, {cum_frames} frames", work, floor, goal, speedup >= 3)
 
     relay_rows(args.quick, rounds, row)
+    many_rows(args.quick, rounds, row)
 
     fields = flat_fields(32_768, 20)
     val, idx = (
