@@ -24,7 +24,8 @@ from sglang_envelope import (
     to_worker_envelope,
 )
 from sglang_envelope.request.fields import TEXT_INPUT_FIELDS
-from sglang_envelope.request.rules import FIELD_OWNERS, GENERATE_REQ_INPUT_FIELDS
+from sglang_envelope.request.owners import FIELD_OWNERS
+from sglang_envelope.request.rules import GENERATE_REQ_INPUT_FIELDS
 from tests.strategies import (
     DEPLOYMENT,
     ORCHESTRATOR_VALUES,

@@ -36,7 +36,7 @@ from sglang_envelope import (
     to_worker_envelope,
 )
 from sglang_envelope.cli.main import main
-from sglang_envelope.request.rules import NULL_AS_ABSENT, OWNED_BOOLEANS
+from sglang_envelope.request.owners import NULL_AS_ABSENT, OWNED_BOOLEANS
 from tests.strategies import DEPLOYMENT, hand_built_fields, hostile_python_values
 
 FIXTURE = Path(__file__).parent / "fixtures" / "request_conformance.jsonl"

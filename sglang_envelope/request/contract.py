@@ -33,8 +33,8 @@ from sglang_envelope.request.limits import (
     TEXT_RAW_FIELDS,
     raw_check,
 )
+from sglang_envelope.request.owners import FIELD_OWNERS
 from sglang_envelope.request.rules import (
-    FIELD_OWNERS,
     RULES,
     RULES_BY_CODE,
     TEXT_INPUT_RULES,

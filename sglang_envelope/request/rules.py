@@ -1,7 +1,7 @@
-"""The request contract as data: who may set each field, and every rule with its code.
+"""The request contract as data: every rule with its code.
 
-`FIELD_OWNERS` names every `GenerateReqInput` field a client may not send, and
-why. `RULES` lists every rule: its code, field, message and check (`checks.py`;
+`owners.FIELD_OWNERS` names every `GenerateReqInput` field a client may not
+send, and why. `RULES` lists every rule: its code, field, message and check (`checks.py`;
 None: the typed decode enforces it, and `decode_errors.py` words msgspec's
 verdict). `docs/contract.md` shows both tables; a test checks they agree.
 `contract.contract_for(target)` compiles the rules once per `Target` from its
@@ -46,19 +46,19 @@ from sglang_envelope.request.checks import (
     watermark_in_both,
     watermark_is,
 )
-from sglang_envelope.request.fields import TEXT_INPUT_FIELDS
 from sglang_envelope.request.rule_types import Holds, Rule
 
-__all__ = ["DEFAULT_TARGET", "FIELD_OWNERS", "GENERATE_REQ_INPUT_FIELDS", "NULL_AS_ABSENT", "RULES"]
-__all__ += [
+__all__ = [
+    "DEFAULT_TARGET",
     "ENGINE_RULES",
+    "GENERATE_REQ_INPUT_FIELDS",
+    "RULES",
     "RULES_BY_CODE",
     "SAMPLING_PARAMS_FIELDS",
     "SEQUENCE_RULES",
     "SGLANG_CHECKS_LEFT",
     "TARGET_RULES",
     "TEXT_INPUT_RULES",
-    "TEXT_OWNERS",
     "Holds",
     "Rule",
     "reject",
@@ -71,68 +71,8 @@ GENERATE_REQ_INPUT_FIELDS = DEFAULT_TARGET.tables.generate_req_input_fields
 #: The keys SGLang 0.5.23's contract gate accepts in `sampling_params`, in its order.
 SAMPLING_PARAMS_FIELDS = DEFAULT_TARGET.gate.sampling_keys if DEFAULT_TARGET.gate else ()
 
-NOT_TOKEN_INPUT = "not_token_input"
-ORCHESTRATOR_FIELD = "orchestrator_field"
-
-#: `GenerateReqInput` fields a client may not send, by the rule that refuses them.
-#: Every other field of `GENERATE_REQ_INPUT_FIELDS` is the client's.
-FIELD_OWNERS: Mapping[str, str] = {
-    # Input other than one flat list of token ids.
-    "text": NOT_TOKEN_INPUT,
-    "input_embeds": NOT_TOKEN_INPUT,
-    "positional_embed_overrides": NOT_TOKEN_INPUT,
-    "image_data": NOT_TOKEN_INPUT,
-    "video_data": NOT_TOKEN_INPUT,
-    "audio_data": NOT_TOKEN_INPUT,
-    "mm_hashes": NOT_TOKEN_INPUT,
-    "mm_content_hashes": NOT_TOKEN_INPUT,
-    "use_audio_in_video": NOT_TOKEN_INPUT,
-    "video_config": NOT_TOKEN_INPUT,
-    "modalities": NOT_TOKEN_INPUT,
-    "max_dynamic_patch": NOT_TOKEN_INPUT,
-    "min_dynamic_patch": NOT_TOKEN_INPUT,
-    "image_max_dynamic_patch": NOT_TOKEN_INPUT,
-    "video_max_dynamic_patch": NOT_TOKEN_INPUT,
-    "images_config": NOT_TOKEN_INPUT,
-    "mm_processor_kwargs": NOT_TOKEN_INPUT,
-    # Disaggregation: where the KV cache goes and who pairs with whom.
-    "bootstrap_host": ORCHESTRATOR_FIELD,
-    "bootstrap_port": ORCHESTRATOR_FIELD,
-    "bootstrap_room": ORCHESTRATOR_FIELD,
-    "bootstrap_pair_key": ORCHESTRATOR_FIELD,
-    "decode_tp_size": ORCHESTRATOR_FIELD,
-    "disagg_prefill_dp_rank": ORCHESTRATOR_FIELD,
-    "kv_hints": ORCHESTRATOR_FIELD,
-    # Routing to a worker or a data-parallel rank.
-    "routed_dp_rank": ORCHESTRATOR_FIELD,
-    "data_parallel_rank": ORCHESTRATOR_FIELD,
-    "routing_key": ORCHESTRATOR_FIELD,
-    # Encoder disaggregation (EPD), filled in by the tokenizer side.
-    "need_wait_for_mm_inputs": ORCHESTRATOR_FIELD,
-    "num_items_assigned": ORCHESTRATOR_FIELD,
-    "encoder_urls": ORCHESTRATOR_FIELD,
-    # The server's own bookkeeping.
-    "lora_id": ORCHESTRATOR_FIELD,
-    "http_worker_ipc": ORCHESTRATOR_FIELD,
-    "external_trace_header": ORCHESTRATOR_FIELD,
-    "received_time": ORCHESTRATOR_FIELD,
-    "log_metrics": ORCHESTRATOR_FIELD,
-    "return_bytes": ORCHESTRATOR_FIELD,
-    "background": ORCHESTRATOR_FIELD,
-    # Metric labels: SGLang merges them over its own (model_name, engine_type, ...).
-    "custom_labels": ORCHESTRATOR_FIELD,
-}
-
-
-#: The fields of `FIELD_OWNERS` a target with input="text" takes, and the rules that read
-#: `text` (only such a target has them); `input_embeds` stays refused there too.
-TEXT_OWNERS, TEXT_INPUT_RULES = frozenset(TEXT_INPUT_FIELDS), frozenset(("no_input",))
-
-#: The fields of `FIELD_OWNERS` that SGLang types as booleans: a null one is refused.
-#: Every other one defaults to None in SGLang, which reads a null as absent, and so
-#: does the library (AReaL sends ``"image_data": null`` with every request).
-OWNED_BOOLEANS = ("use_audio_in_video", "log_metrics", "return_bytes", "background")
-NULL_AS_ABSENT = frozenset(FIELD_OWNERS).difference(OWNED_BOOLEANS)
+#: The rules that read `text` (only a target with input="text" has them).
+TEXT_INPUT_RULES = frozenset(("no_input",))
 
 
 def _sglang(

@@ -60,6 +60,7 @@ from sglang_envelope.request.limits import (
     Limits,
     make_limits,
 )
+from sglang_envelope.request.owners import NULL_AS_ABSENT
 from sglang_envelope.request.passed import (
     NO_PASSED_FIELDS,
     PassedFields,
@@ -67,7 +68,7 @@ from sglang_envelope.request.passed import (
     split_unknown,
     with_passed_fields,
 )
-from sglang_envelope.request.rules import DEFAULT_TARGET, NULL_AS_ABSENT, reject
+from sglang_envelope.request.rules import DEFAULT_TARGET, reject
 from sglang_envelope.request.unknown_keys import refuse_unknown
 
 __all__ = [

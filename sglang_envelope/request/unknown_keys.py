@@ -11,7 +11,8 @@ import difflib
 
 from sglang_envelope.errors.exceptions import RequestRejected
 from sglang_envelope.request.contract import Contract
-from sglang_envelope.request.rules import FIELD_OWNERS, reject
+from sglang_envelope.request.owners import FIELD_OWNERS
+from sglang_envelope.request.rules import reject
 
 __all__ = ["refuse_unknown", "unknown_sampling_key", "unknown_top_level_key"]
 
