@@ -1,12 +1,13 @@
 """Many sequences: a batch of prompts, `sampling_params.n` samples each, as SGLang reads them.
 
 A `/generate` body holds B prompts (a batch: `input_ids` a list whose first
-element is a list, the rule of SGLang's contract gate) and n samples of each
+element is a list, the rule of SGLang's contract gate, or on a text target
+`text` a list, which SGLang reads first) and n samples of each
 (`sampling_params.n`); SGLang answers an array when the body is a batch or
 n > 1, sequence `i * n + j` being sample `j` of prompt `i`. `decode_sequences`
 splits a batch into one client body a prompt (its members read once, each
-prompt's ids and rid spliced into the shared fields) and decodes each with the
-rules of `decode_client_request`; `Sequences.samples()` fans the sequences out
+prompt's ids or text and its rid spliced into the shared fields) and decodes
+each with the rules of `decode_client_request`; `Sequences.samples()` fans the sequences out
 into one-sample requests, for a prefill/decode pair that carries one sequence.
 """
 
@@ -50,7 +51,8 @@ __all__ = [
 DEFAULT_MAX_PROMPTS = 1024
 #: Most sequences (prompts x n) one body may ask for.
 DEFAULT_MAX_SEQUENCES = 4096
-#: Most bytes a batch is once split: each prompt's ids, and the shared fields once a prompt.
+#: Most bytes a batch is once split: each prompt's ids or text, and the shared fields once
+#: a prompt.
 DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024
 
 #: The fields SGLang's batch normalization reads one item a prompt from when they are
@@ -186,8 +188,9 @@ def decode_sequences(
     """Decode a `/generate` body of one prompt or a batch, with n samples of each.
 
     A body that is not a batch gives one request, the one `decode_client_request`
-    gives. A batch gives one request a prompt, each decoded by the same rules (a
-    prompt's refusal names it: `input_ids[2][5]`), with rid `f"{rid}_{i}"` for a
+    gives. A batch (`input_ids` a list of lists, or on a text target `text` a list)
+    gives one request a prompt, each decoded by the same rules (a prompt's refusal
+    names it: `input_ids[2][5]`, `text[1]`), with rid `f"{rid}_{i}"` for a
     string rid, the list's items for a list (its length the batch's), or None.
     The bounds are `decode_client_request`'s (`max_input_ids` a prompt), and
     `max_prompts`, `max_sequences` (prompts x n) and `max_batch_bytes` (the batch
