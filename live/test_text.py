@@ -5,7 +5,8 @@ through the library (decoded for the text target, the envelope's wire form, an
 aggregated worker posting `to_json()`) get equal answers at temperature 0, compared as
 `test_answers.py` compares them. A body with neither `text` nor `input_ids` is refused by
 the library in SGLang's words, and by SGLang with them; one with both is served by both
-(SGLang serves the ids).
+(SGLang serves the ids). A batch of texts through `Service` gets SGLang's own array:
+the same output ids and rids, item by item.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from live.servers import LiveServer
 from sglang_envelope import (
     Deployment,
     RequestRejected,
+    Service,
     Target,
     build_engine_request,
     decode_client_request,
     to_worker_envelope,
 )
+from sglang_envelope.adapters.httpx import HttpxTransport
 
 TEXT = Target(input="text")
 GREEDY = {"temperature": 0, "max_new_tokens": 12}
@@ -101,3 +104,27 @@ def test_a_server_without_a_tokenizer_refuses_text_as_the_library_does(
     want = asyncio.run(post())
     assert want.status == 400
     assert caught.value.message in want.body.decode()
+
+
+def test_a_text_batch_through_the_service_answers_as_sglang_does(server: LiveServer) -> None:
+    body = body_of({"text": ["The quick brown fox", "Once upon a time"], "rid": "tb",
+                    "sampling_params": GREEDY, "stream": False})  # fmt: skip
+
+    async def both() -> tuple[int, bytes, Any]:
+        async with client() as http:
+            want = await direct(http, server.url, body)
+        transport = HttpxTransport(server.url)
+        deployment = Deployment.from_server_info(
+            server.server_info, model_config=server.model_config
+        )
+        async with transport, Service(transport, deployment=deployment, target=TEXT) as svc:
+            answer = await svc.generate(body)
+            return answer.status, b"".join([chunk async for chunk in answer.body]), want
+
+    status, data, want = asyncio.run(both())
+    assert (want.status, status) == (200, 200), data[:300]
+    got, theirs = json.loads(data), want.json()
+    assert len(got) == len(theirs) == 2
+    assert [item["output_ids"] for item in got] == [item["output_ids"] for item in theirs]
+    ids = [item["meta_info"]["id"] for item in got]
+    assert ids == [item["meta_info"]["id"] for item in theirs] == ["tb_0", "tb_1"]

@@ -2,7 +2,8 @@
 
 For a corpus of bodies with a batch of prompts, `sampling_params.n`, or both,
 records the library's verdict (`decode_sequences`, from this working tree:
-its prompts, n, count and rids, or the refusal) and, for each release
+its prompts, n, count, rids and a text batch's texts, or the refusal; a body
+with `text` is decoded for `Target(input="text")`) and, for each release
 (0.5.21, 0.5.22, 0.5.23), SGLang's own (`oracle_sequence_verdicts.py`, run with
 the oracle's interpreter and that release's code): the contract gate,
 `normalize_batch_and_arguments()` and the tokenizer manager's split into
@@ -27,7 +28,7 @@ from oracle_run import run_in_release
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the library from this working tree, not an installed copy
 
-from sglang_envelope import RequestRejected, decode_sequences  # noqa: E402
+from sglang_envelope import RequestRejected, Target, decode_sequences  # noqa: E402
 
 RUNNER = Path(__file__).resolve().parent / "oracle_sequence_verdicts.py"
 DEFAULT_OUT = ROOT / "tests" / "fixtures" / "sequence_conformance.jsonl"
@@ -35,6 +36,8 @@ RELEASES = ("0.5.21", "0.5.22", "0.5.23")
 Body = dict[str, Any]
 
 BATCH = [[1, 2, 3], [4, 5]]
+TEXTS = ["Hello", "world"]
+TEXT = Target(input="text")
 CORPUS: tuple[Body, ...] = (
     {"input_ids": [1, 2]},
     {"input_ids": [1, 2], "rid": "a", "sampling_params": {"n": 3}},
@@ -66,16 +69,55 @@ CORPUS: tuple[Body, ...] = (
     {"input_ids": [[1], [2]], "token_ids_logprob": [1]},
     {"input_ids": [[1], [2]], "stream": True, "return_flat_raw_output_top_logprobs": True},
     {"input_ids": [[1], [2]], "session_id": "s", "session_params": {"id": "s"}},
+    {"input_ids": [[1], [2]], "multi_item_delimiter_indices": [1, 2]},
+    # Text batches, decoded for Target(input="text") (a body with `text`: `target_of`).
+    {"text": TEXTS},
+    {"text": TEXTS, "rid": "t"},
+    {"text": TEXTS, "rid": ["x", "y"]},
+    {"text": TEXTS, "rid": ["x"]},
+    {"text": TEXTS, "rid": ["x", "x"]},
+    {"text": TEXTS, "rid": "t", "sampling_params": {"n": 2}},
+    {"text": TEXTS, "rid": ["x", "y"], "sampling_params": {"n": 3}, "stream": True},
+    {"text": TEXTS, "sampling_params": {"n": 0}},
+    {"text": TEXTS, "sampling_params": {"n": 2, "beam_width": 2}},
+    {"text": "Hello", "rid": "a", "sampling_params": {"n": 2}},
+    {"text": ["one"]},
+    {"text": []},
+    {"text": ["Hello", 1]},
+    {"text": ["Hello", None]},
+    {"text": [["Hello"], ["world"]]},
+    {"text": TEXTS, "input_ids": [1, 2]},
+    {"text": TEXTS, "input_ids": [[1], [2]]},
+    {"text": "Hello", "input_ids": [[1], [2]]},
+    {"text": TEXTS, "input_ids": None},
+    {"text": TEXTS, "sampling_params": [{"n": 1}, {"n": 1}]},
+    {"text": TEXTS, "return_logprob": True, "top_logprobs_num": 2},
+    {"text": TEXTS, "image_data": "https://example.com/a.png"},
+    {"text": TEXTS, "image_data": []},
+    {"text": TEXTS, "image_data": ["https://example.com/a.png", "https://example.com/b.png"]},
+    {"text": TEXTS, "video_data": ["https://example.com/a.mp4"]},
+    {"text": TEXTS, "audio_data": "https://example.com/a.wav"},
+    {"text": TEXTS, "modalities": ["image", "image"]},
+    {"text": TEXTS, "mm_hashes": ["h1", "h2"]},
+    {"text": TEXTS, "video_config": {"fps": 1}},
+    {"text": TEXTS, "max_dynamic_patch": 4},
+    {"text": TEXTS, "use_audio_in_video": True},
+    {"text": TEXTS, "use_audio_in_video": False},
 )
+
+
+def target_of(body: Body) -> Target:
+    """The target a body is decoded for: text input when it has `text`, else the default."""
+    return TEXT if "text" in body else Target()
 
 
 def library_verdict(body: Body) -> Body:
     try:
-        sequences = decode_sequences(json.dumps(body).encode())
+        sequences = decode_sequences(json.dumps(body).encode(), target=target_of(body))
     except RequestRejected as error:
         return {"accepted": False, "code": error.code, "field": error.field,
                 "message": error.message}  # fmt: skip
-    return {
+    verdict = {
         "accepted": True,
         "prompts": len(sequences.requests),
         "n": sequences.n,
@@ -83,6 +125,9 @@ def library_verdict(body: Body) -> Body:
         "array": sequences.array,
         "rids": [request.rid for request in sequences.requests],
     }
+    if "text" in body:
+        verdict["texts"] = [request.text for request in sequences.requests]
+    return verdict
 
 
 def _drop_random_rids(body: Body, verdict: Body) -> None:

@@ -12,7 +12,9 @@ body; each output line holds:
   `{"ok": true, "is_single", "batch_size", "parallel_sample_num", "rid"}` or the error;
 - `split`: what the tokenizer manager does next with a body that is not single
   (`_handle_batch_request`): `obj[i]` for each prompt, the rids it reads
-  (`{"ok": true, "rids": [...]}`), or the error; null for a single body.
+  (`{"ok": true, "rids": [...]}`; for a text batch also each prompt's `texts` and the
+  body's keys set that no prompt carries, `dropped`), or the error; null for a single
+  body.
 
     /tmp/sglang-oracle/bin/python scripts/oracle_sequence_verdicts.py < bodies.jsonl
 """
@@ -46,10 +48,24 @@ def normalize_and_split(request_class: Any, body: dict[str, Any]) -> tuple[Verdi
     if request.is_single:
         return normalize, None
     try:
-        rids = [request[i].rid for i in range(request.batch_size)]
+        items = [request[i] for i in range(request.batch_size)]
     except Exception as error:
         return normalize, _failure(error)
-    return normalize, {"ok": True, "rids": rids}
+    split: Verdict = {"ok": True, "rids": [item.rid for item in items]}
+    if request.text is not None:
+        split["texts"] = [item.text for item in items]
+        split["dropped"] = _dropped(body, items)
+    return normalize, split
+
+
+def _dropped(body: dict[str, Any], items: list[Any]) -> list[str]:
+    """The body's keys, set (not null or false), that no prompt of the split carries."""
+    return sorted(
+        key
+        for key, value in body.items()
+        if value not in (None, False)
+        and all(getattr(item, key, None) in (None, False) for item in items)
+    )
 
 
 def main() -> None:

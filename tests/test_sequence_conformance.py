@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sglang_envelope import RequestRejected, decode_sequences
+from sglang_envelope import RequestRejected, Target, decode_sequences
 
 FIXTURE = Path(__file__).parent / "fixtures" / "sequence_conformance.jsonl"
 _LINES = FIXTURE.read_text(encoding="utf-8").splitlines()
@@ -36,7 +36,15 @@ DELIBERATE = {
     "wrong_type": "the gate refuses it (its words are the gate's own)",
     "batched_input": "the gate refuses a list in a flat prompt",
     "n_null": "normalize fails on it with a TypeError",
+    "empty_batch": "a text batch of no prompt asks for no sequence",
+    "batch_text_and_input_ids": "SGLang reads the batch from text and indexes input_ids by it",
+    "not_in_batch": "SGLang's split leaves the field out of every prompt (checked below)",
 }
+
+
+def _target(body: dict[str, Any]) -> Target:
+    """The target a body is decoded for, as `scripts/make_sequence_fixtures.py` decides."""
+    return Target(input="text") if "text" in body else Target()
 
 
 def _sglang_serves(verdict: dict[str, Any]) -> bool:
@@ -47,15 +55,18 @@ def _sglang_serves(verdict: dict[str, Any]) -> bool:
 def _verdict(body: dict[str, Any]) -> dict[str, Any]:
     """The library's verdict, as `scripts/make_sequence_fixtures.py` records it."""
     try:
-        sequences = decode_sequences(json.dumps(body).encode())
+        sequences = decode_sequences(json.dumps(body).encode(), target=_target(body))
     except RequestRejected as error:
         return {"accepted": False, "code": error.code, "field": error.field,
                 "message": error.message}  # fmt: skip
-    return {
+    verdict = {
         "accepted": True, "prompts": len(sequences.requests), "n": sequences.n,
         "count": sequences.count, "array": sequences.array,
         "rids": [request.rid for request in sequences.requests],
     }  # fmt: skip
+    if "text" in body:
+        verdict["texts"] = [request.text for request in sequences.requests]
+    return verdict
 
 
 def test_the_fixture_is_today_s_library() -> None:
@@ -78,7 +89,13 @@ def test_the_library_and_sglang_agree(case: dict[str, Any], release: str) -> Non
         # the rid of every sample of n > 1)
         if split is not None and "<uuid4>" not in split["rids"] and ours["n"] == 1:
             assert ours["rids"] == split["rids"], case["id"]
+        if split is not None and "texts" in split:  # each prompt's text is SGLang's
+            assert ours["texts"] == split["texts"], case["id"]
+            # what SGLang leaves out of each prompt, the body left unset ([]: no image)
+            assert all(not case["body"][key] for key in split["dropped"]), case["id"]
         return
+    if ours["code"] == "not_in_batch":  # SGLang would serve the batch without the field
+        assert ours["field"] in theirs["split"]["dropped"], case["id"]
     if ours["code"] in SGLANG_WORDED and release != "0.5.23":
         assert not _sglang_serves(theirs), case["id"]  # the words are checked on 0.5.23
     elif ours["code"] in SGLANG_WORDED:
@@ -96,5 +113,5 @@ def test_a_refused_case_names_its_field() -> None:
     for case in CASES:
         if not case["library"]["accepted"]:
             with pytest.raises(RequestRejected) as raised:
-                decode_sequences(case["body"])
+                decode_sequences(case["body"], target=_target(case["body"]))
             assert raised.value.field == case["library"]["field"]

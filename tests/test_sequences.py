@@ -123,6 +123,8 @@ def test_a_batch_without_rid_leaves_every_rid_to_the_caller() -> None:
          "return_logprob", "one value for the whole batch"),
         ({"input_ids": [[1], [2]], "token_ids_logprob": [[1], [2]]}, "per_item_list",
          "token_ids_logprob", "as a list"),
+        ({"input_ids": [[1], [2]], "multi_item_delimiter_indices": [1, 2]}, "per_item_list",
+         "multi_item_delimiter_indices", "as a list"),  # SGLang gives prompt i item i
         ({"input_ids": [[1], [2]], "sampling_params": {"n": 0}}, "batch_n_below_one",
          "sampling_params.n", "below 1"),
         ({"input_ids": [[1], [2]], "stream": "yes"}, "wrong_type", "stream", "expected bool"),

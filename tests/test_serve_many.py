@@ -102,6 +102,21 @@ def test_a_batch_without_rids_gets_the_engines_and_n_per_prompt() -> None:
     assert [r["input_ids"] for r in transport.requests] == [[5], [5], [6], [6]]
 
 
+def test_a_text_batch_over_a_text_target_answers_an_array_in_order() -> None:
+    body = b'{"rid": "t", "text": ["Hello", "world", "again"], "sampling_params": {"n": 2}}'
+    answer, data, transport = serve(body, target=Target(input="text"))
+    assert (answer.status, answer.media_type) == (200, "application/json")
+    array = json.loads(data)
+    # sample k of prompt i: the rid f"t_{i}_{k}" (Sequences.samples())
+    assert [item["meta_info"]["id"] for item in array] == [f"t_{k // 2}_{k}" for k in range(6)]
+    texts = [request["text"] for request in transport.requests]
+    assert texts == ["Hello", "Hello", "world", "world", "again", "again"]
+    assert all("input_ids" not in request for request in transport.requests)
+    # each answer is its own engine request's (engine rids 0..5, made in index order)
+    assert [int(request["rid"], 16) for request in transport.requests] == list(range(6))
+    assert [item["output_ids"] for item in array] == [[100 + k, 1, 2] for k in range(6)]
+
+
 def test_a_client_request_is_served_and_one_for_another_target_refused() -> None:
     request = decode_client_request(b'{"input_ids": [5], "sampling_params": {"n": 2}}')
     assert len(json.loads(serve(request)[1])) == 2

@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sglang_envelope import (
     Bootstrap,
@@ -25,6 +27,7 @@ from sglang_envelope import (
     continuation_request,
     decode_client_request,
     decode_envelope,
+    decode_sequences,
     encode_envelope,
     to_worker_envelope,
 )
@@ -173,3 +176,116 @@ def test_a_text_request_is_not_continued() -> None:
     answer = {"output_ids": [5], "meta_info": {"finish_reason": {"type": "length"}}}
     with pytest.raises(EnvelopeError, match=r"^text: a request with a text prompt"):
         continuation_request(answer, request)
+
+
+# --- a batch of text prompts: decode_sequences ------------------------------------
+
+TEXTS = ["Hello", "world"]
+
+
+def _text_rejected(body: dict[str, Any], **bounds: Any) -> RequestRejected:
+    with pytest.raises(RequestRejected) as raised:
+        decode_sequences(json.dumps(body), target=TEXT, **bounds)
+    return raised.value
+
+
+def test_a_text_batch_is_one_request_a_prompt_with_sglang_s_rids() -> None:
+    body = {"text": TEXTS, "rid": "job", "stream": True, "image_data": "a.png"}
+    sequences = decode_sequences(json.dumps(body), target=TEXT)
+    assert (sequences.batch, sequences.n, sequences.count) == (True, 1, 2)
+    for i, request in enumerate(sequences.requests):  # each is its one-prompt body's request
+        one = {"text": TEXTS[i], "rid": f"job_{i}", "stream": True, "image_data": "a.png"}
+        assert request == decode_client_request(json.dumps(one), target=TEXT)
+        assert (request.text, request.input_ids, request.target) == (TEXTS[i], None, TEXT)
+
+
+def test_a_text_batch_of_n_samples_fans_out_in_index_order() -> None:
+    body = {"text": TEXTS, "rid": ["x", "y"], "sampling_params": {"n": 2}}
+    samples = decode_sequences(json.dumps(body), target=TEXT).samples()
+    assert [(s.text, s.rid) for s in samples] == [
+        ("Hello", "x_0"), ("Hello", "x_1"), ("world", "y_2"), ("world", "y_3")
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "field"),
+    [
+        ({"text": []}, "empty_batch", "text"),
+        ({"text": ["a", 1]}, "wrong_type", "text[1]"),
+        ({"text": ["a", None]}, "wrong_type", "text[1]"),
+        ({"text": [["a"], ["b"]]}, "wrong_type", "text[0]"),
+        ({"text": TEXTS, "input_ids": [1, 2]}, "batch_text_and_input_ids", "text"),
+        ({"text": "a", "input_ids": [[1], [2]]}, "batch_text_and_input_ids", "text"),
+        ({"text": TEXTS, "rid": ["x"]}, "rid_list_length", "rid"),
+        ({"text": TEXTS, "sampling_params": [{}, {}]}, "per_item_list", "sampling_params"),
+        ({"text": TEXTS, "image_data": ["a.png", "b.png"]}, "per_item_list", "image_data"),
+        ({"text": TEXTS, "video_data": ["a.mp4"]}, "per_item_list", "video_data"),
+        ({"text": TEXTS, "modalities": ["image"]}, "per_item_list", "modalities"),
+        ({"text": TEXTS, "mm_hashes": ["h", "i"]}, "per_item_list", "mm_hashes"),
+        ({"text": TEXTS, "video_config": {"fps": 1}}, "not_in_batch", "video_config"),
+        ({"text": TEXTS, "use_audio_in_video": True}, "not_in_batch", "use_audio_in_video"),
+        ({"text": TEXTS, "sampling_params": {"n": 0}}, "batch_n_below_one", "sampling_params.n"),
+    ],
+)
+def test_a_bad_text_batch_is_refused_naming_the_field(
+    body: dict[str, Any], code: str, field: str
+) -> None:
+    rejected = _text_rejected(body)
+    assert (rejected.code, rejected.field) == (code, field)
+    assert rejected.message.startswith(field) or code not in ("wrong_type", "empty_batch")
+
+
+@pytest.mark.parametrize(
+    "shared", [{"image_data": []}, {"image_data": None}, {"use_audio_in_video": False}]
+)
+def test_a_media_field_that_means_no_media_is_shared_by_a_text_batch(
+    shared: dict[str, Any],
+) -> None:
+    sequences = decode_sequences(json.dumps({"text": TEXTS, **shared}), target=TEXT)
+    assert [request.text for request in sequences.requests] == TEXTS
+
+
+def test_a_text_batch_is_bounded_naming_text() -> None:
+    assert _text_rejected({"text": TEXTS * 3}, max_prompts=5).field == "text"
+    rejected = _text_rejected({"text": TEXTS}, max_batch_bytes=10)
+    assert (rejected.code, rejected.field) == ("batch_too_large", "text")
+    rejected = _text_rejected({"text": TEXTS, "sampling_params": {"n": 3}}, max_sequences=5)
+    assert rejected.code == "too_many_sequences"
+
+
+def test_a_text_batch_points_decode_client_request_to_decode_sequences() -> None:
+    with pytest.raises(RequestRejected) as raised:
+        decode_client_request(json.dumps({"text": TEXTS}), target=TEXT)
+    assert raised.value.code == "batched_input"
+    assert raised.value.message.endswith("decode a batch with decode_sequences")
+    with pytest.raises(RequestRejected) as raised:  # the token default: text is refused
+        decode_sequences(json.dumps({"text": TEXTS}))
+    assert (raised.value.code, raised.value.field) == ("not_token_input", "text")
+
+
+@given(
+    st.lists(st.text(max_size=8), min_size=1, max_size=5),
+    st.integers(1, 4),
+    st.sampled_from(["string", "list", "absent"]),
+)
+def test_text_samples_are_unique_in_index_order_each_with_its_prompt_s_text(
+    texts: list[str], n: int, rid: str
+) -> None:
+    body: dict[str, Any] = {"text": texts, "sampling_params": {"n": n}}
+    if rid == "string":
+        body["rid"] = "r"
+    elif rid == "list":
+        body["rid"] = [f"p{i}" for i in range(len(texts))]
+    sequences = decode_sequences(json.dumps(body), target=TEXT)
+    samples = sequences.samples()
+    assert len(samples) == sequences.count == len(texts) * n
+    rids = [sample.rid for sample in samples]
+    if rid == "absent":
+        assert rids == [None] * len(samples)
+    else:
+        assert len(set(rids)) == len(rids)
+        if n > 1 or rid == "string":  # sample k's rid ends with _k: index order
+            assert [r.rsplit("_", 1)[1] for r in rids if r] == [str(k) for k in range(len(rids))]
+    for k, sample in enumerate(samples):
+        assert sample.text == texts[k // n]
+        assert sample.rid == sequences.requests[k // n].rid or n > 1

@@ -54,7 +54,7 @@ _BATCHED = {
         "one": "flat list of token ids",
         "batch": "decode a batch with decode_sequences",
     },
-    "text": {"key": "text", "one": "string", "batch": "send one request a text"},
+    "text": {"key": "text", "one": "string", "batch": "decode a batch with decode_sequences"},
 }
 
 

@@ -143,13 +143,20 @@ RULES: tuple[Rule, ...] = (
     Rule("invalid_envelope", None, "worker envelope is malformed: {detail}"),
     # decode_sequences' (SEQUENCE_RULES): a batch, its bounds and its rids, before any
     # prompt is decoded; then each prompt meets every rule above and below.
-    Rule("too_many_prompts", "input_ids", "input_ids holds {size} prompts; the limit is {limit}"),
-    Rule("batch_too_large", "input_ids",
+    Rule("empty_batch", "{key}", "{key} is an empty batch: it asks for no sequence"),
+    Rule("batch_text_and_input_ids", "text",
+         "text and input_ids cannot both be given in a batch: SGLang reads the batch from "
+         "text and indexes input_ids by prompt; send one request a prompt"),
+    Rule("too_many_prompts", "{key}", "{key} holds {size} prompts; the limit is {limit}"),
+    Rule("batch_too_large", "{key}",
          "a batch of {size} prompts is {work} bytes once split (the shared fields once a "
          "prompt); the limit is {limit}"),
     Rule("per_item_list", "{key}",
          "{key} as a list (one value a prompt) is not accepted: give one value for the whole "
          "batch, or send one request a prompt"),
+    Rule("not_in_batch", "{key}",
+         "{key} is not accepted in a batch: SGLang's split of a batch leaves it out of every "
+         "prompt; send one request a prompt"),
     Rule("rid_list_length", "rid",
          "The specified rids length mismatch with the batch_size for batch processing."),
     Rule("duplicate_rids", "rid", "Duplicate request IDs detected within the request: {rids}"),
@@ -316,8 +323,9 @@ TARGET_RULES = frozenset(
 )
 #: Rules `decode_sequences` enforces on a body of many sequences, before its prompts.
 SEQUENCE_RULES = frozenset(
-    ("too_many_prompts", "batch_too_large", "per_item_list", "rid_list_length",
-     "duplicate_rids", "batch_n_below_one", "too_many_sequences")
+    ("empty_batch", "batch_text_and_input_ids", "too_many_prompts", "batch_too_large",
+     "per_item_list", "not_in_batch", "rid_list_length", "duplicate_rids",
+     "batch_n_below_one", "too_many_sequences")
 )  # fmt: skip
 #: Rules `build_engine_request` enforces for a role.
 ENGINE_RULES = frozenset(("parallel_sampling",))

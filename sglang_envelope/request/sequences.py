@@ -1,12 +1,13 @@
 """Many sequences: a batch of prompts, `sampling_params.n` samples each, as SGLang reads them.
 
 A `/generate` body holds B prompts (a batch: `input_ids` a list whose first
-element is a list, the rule of SGLang's contract gate) and n samples of each
+element is a list, the rule of SGLang's contract gate, or on a text target
+`text` a list, which SGLang reads first) and n samples of each
 (`sampling_params.n`); SGLang answers an array when the body is a batch or
 n > 1, sequence `i * n + j` being sample `j` of prompt `i`. `decode_sequences`
 splits a batch into one client body a prompt (its members read once, each
-prompt's ids and rid spliced into the shared fields) and decodes each with the
-rules of `decode_client_request`; `Sequences.samples()` fans the sequences out
+prompt's ids or text and its rid spliced into the shared fields) and decodes
+each with the rules of `decode_client_request`; `Sequences.samples()` fans the sequences out
 into one-sample requests, for a prefill/decode pair that carries one sequence.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from msgspec import UNSET, Raw
@@ -50,7 +51,8 @@ __all__ = [
 DEFAULT_MAX_PROMPTS = 1024
 #: Most sequences (prompts x n) one body may ask for.
 DEFAULT_MAX_SEQUENCES = 4096
-#: Most bytes a batch is once split: each prompt's ids, and the shared fields once a prompt.
+#: Most bytes a batch is once split: each prompt's ids or text, and the shared fields once
+#: a prompt.
 DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024
 
 #: The fields SGLang's batch normalization reads one item a prompt from when they are
@@ -60,10 +62,23 @@ PER_ITEM_FIELDS = frozenset(
         "sampling_params", "return_logprob", "logprob_start_len", "top_logprobs_num",
         "return_hidden_states", "return_sampling_mask", "sampling_logprobs_mode",
         "lora_path", "custom_logit_processor", "extra_key", "cache_salt", "watermark",
+        "multi_item_delimiter_indices", "token_indices_to_pool",
+        # A text batch's media: `image_data` a list (but `[]`, no image for any prompt),
+        # `video_data`, `audio_data`, the hashes and `modalities` are one item a prompt.
+        "image_data", "video_data", "audio_data", "mm_hashes", "mm_content_hashes",
+        "modalities",
     }
 )  # fmt: skip
 #: A field whose one-prompt form is a list of ids: per prompt when its first item is a list.
 PER_ITEM_ID_LISTS = frozenset({"token_ids_logprob"})
+#: The fields `GenerateReqInput.__getitem__` leaves out of each prompt of a batch (SGLang
+#: 0.5.21-0.5.23 drop them there): refused when set (`not_in_batch`).
+BATCH_DROPPED_FIELDS = frozenset(
+    {
+        "use_audio_in_video", "video_config", "max_dynamic_patch", "min_dynamic_patch",
+        "image_max_dynamic_patch", "video_max_dynamic_patch", "images_config",
+    }
+)  # fmt: skip
 
 
 def samples_per_prompt(request: RequestFields) -> int:
@@ -152,6 +167,7 @@ class _Bounds(msgspec.Struct, frozen=True):
 _members = msgspec.json.Decoder(dict[str, Raw])
 _items = msgspec.json.Decoder(list[Raw])
 _rid = msgspec.json.Decoder(str | list[str] | None)
+_text = msgspec.json.Decoder(str)
 _json = msgspec.json.Encoder()
 _NUMBER_START = frozenset(b"-0123456789")
 
@@ -172,8 +188,9 @@ def decode_sequences(
     """Decode a `/generate` body of one prompt or a batch, with n samples of each.
 
     A body that is not a batch gives one request, the one `decode_client_request`
-    gives. A batch gives one request a prompt, each decoded by the same rules (a
-    prompt's refusal names it: `input_ids[2][5]`), with rid `f"{rid}_{i}"` for a
+    gives. A batch (`input_ids` a list of lists, or on a text target `text` a list)
+    gives one request a prompt, each decoded by the same rules (a prompt's refusal
+    names it: `input_ids[2][5]`, `text[1]`), with rid `f"{rid}_{i}"` for a
     string rid, the list's items for a list (its length the batch's), or None.
     The bounds are `decode_client_request`'s (`max_input_ids` a prompt), and
     `max_prompts`, `max_sequences` (prompts x n) and `max_batch_bytes` (the batch
@@ -190,11 +207,10 @@ def decode_sequences(
     check_bound("max_batch_bytes", max_batch_bytes)
     bounds = _Bounds(max_prompts, max_sequences, max_batch_bytes)
     data = as_json(body, limits.max_body_bytes)
-    members, prompts = _batch_of(data)
-    if prompts is None:
+    batch = _batch_of(data, contract.text_input)
+    if batch is None:
         return one_prompt(decode_with_limits(data, limits, contract), max_sequences)
-    assert members is not None
-    return _decode_batch(members, prompts, limits, contract, bounds)
+    return _decode_batch(batch, limits, contract, bounds)
 
 
 def one_prompt(request: ClientRequest, max_sequences: int = DEFAULT_MAX_SEQUENCES) -> Sequences:
@@ -208,40 +224,67 @@ def one_prompt(request: ClientRequest, max_sequences: int = DEFAULT_MAX_SEQUENCE
     return Sequences((request,), n, False)
 
 
-def _batch_of(data: bytes | Raw) -> tuple[dict[str, Raw] | None, list[Raw] | None]:
-    """The body's members and its prompts when it is a batch, else (None, None): a body
-    that is not a batch (or not a JSON object) is left to the one-prompt decode."""
+class _Batch(NamedTuple):
+    """A body that is a batch: its other members, the field holding its prompts, and them."""
+
+    members: dict[str, Raw]
+    key: str
+    prompts: list[Raw]
+
+
+def _batch_of(data: bytes | Raw, text_input: bool) -> _Batch | None:
+    """The body as a batch, or None: a body that is not a batch (or not a JSON object)
+    is left to the one-prompt decode. SGLang reads the batch from `text` when it is set
+    (a list: a batch), else from `input_ids` (a list whose first item is a list)."""
     try:
         members = _members.decode(data)
-        ids = members.get("input_ids")
-        prompts = None if ids is None else _items.decode(ids)
+        text = members.get("text") if text_input else None
+        key = "text" if text is not None and _head(text) == b"[" else "input_ids"
+        raw = members.get(key)
+        prompts = None if raw is None else _items.decode(raw)
     except DECODE_ERRORS:
-        return None, None
-    if not prompts or bytes(memoryview(prompts[0])[:1]) != b"[":
-        return None, None  # [] and [number, ...] are one prompt, as the gate reads them
-    return members, prompts
+        return None
+    if key == "text":
+        assert prompts is not None
+        if not prompts:
+            raise reject("empty_batch", key=key)
+        if _given(members.get("input_ids")):
+            raise reject("batch_text_and_input_ids")
+        return _Batch(members, key, prompts)
+    if not prompts or _head(prompts[0]) != b"[":
+        return None  # [] and [number, ...] are one prompt, as the gate reads them
+    if _given(text):  # one text: SGLang reads one prompt, whose ids are the whole batch
+        raise reject("batch_text_and_input_ids")
+    return _Batch(members, key, prompts)
 
 
-def _decode_batch(
-    members: dict[str, Raw], prompts: list[Raw], limits: Limits, contract: Any, bounds: _Bounds
-) -> Sequences:
+def _head(raw: Raw, size: int = 1) -> bytes:
+    """The first `size` bytes of a JSON value (msgspec strips the space around it)."""
+    with memoryview(raw) as view:
+        return view[:size].tobytes()
+
+
+def _given(raw: Raw | None) -> bool:
+    return raw is not None and _head(raw, 4) != b"null"
+
+
+def _decode_batch(batch: _Batch, limits: Limits, contract: Any, bounds: _Bounds) -> Sequences:
+    members, key, prompts = batch
     size = len(prompts)
     if size > bounds.prompts:
-        raise reject("too_many_prompts", size=size, limit=bounds.prompts)
+        raise reject("too_many_prompts", key=key, size=size, limit=bounds.prompts)
     rids = _rids(members.pop("rid", None), size)
-    del members["input_ids"]
+    del members[key]
     _refuse_per_item_lists(members)
     shared = _json.encode(members)[1:-1]  # the shared members, without their braces
-    work = size * (len(shared) + 64) + sum(len(ids) for ids in prompts)
+    work = size * (len(shared) + 64) + sum(len(item) for item in prompts)
     if work > bounds.batch_bytes:
-        raise reject("batch_too_large", size=size, work=work, limit=bounds.batch_bytes)
-    first = _decode_prompt(prompts[0], rids[0], shared, 0, limits, contract)
+        raise reject("batch_too_large", key=key, size=size, work=work, limit=bounds.batch_bytes)
+    prompt = _Prompt(key, shared, limits, contract)
+    first = prompt.decode(prompts[0], rids[0], 0)
     n = _batch_n(first)
     _check_count(size, n, bounds.sequences)
-    rest = (
-        _decode_prompt(ids, rids[i], shared, i, limits, contract)
-        for i, ids in enumerate(prompts[1:], start=1)
-    )
+    rest = (prompt.decode(item, rids[i], i) for i, item in enumerate(prompts[1:], start=1))
     return Sequences((first, *rest), n, True)
 
 
@@ -265,38 +308,53 @@ def _rids(raw: Raw | None, size: int) -> list[str | None]:
 
 def _refuse_per_item_lists(members: dict[str, Raw]) -> None:
     for key, raw in members.items():
-        with memoryview(raw) as view:
-            head = view[:64].tobytes().lstrip()
+        head = _head(raw, 64)
+        if key in BATCH_DROPPED_FIELDS and head[:1] not in (b"n", b"f"):  # null, false
+            raise reject("not_in_batch", key=key)
         if not head.startswith(b"["):
             continue
-        if key in PER_ITEM_FIELDS or (key in PER_ITEM_ID_LISTS and head[1:].lstrip()[:1] == b"["):
+        second = head[1:].lstrip()[:1]
+        if key == "image_data" and second == b"]":
+            continue  # SGLang reads an empty list as no image for every prompt
+        if key in PER_ITEM_FIELDS or (key in PER_ITEM_ID_LISTS and second == b"["):
             raise reject("per_item_list", key=key)
 
 
-def _decode_prompt(
-    ids: Raw, rid: str | None, shared: bytes, index: int, limits: Limits, contract: Any
-) -> ClientRequest:
-    """One prompt's client body, its ids and rid spliced into the shared fields, decoded;
-    a refusal of its ids names the prompt (`input_ids[index]`)."""
-    parts = [b'{"input_ids":', bytes(ids)]
-    if rid is not None:
-        parts += [b',"rid":', _json.encode(rid)]
-    if shared:
-        parts += [b",", shared]
-    parts.append(b"}")
-    try:
-        return decode_with_limits(b"".join(parts), limits, contract)
-    except RequestRejected as error:
-        raise _of_prompt(error, index) from None
+class _Prompt(NamedTuple):
+    """How each prompt of a batch is decoded: its `key` (`input_ids` or `text`) and rid
+    spliced into the `shared` members, then every rule of `decode_client_request`."""
+
+    key: str
+    shared: bytes
+    limits: Limits
+    contract: Any
+
+    def decode(self, item: Raw, rid: str | None, index: int) -> ClientRequest:
+        """Prompt `index`'s request; a refusal of its prompt names it (`input_ids[index]`)."""
+        if self.key == "text" and _head(item) != b'"':
+            try:  # a text prompt is a string: msgspec's verdict on another value
+                _text.decode(item)
+            except DECODE_ERRORS as error:
+                raise translate_validation_error(error, prefix=f"text[{index}]") from None
+        parts = [b'{"', self.key.encode(), b'":', bytes(item)]
+        if rid is not None:
+            parts += [b',"rid":', _json.encode(rid)]
+        if self.shared:
+            parts += [b",", self.shared]
+        parts.append(b"}")
+        try:
+            return decode_with_limits(b"".join(parts), self.limits, self.contract)
+        except RequestRejected as error:
+            raise _of_prompt(error, self.key, index) from None
 
 
-def _of_prompt(error: RequestRejected, index: int) -> RequestRejected:
+def _of_prompt(error: RequestRejected, key: str, index: int) -> RequestRejected:
     field = error.field
-    if field is None or not field.startswith("input_ids"):
+    if field is None or not (field == key or field.startswith(key + "[")):
         return error
-    named = f"input_ids[{index}]"
+    named = f"{key}[{index}]"
     return RequestRejected(
-        error.code, named + field[len("input_ids") :], error.message.replace("input_ids", named, 1)
+        error.code, named + field[len(key) :], error.message.replace(key, named, 1)
     )
 
 
