@@ -174,9 +174,10 @@ def _from_checked(wire: Any, target: Target, passed: PassedFields) -> ClientRequ
     if type(wire) is _Wire:  # token input: the text and media fields at their defaults
         if passed is NO_PASSED_FIELDS and target is DEFAULT_TARGET:
             return ClientRequest(*(_astuple(wire) + _USUAL_TAIL))
-        tail = (*_NO_TEXT, target, _Checked(target, passed))
-        return ClientRequest(*(_astuple(wire) + tail))
-    return ClientRequest(*(_astuple(wire) + (target, _Checked(target, passed))))
+        tail: tuple[Any, ...] = (*_NO_TEXT, target, _Checked(target, passed))
+    else:
+        tail = (target, _Checked(target, passed))
+    return ClientRequest(*(_astuple(wire) + tail))
 
 
 _raw_members = msgspec.json.Decoder(dict[str, Raw])
