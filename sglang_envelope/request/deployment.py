@@ -370,10 +370,16 @@ DEPLOYMENT_RULES: tuple[DeploymentRule, ...] = (
 )  # fmt: skip
 
 
+#: Each rule's check and the rule, in order, as plain pairs: looped over on every engine
+#: request (unpacking each `DeploymentRule`, a named tuple, costs more than its check).
+_CHECKS = tuple((rule.check, rule) for rule in DEPLOYMENT_RULES)
+
+
 def check_engine_body(deployment: Deployment, body: Any) -> None:
     """Raise SGLang's first refusal of `body` (an `EngineBody`) on `deployment` as a
     `RequestRejected`, before dispatch; return when SGLang would accept it."""
-    for code, field, message, check in DEPLOYMENT_RULES:
+    for check, rule in _CHECKS:
         facts = check(deployment, body)
         if facts is not None:
+            code, field, message = rule.code, rule.field, rule.message
             raise RequestRejected(code, field.format(**facts), message.format(**facts))

@@ -176,9 +176,14 @@ def _passed_args(passed: PassedFields) -> tuple[PassedFields, ...]:
     return () if passed is NO_PASSED_FIELDS else (passed,)
 
 
+#: The sign of the usual request, which passes no key on: made once, not per request.
+_BUILT = _Built(NO_PASSED_FIELDS)
+
+
 def _made(role: Role, body: EngineBody, passed: PassedFields = NO_PASSED_FIELDS) -> EngineRequest:
     """The `EngineRequest` of `role` holding `body` and the keys `passed` on."""
-    return EngineRequest(role, body, _Built(passed))  # type: ignore[arg-type]
+    built = _BUILT if passed is NO_PASSED_FIELDS else _Built(passed)
+    return EngineRequest(role, body, built)  # type: ignore[arg-type]
 
 
 def _prefill_sampling(sampling: SamplingParams | Any | None) -> SamplingParams:
