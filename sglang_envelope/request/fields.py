@@ -13,7 +13,14 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
-__all__ = ["TEXT_INPUT_FIELDS", "RequestFields", "SamplingParams", "TokenId", "Watermark"]
+__all__ = [
+    "TEXT_INPUT_FIELDS",
+    "RequestFields",
+    "SamplingParams",
+    "TokenId",
+    "Watermark",
+    "token_input_struct",
+]
 
 TokenId = Annotated[int, msgspec.Meta(ge=0, lt=2**32)]
 
@@ -145,3 +152,16 @@ class RequestFields(msgspec.Struct, frozen=True, omit_defaults=True):
 
 #: The fields only a target with input="text" takes: `text`, then the media fields.
 TEXT_INPUT_FIELDS = RequestFields.__struct_fields__[RequestFields.__struct_fields__.index("text") :]
+
+
+def token_input_struct(name: str, ids: object) -> type[msgspec.Struct]:
+    """A struct of a token-input client's fields, `input_ids` first and typed `ids`, and
+    no text or media field (`TEXT_INPUT_FIELDS`): what such a client's body decodes to."""
+    kept = (
+        (f.name, f.type, f.default)
+        for f in msgspec.structs.fields(RequestFields)
+        if f.name != "input_ids" and f.name not in TEXT_INPUT_FIELDS
+    )
+    return msgspec.defstruct(
+        name, [("input_ids", ids), *kept], kw_only=True, forbid_unknown_fields=True, frozen=True
+    )

@@ -15,7 +15,10 @@ import msgspec
 from msgspec import Raw
 
 from sglang_envelope.request.decode_errors import DECODE_ERRORS
-from sglang_envelope.request.fields import TEXT_INPUT_FIELDS, RequestFields, TokenId
+from sglang_envelope.request.fields import (
+    TokenId,
+    token_input_struct,
+)
 from sglang_envelope.request.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INPUT_IDS
 
 __all__ = ["CHUNK_BYTES", "LARGE_BODY_BYTES", "decode_large", "int_chunks"]
@@ -29,20 +32,7 @@ CHUNK_BYTES = 1 << 18
 assert LARGE_BODY_BYTES <= DEFAULT_MAX_BODY_BYTES and LARGE_BODY_BYTES // 2 < DEFAULT_MAX_INPUT_IDS
 
 #: A token-input client's fields with `input_ids` left as the client's JSON bytes.
-_LeanRequest = msgspec.defstruct(
-    "_LeanRequest",
-    [
-        ("input_ids", Raw),
-        *(
-            (f.name, f.type, f.default)
-            for f in msgspec.structs.fields(RequestFields)
-            if f.name != "input_ids" and f.name not in TEXT_INPUT_FIELDS
-        ),
-    ],
-    kw_only=True,
-    forbid_unknown_fields=True,
-    frozen=True,
-)
+_LeanRequest = token_input_struct("_LeanRequest", Raw)
 _lean_decoder = msgspec.json.Decoder(_LeanRequest)
 _id_chunk = msgspec.json.Decoder(list[TokenId])
 _IDS_KEY = b'"input_ids"'

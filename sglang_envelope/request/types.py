@@ -48,6 +48,7 @@ from sglang_envelope.request.fields import (
     SamplingParams,
     TokenId,
     Watermark,
+    token_input_struct,
 )
 from sglang_envelope.request.large_body import LARGE_BODY_BYTES
 from sglang_envelope.request.large_body import decode_large as _decode_large
@@ -83,20 +84,7 @@ __all__ = [
 #: A token-input client body as the typed decode reads it, before any rule (never handed
 #: out): `RequestFields` without `text` and the media fields, which it refuses as unknown
 #: keys (`rules.FIELD_OWNERS`), and with `input_ids` required.
-_Wire = msgspec.defstruct(
-    "_Wire",
-    [
-        ("input_ids", tuple[TokenId, ...]),
-        *(
-            (f.name, f.type, f.default)
-            for f in msgspec.structs.fields(RequestFields)
-            if f.name != "input_ids" and f.name not in TEXT_INPUT_FIELDS
-        ),
-    ],
-    kw_only=True,
-    forbid_unknown_fields=True,
-    frozen=True,
-)
+_Wire = token_input_struct("_Wire", tuple[TokenId, ...])
 
 
 class _TextWire(RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=True):
