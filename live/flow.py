@@ -179,6 +179,20 @@ async def through_library(
     )
 
 
+async def library_and_direct(url: str, body: bytes, target: Target) -> tuple[Answer, Answer]:
+    """The client's answer through the library (for `target`), and SGLang's own."""
+    async with client() as http:
+        want = await direct(http, url, body)
+        got = await through_library(http, url, body, target=target)
+    return got, want
+
+
+async def direct_once(url: str, body: bytes) -> Answer:
+    """SGLang's own answer to `body`, over a client of its own."""
+    async with client() as http:
+        return await direct(http, url, body)
+
+
 def sse_frames(data: bytes) -> list[dict[str, Any]]:
     """The JSON frames of an SSE body that ends with `data: [DONE]`."""
     events = data.decode().split("\n\n")

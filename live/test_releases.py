@@ -14,7 +14,12 @@ from typing import Any
 
 import pytest
 
-from live.flow import Answer, assert_same, body_of, client, direct, final_state, through_library
+from live.flow import (
+    assert_same,
+    body_of,
+    final_state,
+    library_and_direct,
+)
 from live.servers import LiveServer
 from sglang_envelope import Target
 
@@ -47,16 +52,9 @@ def test_the_server_runs_0_5_22(release_server: LiveServer) -> None:
     assert json.loads(release_server.server_info)["version"] == "0.5.22"
 
 
-async def both(server: LiveServer, body: bytes) -> tuple[Answer, Answer]:
-    async with client() as http:
-        want = await direct(http, server.url, body)
-        got = await through_library(http, server.url, body, target=TARGET)
-    return got, want
-
-
 @pytest.mark.parametrize("name", list(BODIES))
 def test_answers_through_the_0_5_22_target(release_server: LiveServer, name: str) -> None:
-    got, want = asyncio.run(both(release_server, body_of(BODIES[name])))
+    got, want = asyncio.run(library_and_direct(release_server.url, body_of(BODIES[name]), TARGET))
     assert want.status == got.status == 200
     if BODIES[name].get("stream"):
         assert_same(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from live.flow import assert_same, body_of, client, direct, final_state, through_library
+from live.flow import assert_same, body_of, direct_once, final_state, library_and_direct
 from live.servers import LiveServer
 from sglang_envelope import (
     Deployment,
@@ -46,23 +46,20 @@ BODIES: dict[str, dict[str, Any]] = {
 }
 
 
-async def _both(server: LiveServer, body: bytes) -> tuple[Any, Any]:
-    async with client() as http:
-        want = await direct(http, server.url, body)
-        got = await through_library(http, server.url, body, target=TEXT)
-    return got, want
-
-
 @pytest.mark.parametrize("name", list(BODIES))
 def test_a_text_request_answers_as_sglang_does(server: LiveServer, name: str) -> None:
-    got, want = asyncio.run(_both(server, body_of({**BODIES[name], "stream": False})))
+    got, want = asyncio.run(
+        library_and_direct(server.url, body_of({**BODIES[name], "stream": False}), TEXT)
+    )
     assert (want.status, got.status) == (200, 200)
     assert want.json()["meta_info"]["finish_reason"] == {"type": "length", "length": 12}
     assert_same(got.json(), want.json())
 
 
 def test_a_streamed_text_request_answers_as_sglang_does(server: LiveServer) -> None:
-    got, want = asyncio.run(_both(server, body_of({**BODIES["text"], "stream": True})))
+    got, want = asyncio.run(
+        library_and_direct(server.url, body_of({**BODIES["text"], "stream": True}), TEXT)
+    )
     assert (want.status, got.status) == (200, 200)
     assert_same(
         final_state(got.frames(), incremental=False), final_state(want.frames(), incremental=False)
@@ -75,11 +72,7 @@ def test_a_body_without_a_prompt_is_refused_in_sglangs_words(server: LiveServer)
         decode_client_request(body, target=TEXT)
     assert caught.value.code == "no_input"
 
-    async def post() -> Any:
-        async with client() as http:
-            return await direct(http, server.url, body)
-
-    want = asyncio.run(post())
+    want = asyncio.run(direct_once(server.url, body))
     assert want.status == 400
     answer = json.loads(want.body)
     assert caught.value.message in json.dumps(answer)
@@ -97,11 +90,7 @@ def test_a_server_without_a_tokenizer_refuses_text_as_the_library_does(
         build_engine_request(envelope, input_ids=None, role="aggregated", deployment=deployment)
     assert caught.value.code == "text_needs_tokenizer"
 
-    async def post() -> Any:
-        async with client() as http:
-            return await direct(http, server.url, body)
-
-    want = asyncio.run(post())
+    want = asyncio.run(direct_once(server.url, body))
     assert want.status == 400
     assert caught.value.message in want.body.decode()
 
@@ -111,8 +100,7 @@ def test_a_text_batch_through_the_service_answers_as_sglang_does(server: LiveSer
                     "sampling_params": GREEDY, "stream": False})  # fmt: skip
 
     async def both() -> tuple[int, bytes, Any]:
-        async with client() as http:
-            want = await direct(http, server.url, body)
+        want = await direct_once(server.url, body)
         transport = HttpxTransport(server.url)
         deployment = Deployment.from_server_info(
             server.server_info, model_config=server.model_config
