@@ -1,4 +1,4 @@
-"""The package's layout: no import cycles, and the folders import only downward."""
+"""The package's layout: no import cycles, folders that import only downward, and sizes."""
 
 from __future__ import annotations
 
@@ -82,3 +82,23 @@ def test_the_package_map_lists_every_module() -> None:
         if path.name not in ("__init__.py", "__main__.py")
     }
     assert listed == modules
+
+
+#: Generated tables, not hand-written code: the size limits do not apply to them.
+GENERATED = {"sglang_envelope.releases.tables", "sglang_envelope.request.generated"}
+
+
+def test_modules_stay_under_400_lines_and_functions_under_60() -> None:
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if module_name(path) in GENERATED:
+            continue
+        source = path.read_text(encoding="utf-8")
+        if len(source.splitlines()) >= 400:
+            too_long.append(f"{module_name(path)}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > 60:
+                    too_long.append(f"{module_name(path)}.{node.name}: {lines} lines")
+    assert too_long == []

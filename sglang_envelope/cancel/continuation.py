@@ -157,20 +157,27 @@ def continuation_request(
     given = request.sampling_params
     params = SamplingParams() if given is UNSET or given is None else given
     _check_unconstrained(params)
-    changes: dict[str, Any] = {"max_new_tokens": _budget(params, len(ids), default_max_new_tokens)}
-    least = params.min_new_tokens
-    if type(least) is int and least > 0:
-        changes["min_new_tokens"] = max(0, least - len(ids))
     one_sample: dict[str, Any] = {}
     if samples_per_prompt(request) > 1:  # `response` is one sample: so is its continuation
-        changes["n"] = UNSET
         one_sample["rid"] = _sample_rid(meta)
     return msgspec.structs.replace(
         request,
         input_ids=(*prompt, *ids),
-        sampling_params=msgspec.structs.replace(params, **changes),
+        sampling_params=_rest_of(params, len(ids), default_max_new_tokens, bool(one_sample)),
         **one_sample,
     )
+
+
+def _rest_of(params: SamplingParams, made: int, default: int, one_sample: bool) -> SamplingParams:
+    """`params` for what is left after `made` tokens: the budgets lowered (`_budget`), and
+    no ``n`` for one sample of many."""
+    changes: dict[str, Any] = {"max_new_tokens": _budget(params, made, default)}
+    least = params.min_new_tokens
+    if type(least) is int and least > 0:
+        changes["min_new_tokens"] = max(0, least - made)
+    if one_sample:
+        changes["n"] = UNSET
+    return msgspec.structs.replace(params, **changes)
 
 
 def _sample_rid(meta: Mapping[str, Any]) -> str | None:

@@ -267,29 +267,22 @@ def build_engine_request(
 ) -> EngineRequest:
     """Build the request a worker in `role` sends SGLang for `envelope`.
 
-    `target` is the SGLang the request goes to; None means the target the
-    envelope's request was checked for (`envelope.target`). A request checked
-    for another target is refused with `EnvelopeError`: decode it for this one.
+    `target` is the SGLang the request goes to (None: `envelope.target`); a
+    request checked for another target is refused with `EnvelopeError`.
+    `deployment` is the server it goes to: the request is refused, as
+    `RequestRejected` in SGLang's words, where that server would refuse it after
+    dispatch (`DEPLOYMENT_RULES`: ids outside its vocabulary, the context length,
+    its flags). `routing` carries what the router decided (`Routing`); its
+    `lora_path` and `priority` replace the client's. On the prefill leg the rank
+    is `bootstrap.prefill_dp_rank`, else `routing.dp_rank` (as Dynamo does).
+    A prefill or decode leg carries one sequence: n > 1 is `parallel_sampling`
+    (fan it out with `Sequences.samples()`); the aggregated role passes n on.
+    `input_ids` None keeps the request's own prompt, ids or `text` (which both
+    legs of a pair carry, as SGLang's router sends it); ids given go with a text.
 
-    `deployment` is the SGLang server the request goes to: the request is
-    refused, as `RequestRejected` in SGLang's words, where that server would
-    refuse it after dispatch (`DEPLOYMENT_RULES`: ids outside its vocabulary,
-    the context length, its flags); the engine request is the one a server of
-    that deployment accepts.
-
-    `routing` carries what the router decided (see `Routing`); its `lora_path`
-    and `priority` replace the client's. On the prefill leg the rank is
-    `bootstrap.prefill_dp_rank`, else `routing.dp_rank` (as Dynamo does).
-    A prefill or decode leg carries one sequence: `sampling_params.n` > 1 is
-    refused (`RequestRejected`, code `parallel_sampling`); fan it out with
-    `decode_sequences(...).samples()`, one request a sample. The aggregated
-    role passes `n` on unchanged.
-    Raises `EnvelopeError` for the caller's mistakes: an unknown role, a
-    missing or unexpected `bootstrap`, a `deployment` that is not a
-    `Deployment`, `input_ids` that are not token ids.
-
-    `input_ids` None keeps the request's own prompt, its ids or its `text` (which
-    both legs of a pair carry, as SGLang's router sends it); ids given go with a text.
+    Raises `EnvelopeError` for the caller's mistakes: an unknown role, a missing
+    or unexpected `bootstrap`, a `deployment` that is not a `Deployment`,
+    `input_ids` that are not token ids.
     """
     _check_arguments(envelope, deployment, routing)
     try:

@@ -210,8 +210,8 @@ class Service:
         """The answer to `envelope`, run under `envelope.rid`, given back as `client_rid`.
 
         `body` is the client's body that `envelope.request` was decoded from: with
-        `header_overrides`, sent as it is where SGLang's override headers carry
-        the engine request (`header_overrides`).
+        `header_overrides`, sent as it is where override headers carry the engine
+        request. n > 1 samples run one request each, back as `f"{client_rid}_{k}"`.
         """
         import asyncio
 
