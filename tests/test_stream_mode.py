@@ -20,6 +20,7 @@ from sglang_envelope import (
     aggregate_sse,
     encode_sse,
     parse_unary,
+    relay_sse,
 )
 from tests.strategies import SGLANG_ANSWERS, chunkings, sglang_generations, sse_transcripts
 
@@ -200,3 +201,36 @@ def test_every_golden_stream_without_a_mode(case: dict[str, Any]) -> None:
         assert caught.value.message == case["expected"]["error"]["message"]
     else:
         assert aggregate_sse(chunks) == case["expected"]
+
+
+@given(sglang_generations(), st.data())
+def test_cumulative_ids_running_ahead_of_their_count_read_as_sglangs_answer(
+    generation: dict[str, Any], data: st.DataObject
+) -> None:
+    """SGLang sends a cumulative middle frame's `output_ids` as a reference to the growing
+    list, written when the frame goes out: it may hold ids a later frame counts."""
+    frames = copy.deepcopy(generation["cumulative"])
+    last = len(frames) - 1
+    at = 0
+    for i in range(last):  # each middle frame holds the ids of a frame at or after it
+        at = data.draw(st.integers(max(at, i), last), label=f"frame {i} holds")
+        frames[i]["output_ids"] = list(frames[at]["output_ids"])
+    expected = generation["unary"]
+    assert aggregate_frames(copy.deepcopy(frames)) == expected
+    assert aggregate_sse([transcript(frames)]) == expected
+    for client_incremental in (True, False):
+        relayed = b"".join(relay_sse([transcript(frames)], client_incremental=client_incremental))
+        assert b'"error"' not in relayed
+        assert aggregate_sse([relayed], incremental=client_incremental) == expected
+
+
+def test_cumulative_ids_behind_their_count_are_still_refused() -> None:
+    frames = [
+        {
+            "text": "a",
+            "output_ids": [1],
+            "meta_info": {"completion_tokens": 2, "finish_reason": None},
+        },
+    ]
+    with pytest.raises(ResponseError, match="fits neither stream mode"):
+        aggregate_frames(frames)

@@ -31,13 +31,12 @@ from sglang_envelope.response.frames import (
     CONSISTENCY,
     abort_error,
     check_consistency,
+    cumulative_count_fits,
     decode_frame,
     engine_error,
     expected,
 )
-from sglang_envelope.response.sse import (
-    Payload,
-)
+from sglang_envelope.response.sse import Payload
 from sglang_envelope.response.stores import DeltaStore
 from sglang_envelope.response.types import GenerateResponse
 from sglang_envelope.response.views import (
@@ -303,7 +302,7 @@ class StreamCore(Generic[S]):
             if fits[True] is None and count != total:
                 shown = show_value(count)
                 fits[True] = f"meta_info.{count_key} is {shown} but {path} has {total} entries"
-            if fits[False] is None and count != len(array):
+            if fits[False] is None and not cumulative_count_fits(count, array, path, meta):
                 fits[False] = (
                     f"meta_info.{count_key} is {show_value(count)} but this frame's {path} "
                     f"has {len(array)} entries"
