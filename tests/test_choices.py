@@ -255,3 +255,18 @@ def test_parse_unary_without_choices_says_how_to_read_an_array() -> None:
     with pytest.raises(EngineError) as info:
         parse_unary(b'{"error": {"message": "no"}}', status=400, choices=2)
     assert info.value.code == 400
+
+
+def test_a_relayed_sequences_fault_names_its_index_and_sglangs_error_passes_as_sent() -> None:
+    def frame(k: int, ids: list[int], count: int) -> bytes:
+        meta = {"id": f"s{k}", "finish_reason": None, "completion_tokens": count}
+        return encode_sse({"text": "", "output_ids": ids, "meta_info": meta, "index": k})
+
+    broken = frame(0, [1], 1) + frame(1, [5], 1) + frame(1, [5], 3) + SSE_DONE
+    out = b"".join(relay_sse([broken], choices=2))
+    error = json.loads(out.split(b"\n\n")[-3][6:])["error"]
+    assert error["message"].startswith("index 1: frame 2: it fits neither stream mode")
+    assert out.endswith(b"\n\n" + SSE_DONE) and out.count(b"[DONE]") == 1
+    sglang = b'data: {"error":{"message":"boom"}}\n\n'
+    out = b"".join(relay_sse([frame(0, [1], 1) + sglang + SSE_DONE], choices=2))
+    assert json.loads(out.split(b"\n\n")[-3][6:])["error"]["message"] == "boom"

@@ -113,7 +113,7 @@ class ChoicesRelay:
         events = sent.split(b"\n\n")[:-1]  # a relay writes each event on one line
         if relay.ended:  # its last two: the error frame and [DONE]
             out += [_indexed(event, index) for event in events[:-2]]
-            out.append(b"\n\n".join(events[-2:]) + b"\n\n")
+            out += [_naming(events[-2], index), SSE_DONE]
             return True
         out += [_indexed(event, index) for event in events]
         meta = rest.get("meta_info")
@@ -124,6 +124,16 @@ class ChoicesRelay:
     def _fail(self, out: list[bytes], error: ResponseError) -> bytes:
         self.ended = True
         return b"".join(out) + error_event(error) + SSE_DONE
+
+
+def _naming(event: bytes, index: int) -> bytes:
+    """The error frame a sequence's relay ended with, its message naming the sequence
+    when the fault is the library's finding (``response_error``); SGLang's own error
+    frames go out as SGLang wrote them."""
+    error = decode_frame(event[len(b"data: ") :]).get("error")
+    if type(error) is dict and error.get("type") == "response_error":
+        return error_event(ResponseError(f"index {index}: {error.get('message')}"))
+    return event + b"\n\n"
 
 
 def _indexed(event: bytes, index: int) -> bytes:
