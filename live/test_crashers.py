@@ -62,6 +62,34 @@ CRASHERS: dict[str, tuple[dict[str, Any], str]] = {
         },
         "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
     ),
+    "a_grammar_ending_before_min_new_tokens": (
+        # The grammar allows "a" and then only EOS, which min_new_tokens masks: no token is
+        # left, and top_k's sampler multinomial-samples the NaN (without top_k: a 500).
+        {
+            "input_ids": [16, 269],
+            "sampling_params": {
+                "max_new_tokens": 8,
+                "min_new_tokens": 5,
+                "regex": "a",
+                "top_k": 21,
+            },
+        },
+        "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
+    ),
+    "a_json_schema_with_min_new_tokens_and_entropy": (
+        # Found by the live fuzz.
+        {
+            "input_ids": [16, 269],
+            "return_entropy": True,
+            "sampling_params": {
+                "min_new_tokens": 7,
+                "json_schema": '{"type": "object"}',
+                "top_k": 21,
+                "stop": ["<"],
+            },
+        },
+        "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
+    ),
     # A prefill-only request (max_new_tokens 0) reads the logprobs at token_indices_to_pool
     # (logits_processor.compute_logprobs_at_positions), unchecked.
     "token_indices_to_pool_empty": (

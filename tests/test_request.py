@@ -430,3 +430,21 @@ def test_worker_envelope_is_frozen() -> None:
     assert isinstance(envelope, WorkerEnvelope)
     with pytest.raises(AttributeError):
         envelope.rid = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("grammar", ["json_schema", "regex", "ebnf", "structural_tag"])
+def test_min_new_tokens_with_a_grammar_is_refused_and_either_alone_accepted(grammar: str) -> None:
+    value = '{"type": "object"}' if grammar in ("json_schema", "structural_tag") else "a"
+    both = {"input_ids": [1], "sampling_params": {"min_new_tokens": 5, grammar: value}}
+    with pytest.raises(RequestRejected) as caught:
+        decode_client_request(both)
+    assert (caught.value.code, caught.value.field) == (
+        "min_new_tokens_with_grammar",
+        "sampling_params.min_new_tokens",
+    )
+    assert caught.value.message.startswith(f"min_new_tokens (5) is not accepted with {grammar}:")
+    decode_client_request({"input_ids": [1], "sampling_params": {grammar: value}})
+    decode_client_request({"input_ids": [1], "sampling_params": {"min_new_tokens": 5}})
+    decode_client_request(
+        {"input_ids": [1], "sampling_params": {"min_new_tokens": 0, grammar: value}}
+    )

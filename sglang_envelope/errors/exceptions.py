@@ -109,6 +109,7 @@ RejectionCode = Literal[
     "logit_bias_overflows_logits",
     "sampling_seed_out_of_range",
     "several_grammars",
+    "min_new_tokens_with_grammar",
     "token_indices_to_pool_unsafe",
     "logprob_start_len_below_minus_one",
     "logprob_start_len_past_prompt",

@@ -292,3 +292,15 @@ def logprobs_past_prompt(r: Any) -> dict[str, object] | None:
 def grammars(p: SamplingParams) -> dict[str, object] | None:
     given = sum(1 for g in (p.json_schema, p.regex, p.ebnf, p.structural_tag) if g)
     return {} if given > 1 else None
+
+
+#: The fields that constrain decoding to a grammar, in SGLang's order.
+GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
+
+
+def min_tokens_with_grammar(p: SamplingParams) -> dict[str, object] | None:
+    low = param_value(p.min_new_tokens, 0)
+    if not isinstance(low, int) or low <= 0:
+        return None
+    grammar = next((name for name in GRAMMAR_FIELDS if getattr(p, name)), None)
+    return None if grammar is None else {"min_new_tokens": low, "grammar": grammar}

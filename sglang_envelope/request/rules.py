@@ -29,6 +29,7 @@ from sglang_envelope.request.checks import (
     max_negative,
     min_negative,
     min_over_max,
+    min_tokens_with_grammar,
     mode_without_mask,
     n_null,
     n_over_beam_width,
@@ -298,6 +299,14 @@ RULES: tuple[Rule, ...] = (
     _sglang("several_grammars", "sampling_params",
             "Only one of json_schema, regex, ebnf, or structural_tag can be set.",
             grammars, ("json_schema", "regex", "ebnf", "structural_tag")),
+    # A grammar that ends before min_new_tokens leaves no token to sample: SGLang fails the
+    # request, and with top_k, top_p or min_p every SGLang process stops (found by the
+    # live fuzz). Whether a grammar can end that early is not known before it runs.
+    Rule("min_new_tokens_with_grammar", "sampling_params.min_new_tokens",
+         "min_new_tokens ({min_new_tokens}) is not accepted with {grammar}: a grammar that "
+         "ends before min_new_tokens leaves SGLang no token to sample, which fails the request "
+         "or, with top_k, top_p or min_p, stops every SGLang process",
+         min_tokens_with_grammar, "min_new_tokens"),
     # Its pooled logprobs index the computed positions, which a cached prefix shortens:
     # any value can stop every SGLang process (0.5.23, found by the live fuzz).
     Rule("token_indices_to_pool_unsafe", "token_indices_to_pool",
