@@ -289,13 +289,13 @@ def logprobs_past_prompt(r: Any) -> dict[str, object] | None:
     return {"start": start, "tokens": len(ids)}
 
 
-def grammars(p: SamplingParams) -> dict[str, object] | None:
-    given = sum(1 for g in (p.json_schema, p.regex, p.ebnf, p.structural_tag) if g)
-    return {} if given > 1 else None
-
-
 #: The fields that constrain decoding to a grammar, in SGLang's order.
 GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
+
+
+def grammars(p: SamplingParams) -> dict[str, object] | None:
+    given = sum(1 for name in GRAMMAR_FIELDS if getattr(p, name))
+    return {} if given > 1 else None
 
 
 def min_tokens_with_grammar(p: SamplingParams) -> dict[str, object] | None:
