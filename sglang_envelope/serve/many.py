@@ -73,10 +73,19 @@ async def answer_many(answers: Sequence[Awaitable[Answer]], *, stream: bool) -> 
     import asyncio
 
     tasks = [asyncio.ensure_future(answer) for answer in answers]
+    settled = asyncio.Event()  # set when one has failed, or all are made
+    left = len(tasks)
+
+    def ended(task: asyncio.Future[Answer]) -> None:
+        nonlocal left
+        left -= 1
+        if left == 0 or _failed(task):
+            settled.set()
+
+    for task in tasks:
+        task.add_done_callback(ended)
     try:
-        pending: set[asyncio.Future[Answer]] = set(tasks)
-        while pending and not any(_failed(task) for task in tasks):
-            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        await settled.wait()
     except BaseException:  # cancelled: the client left
         await _stop_all(tasks)
         raise
@@ -134,27 +143,35 @@ async def _merged(bodies: list[AsyncGenerator[bytes, None]]) -> AsyncGenerator[b
     import asyncio
 
     decoders = [SseDecoder() for _ in bodies]
-    reads = {asyncio.ensure_future(anext(body)): k for k, body in enumerate(bodies)}
+    ready: asyncio.Queue[tuple[int, asyncio.Future[bytes]]] = asyncio.Queue()
+    reads: dict[int, asyncio.Future[bytes]] = {}  # the read under way of each sequence
+
+    def read(k: int) -> None:
+        future = asyncio.ensure_future(anext(bodies[k]))
+        future.add_done_callback(lambda done: ready.put_nowait((k, done)))
+        reads[k] = future
+
+    for k in range(len(bodies)):
+        read(k)
     try:
         while reads:
-            done, _ = await asyncio.wait(reads, return_when=asyncio.FIRST_COMPLETED)
-            for read in sorted(done, key=reads.__getitem__):
-                k = reads.pop(read)
-                error = read.exception()
-                if isinstance(error, StopAsyncIteration):  # that sequence has ended
-                    continue
-                if error is not None:
-                    raise error
-                events, ended = indexed_events(decoders[k], read.result(), k)
-                if events:
-                    yield events
-                if ended:
-                    yield SSE_DONE
-                    return
-                reads[asyncio.ensure_future(anext(bodies[k]))] = k
+            k, done = await ready.get()
+            del reads[k]
+            error = done.exception()
+            if isinstance(error, StopAsyncIteration):  # that sequence has ended
+                continue
+            if error is not None:
+                raise error
+            events, ended = indexed_events(decoders[k], done.result(), k)
+            if events:
+                yield events
+            if ended:
+                yield SSE_DONE
+                return
+            read(k)
         yield SSE_DONE
     finally:
-        await _stop(list(reads), bodies)
+        await _stop(list(reads.values()), bodies)
 
 
 async def _close(bodies: list[AsyncGenerator[bytes, None]]) -> None:
