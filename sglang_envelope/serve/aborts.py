@@ -18,7 +18,7 @@ from sglang_envelope.cancel.plan import AbortPolicy, plan_abort
 from sglang_envelope.cancel.run import AbortOutcome, run_abort
 from sglang_envelope.request.engine import EngineRequest
 from sglang_envelope.serve.legs import Leg
-from sglang_envelope.serve.transport import TRANSPORT_FAILURES, as_upstream_error
+from sglang_envelope.serve.transport import as_upstream_error, transport_failures
 from sglang_envelope.serve.watch import WatchedReply
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class Aborts:
                 first_token=watched.first_output,
                 finished=watched.finished,
             )
-        except TRANSPORT_FAILURES as error:
+        except transport_failures() as error:
             result = as_upstream_error(error)
         except Exception as error:  # reported, not lost: the caller's hook sees it
             result = error

@@ -10,10 +10,10 @@ from sglang_envelope.request.engine import EngineRequest
 from sglang_envelope.response.aggregate import parse_unary
 from sglang_envelope.response.aiter import aggregate_sse_async
 from sglang_envelope.serve.transport import (
-    TRANSPORT_FAILURES,
     Transport,
     as_upstream_error,
     check_reply,
+    transport_failures,
 )
 from sglang_envelope.serve.watch import WatchedReply, read_all, read_past_done
 
@@ -51,7 +51,7 @@ class Leg:
     async def _send(self, body: bytes, headers: Mapping[str, str]) -> None:
         try:
             reply = await self.transport.generate(body, headers)
-        except TRANSPORT_FAILURES as error:
+        except transport_failures() as error:
             raise as_upstream_error(error) from error
         self.watched.attach(check_reply(reply))
 
@@ -78,5 +78,5 @@ class Leg:
             )
             await read_past_done(watched)
             return dict(response)
-        except TRANSPORT_FAILURES as error:
+        except transport_failures() as error:
             raise as_upstream_error(error) from error

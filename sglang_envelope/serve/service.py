@@ -69,9 +69,9 @@ from sglang_envelope.serve.legs import Leg
 from sglang_envelope.serve.many import fan_out, samples_of
 from sglang_envelope.serve.pair import PrefillLeg, PrefillServer, with_prompt_logprobs
 from sglang_envelope.serve.transport import (
-    TRANSPORT_FAILURES,
     Transport,
     as_upstream_error,
+    transport_failures,
 )
 from sglang_envelope.serve.watch import Disconnected, read_past_done, until_done_or_gone
 
@@ -358,7 +358,7 @@ class Service:
             await read_past_done(main.watched)
         except UpstreamError as error:  # the connection broke mid-answer
             yield error_event(error) + SSE_DONE
-        except TRANSPORT_FAILURES as error:
+        except transport_failures() as error:
             yield error_event(as_upstream_error(error)) + SSE_DONE
         except EnvelopeError as error:  # the prefill's failure
             yield error_event(error) + SSE_DONE

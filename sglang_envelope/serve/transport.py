@@ -7,9 +7,10 @@ status. `sglang_envelope.adapters.httpx` and `sglang_envelope.adapters.aiohttp`
 implement it; any object with the two methods does.
 
 A transport raises `UpstreamError` when SGLang cannot be reached or times out.
-The loop also takes the standard library's ``OSError`` and ``TimeoutError``
-(``asyncio.TimeoutError``) as transport failures, so a hand-written transport
-over asyncio streams needs no mapping of its own.
+The loop also takes the standard library's ``OSError``, ``EOFError`` and
+``TimeoutError`` (``asyncio.TimeoutError`` too, a class of its own before
+Python 3.11) as transport failures, so a hand-written transport over asyncio
+streams needs no mapping of its own.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import msgspec
 
 from sglang_envelope.errors.exceptions import EnvelopeError, UpstreamError
 
-__all__ = ["TRANSPORT_FAILURES", "EngineReply", "Transport", "as_upstream_error"]
+__all__ = ["EngineReply", "Transport", "as_upstream_error", "transport_failures"]
 
 
 class EngineReply(msgspec.Struct, frozen=True):
@@ -49,15 +50,23 @@ class Transport(Protocol):
         ...
 
 
-#: What the loop takes as a failed transport when a transport raises it itself.
-TRANSPORT_FAILURES: tuple[type[BaseException], ...] = (OSError, TimeoutError, EOFError)
+def _timeouts() -> tuple[type[BaseException], ...]:
+    import asyncio  # the loop runs under asyncio: imported already, and only when needed
+
+    return (TimeoutError, asyncio.TimeoutError)  # one class from Python 3.11 on
+
+
+def transport_failures() -> tuple[type[BaseException], ...]:
+    """What the loop takes as a failed transport when a transport raises it itself (read
+    in an ``except`` clause, so only once something was raised)."""
+    return (OSError, EOFError, *_timeouts())
 
 
 def as_upstream_error(error: BaseException) -> UpstreamError:
     """`error`, raised by a transport, as the `UpstreamError` the client is answered with."""
     if isinstance(error, UpstreamError):
         return error
-    if isinstance(error, TimeoutError):
+    if isinstance(error, _timeouts()):
         return UpstreamError("SGLang did not answer in time", 504)
     return UpstreamError(f"SGLang could not be reached: {type(error).__name__}: {error}")
 

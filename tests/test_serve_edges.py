@@ -1,0 +1,272 @@
+"""The serving loop's edges: a bad engine rid, a worker envelope sent as it came, a handler of
+many sequences cancelled, a transport's own bug mid-stream, and a pair's odd decode frames."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from sglang_envelope import (
+    AbortPolicy,
+    Deployment,
+    PrefillServer,
+    Service,
+    UpstreamError,
+    decode_client_request,
+)
+from sglang_envelope.serve.transport import as_upstream_error
+from tests.serve_fakes import DONE, LENGTH, FakeTransport, Script, frame, simple_stream, unary_body
+
+DEPLOYMENT = Deployment(vocab_size=320, incremental_streaming_output=False)
+POLICY = AbortPolicy(retry_delays_s=(), deadline_s=0.5, first_token_wait_s=0.2)
+PROMPT = [[-1.5, 5, None], [-2.5, 6, None], [-0.5, 7, None]]
+LOGPROBS_STREAM = (
+    b'{"input_ids": [5, 6, 7], "return_logprob": true, "logprob_start_len": 0, "stream": true}'
+)
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coroutine, 5))
+
+
+def streamed(request: dict[str, Any]) -> Script:
+    return Script(chunks=simple_stream() if request["stream"] else [unary_body()])
+
+
+def service(transport: FakeTransport, **options: Any) -> Service:
+    return Service(transport, deployment=DEPLOYMENT, abort_policy=POLICY, **options)
+
+
+def numbered(k: int) -> str:
+    return f"{k:032x}"
+
+
+def counted() -> Any:
+    """Engine rids 0, 1, 2, ... as 32 hex digits, so a test knows which sequence is which."""
+    made = iter(range(1000))
+    return lambda: numbered(next(made))
+
+
+async def served(svc: Service, body: Any) -> tuple[Any, bytes]:
+    async with svc:
+        answer = await svc.generate(body)
+        return answer, b"".join([chunk async for chunk in answer.body])
+
+
+def sse_data(written: bytes) -> list[bytes]:
+    """The data of every event written, ``[DONE]`` last and only once."""
+    assert written.endswith(b"\n\n" + DONE) and written.count(b"[DONE]") == 1
+    return [event.removeprefix(b"data: ") for event in written.split(b"\n\n")[:-1]]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_request_the_service_cannot_give_an_engine_rid_is_refused_in_its_mode(
+    stream: bool,
+) -> None:
+    request = decode_client_request(json.dumps({"input_ids": [5, 6], "stream": stream}))
+    transport = FakeTransport(streamed)
+    answer, written = run(served(service(transport, rid=lambda: ""), request))
+    message = "rid must be a non-empty UTF-8 string, got ''"
+    assert transport.requests == [], "nothing reaches the engine"
+    if stream:
+        assert (answer.status, answer.media_type) == (200, "text/event-stream; charset=utf-8")
+        error = json.loads(sse_data(written)[0])["error"]
+        assert (error["message"], error["type"], error["code"]) == (message, "envelope_error", 500)
+    else:
+        assert (answer.status, answer.media_type) == (500, "application/json")
+        assert json.loads(written) == {"error": {"message": message}}
+
+
+def test_a_batch_the_service_cannot_give_engine_rids_is_refused_before_any_is_sent() -> None:
+    transport = FakeTransport(streamed)
+    body = b'{"input_ids": [[5], [6]], "stream": true}'
+    answer, written = run(served(service(transport, rid=lambda: ""), body))
+    assert answer.status == 200 and transport.requests == [] and transport.aborts == []
+    error = json.loads(sse_data(written)[0])["error"]
+    assert error["message"] == "rid must be a non-empty UTF-8 string, got ''"
+
+
+class Recording(FakeTransport):
+    """Records each body and its headers as the service sent them."""
+
+    def __init__(self) -> None:
+        super().__init__(streamed)
+        self.sent: list[tuple[bytes, dict[str, str]]] = []
+
+    async def generate(self, body: bytes, headers: Any) -> Any:
+        self.sent.append((body, dict(headers)))
+        return await super().generate(body, headers)
+
+
+def test_a_worker_envelope_with_header_overrides_sends_the_clients_bytes_as_they_came() -> None:
+    client = b'{"rid": "mine",  "input_ids": [5, 6], "stream": true}'
+    wire = b'{"rid": "frontend-7", "request": ' + client + b"}"
+    transport = Recording()
+    svc = Service(transport, deployment=DEPLOYMENT, header_overrides=True, rid=counted())
+
+    async def main() -> bytes:
+        async with svc:
+            answer = await svc.generate_envelope(wire)
+            return b"".join([chunk async for chunk in answer.body])
+
+    written = run(main())
+    ((sent, headers),) = transport.sent
+    assert sent == client, "the client's body, spacing and all, not encoded again"
+    assert headers["x-override-rid"] == numbered(0)
+    assert written.count(b'"meta_info":{"id":"mine"') == 2 and written.endswith(DONE)
+
+
+def test_a_handler_of_many_sequences_cancelled_aborts_every_one_of_them() -> None:
+    async def main() -> FakeTransport:
+        transport = FakeTransport(lambda request: Script(until_abort=True))
+        svc = service(transport)
+        body = b'{"input_ids": [5], "sampling_params": {"n": 3}}'
+        task = asyncio.ensure_future(svc.generate(body))
+        while len(transport.requests) < 3:
+            await asyncio.sleep(0.001)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await svc.aclose()
+        return transport
+
+    transport = run(main())
+    sent = sorted(request["rid"] for request in transport.requests)
+    assert len(set(sent)) == 3
+    assert sorted(abort["rid"] for abort in transport.aborts) == sent
+
+
+def test_a_transport_bug_in_one_streamed_sequence_reaches_the_reader_and_stops_the_rest() -> None:
+    bug = RuntimeError("a bug in the transport")
+
+    def script(request: dict[str, Any]) -> Script:
+        if request["rid"] == numbered(1):  # 0 is the request's own rid; the samples 1 and 2
+            return Script(chunks=[frame(), frame(ids=(7, 8))], fail=bug, fail_after=1)
+        return Script(chunks=[frame()], until_abort=True)
+
+    async def main() -> tuple[list[bytes], FakeTransport]:
+        transport = FakeTransport(script)
+        svc = service(transport, rid=counted())
+        body = b'{"input_ids": [5], "stream": true, "sampling_params": {"n": 2}}'
+        answer = await svc.generate(body)
+        got: list[bytes] = []
+        with pytest.raises(RuntimeError) as info:
+            async for chunk in answer.body:
+                got.append(chunk)
+        assert info.value is bug
+        await svc.aclose()
+        return got, transport
+
+    got, transport = run(main())
+    assert b"[DONE]" not in b"".join(got), "the stream does not pretend to have ended well"
+    assert numbered(2) in {abort["rid"] for abort in transport.aborts}, "the other is stopped"
+    assert numbered(1) in transport.closed, "the broken answer's connection is released"
+
+
+def prefill_script(request: dict[str, Any]) -> Script:
+    meta = {"input_token_logprobs": PROMPT, "output_token_logprobs": [[-0.1, 9, None]]}
+    return Script(chunks=[frame("RID", (9,), {"type": "length", "length": 0}, **meta), DONE])
+
+
+def decode_frame(ids: tuple[int, ...], finish: Any = None) -> bytes:
+    logprobs = [[-0.1, i, None] for i in ids]
+    return frame("RID", ids, finish, input_token_logprobs=[], output_token_logprobs=logprobs)
+
+
+def pair_answer(decode_chunks: list[bytes]) -> bytes:
+    """What a streaming client asking for prompt logprobs gets from a pair whose decode
+    server sends `decode_chunks` (each read on its own)."""
+
+    async def main() -> bytes:
+        decode = FakeTransport(lambda request: Script(chunks=decode_chunks, delay_s=0.001))
+        server = PrefillServer(FakeTransport(prefill_script), "10.0.0.1", 8998)
+        svc = service(decode, prefill=server)
+        return (await served(svc, LOGPROBS_STREAM))[1]
+
+    written: bytes = run(main())
+    return written
+
+
+def test_a_pair_relays_sglangs_error_frame_as_it_came_after_frames_given_prompt_logprobs() -> None:
+    error = b'{"error":{"message":"boom","code":503}}'
+    data = sse_data(pair_answer([decode_frame((7,)), b"data: " + error + b"\n\n", DONE]))
+    first = json.loads(data[0])
+    assert first["meta_info"]["input_token_logprobs"] == PROMPT
+    assert first["output_ids"] == [7]
+    assert json.loads(data[1]) == {
+        "error": {
+            "message": "boom",
+            "type": "invalid_request_error",
+            "code": 503,
+            "retryable": False,
+        }
+    }, "no prompt logprobs are put into an error frame"
+    assert data[2:] == [b"[DONE]"]
+
+
+def test_a_pair_relays_a_malformed_middle_frame_as_it_came_without_prompt_logprobs() -> None:
+    middle = decode_frame((7, 8))[:-3] + b"\n\n"  # its last brace lost
+    assert middle.count(b'"finish_reason":null') == 1
+    chunks = [decode_frame((7,)), middle, decode_frame((7, 8, 9), LENGTH | {"length": 3}), DONE]
+    data = sse_data(pair_answer(chunks))
+    assert len(data) == 4 and data[-1] == b"[DONE]"
+    first, last = json.loads(data[0]), json.loads(data[2])
+    assert first["meta_info"]["input_token_logprobs"] == PROMPT
+    assert last["meta_info"]["input_token_logprobs"] == PROMPT and last["output_ids"] == [7, 8, 9]
+    engine_rid = first["meta_info"]["id"]
+    assert b"data: " + data[1] + b"\n\n" == middle.replace(b"RID", engine_rid.encode()), (
+        "the frame goes out as a direct connection would deliver it"
+    )
+
+
+@pytest.mark.parametrize("status", [502, 504])
+def test_an_upstream_error_given_to_as_upstream_error_comes_back_as_itself(status: int) -> None:
+    error = UpstreamError("the router is down", status)
+    assert as_upstream_error(error) is error and error.status == status
+
+
+@pytest.mark.parametrize(
+    ("raised", "message", "status"),
+    [
+        (ConnectionResetError("reset by peer"), "ConnectionResetError: reset by peer", 502),
+        (EOFError("eof"), "EOFError: eof", 502),
+        (TimeoutError("read timed out"), "SGLang did not answer in time", 504),
+        (asyncio.TimeoutError(), "SGLang did not answer in time", 504),
+    ],
+)
+def test_a_transport_failure_becomes_the_upstream_error_a_gateway_answers(
+    raised: BaseException, message: str, status: int
+) -> None:
+    error = as_upstream_error(raised)
+    assert type(error) is UpstreamError and error.status == status
+    assert error.message.endswith(message)
+
+
+class _TimingOut:
+    """A hand-written transport whose SGLang never answers in time (asyncio's own timeout)."""
+
+    async def generate(self, body: bytes, headers: Any) -> Any:
+        await asyncio.wait_for(asyncio.sleep(1), 0.001)
+
+    async def abort(self, body: bytes) -> int:
+        return 200
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_transport_timing_out_under_asyncio_gives_the_client_a_504(stream: bool) -> None:
+    """asyncio.TimeoutError is a class of its own before Python 3.11: a timeout all the same."""
+    served = Service(_TimingOut(), deployment=DEPLOYMENT, abort_policy=POLICY)
+
+    async def answer() -> tuple[int, bytes]:
+        body = json.dumps({"input_ids": [5, 6], "stream": stream}).encode()
+        got = await served.generate(body)
+        data = b"".join([chunk async for chunk in got.body])
+        await served.aclose()
+        return got.status, data
+
+    status, data = run(answer())
+    assert status == 504
+    assert json.loads(data) == {"error": {"message": "SGLang did not answer in time"}}
