@@ -1,0 +1,195 @@
+"""The fake engine's HTTP edges, driven as an ASGI app with hand-made messages: bodies without a
+``Content-Length``, clients gone before their body, bodies it cannot read, bad aborts, lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import MutableMapping
+from typing import Any
+
+import pytest
+
+from sglang_envelope.testing import FakeEngine
+from sglang_envelope.testing.requests import split_many
+
+JSON_TYPE = (b"content-type", b"application/json")
+Message = MutableMapping[str, Any]
+
+
+class Exchange:
+    """One ASGI request: the messages the app receives, in order, then none (the client
+    waits); what the app sent; how many messages it asked for."""
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.incoming = list(messages)
+        self.sent: list[Message] = []
+        self.reads = 0
+
+    async def receive(self) -> Message:
+        self.reads += 1
+        if self.incoming:
+            return self.incoming.pop(0)
+        await asyncio.Future()  # nothing more from this client, until the app stops asking
+        raise AssertionError("unreachable")
+
+    async def send(self, message: Message) -> None:
+        self.sent.append(message)
+
+    @property
+    def status(self) -> int | None:
+        starts = [m["status"] for m in self.sent if m["type"] == "http.response.start"]
+        return starts[0] if starts else None
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body")
+
+
+def chunk(data: bytes, more: bool = False) -> Message:
+    return {"type": "http.request", "body": data, "more_body": more}
+
+
+def post(
+    engine: FakeEngine,
+    path: str,
+    messages: list[Message],
+    headers: list[tuple[bytes, bytes]] | None = None,
+) -> Exchange:
+    """POST to `engine` in process: the client sends `messages`, then waits."""
+    exchange = Exchange(messages)
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "headers": [JSON_TYPE] if headers is None else headers,
+        "query_string": b"",
+    }
+    asyncio.run(asyncio.wait_for(engine(scope, exchange.receive, exchange.send), 5))
+    return exchange
+
+
+def pydantic_refusal(message: str) -> dict[str, Any]:
+    return {
+        "object": "error",
+        "message": message,
+        "type": "Bad Request",
+        "param": None,
+        "code": 400,
+    }
+
+
+def test_a_body_sent_without_a_content_length_is_read_to_its_end_and_served() -> None:
+    engine = FakeEngine()
+    parts = [b'{"input_ids": [5, 6], ', b'"sampling_params": {"max_new_tokens": 3}}']
+    exchange = post(engine, "/generate", [chunk(parts[0], more=True), chunk(parts[1])])
+    assert exchange.status == 200
+    answer = json.loads(exchange.body)
+    assert len(answer["output_ids"]) == 3 and answer["meta_info"]["prompt_tokens"] == 2
+    assert list(engine.requests) == [b"".join(parts)]
+    assert [outcome.ending for outcome in engine.outcomes] == ["length"]
+
+
+def test_a_body_without_a_content_length_that_grows_past_the_bound_is_refused_unread() -> None:
+    engine = FakeEngine(max_body_bytes=64)
+    parts = [chunk(b"x" * 40, more=True), chunk(b"x" * 40, more=True), chunk(b"x" * 40)]
+    exchange = post(engine, "/generate", parts)
+    assert exchange.status == 413
+    assert json.loads(exchange.body) == {
+        "error": {"message": "request body is 80 bytes; the limit is 64"}
+    }
+    assert exchange.reads == 2, "nothing past the bound is read"
+    assert list(engine.requests) == [] and list(engine.outcomes) == []
+
+
+def test_a_client_gone_before_its_generate_body_is_counted_and_answered_nothing() -> None:
+    engine = FakeEngine()
+    exchange = post(engine, "/generate", [{"type": "http.disconnect"}])
+    assert exchange.sent == [] and engine.disconnects == 1
+    assert list(engine.requests) == [] and engine.running == 0
+
+
+def test_a_client_gone_before_its_abort_body_aborts_nothing() -> None:
+    engine = FakeEngine()
+    exchange = post(engine, "/abort_request", [{"type": "http.disconnect"}])
+    assert exchange.sent == [] and list(engine.aborts) == []
+    assert engine.disconnects == 0, "only a generation's client is counted"
+
+
+def test_a_serving_system_field_of_the_wrong_type_is_refused_as_pydantic_refuses_it() -> None:
+    engine = FakeEngine()
+    exchange = post(engine, "/generate", [chunk(b'{"input_ids": [5, 6], "bootstrap_port": "x"}')])
+    assert exchange.status == 400
+    message = "wrong type: Expected `int | null`, got `str` - at `$.bootstrap_port`"
+    assert json.loads(exchange.body) == pydantic_refusal(message)
+    assert engine.running == 0 and list(engine.outcomes) == []
+
+
+def test_an_unknown_key_holding_bytes_that_are_not_utf8_is_refused_as_not_json() -> None:
+    engine = FakeEngine()
+    exchange = post(engine, "/generate", [chunk(b'{"zzz": "\xff", "input_ids": [5]}')])
+    assert exchange.status == 400
+    message = "request body is not valid JSON: Invalid UTF-8 encoded string"
+    assert json.loads(exchange.body) == pydantic_refusal(message)
+    assert list(engine.outcomes) == []
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"text": ["a", "b"], "x": "\xff"}', b'{"input_ids": [[5], [6]], "x": "\xff"}']
+)
+def test_a_batch_shaped_body_that_is_not_json_is_left_to_the_one_sequence_refusal(
+    body: bytes,
+) -> None:
+    assert split_many(body, 320) is None
+    engine = FakeEngine()
+    exchange = post(engine, "/generate", [chunk(body)])
+    assert exchange.status == 400 and b'"error"' in exchange.body
+    assert engine.running == 0 and list(engine.outcomes) == []
+
+
+def test_an_abort_body_over_its_bound_is_refused_as_pydantic_refuses_it() -> None:
+    engine = FakeEngine()
+    headers = [JSON_TYPE, (b"content-length", b"70000")]
+    exchange = post(engine, "/abort_request", [chunk(b"{}")], headers)
+    assert exchange.status == 400 and exchange.reads == 0, "refused by its declared size"
+    message = "request body is 70000 bytes; the limit is 65536"
+    assert json.loads(exchange.body) == pydantic_refusal(message)
+    assert list(engine.aborts) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"{rid", "JSON is malformed: object keys must be strings (byte 1)"),
+        (b'{"rid": 5}', "Expected `str | null`, got `int` - at `$.rid`"),
+        (b'{"abort_all": "yes"}', "Expected `bool`, got `str` - at `$.abort_all`"),
+    ],
+)
+def test_an_abort_body_sglang_cannot_parse_is_refused_as_pydantic_refuses_it(
+    body: bytes, message: str
+) -> None:
+    engine = FakeEngine()
+    exchange = post(engine, "/abort_request", [chunk(body)])
+    assert exchange.status == 400
+    assert json.loads(exchange.body) == pydantic_refusal(f"abort_request body: {message}")
+    assert list(engine.aborts) == []
+
+
+def test_a_lifespan_message_the_fake_does_not_know_is_ignored() -> None:
+    engine = FakeEngine()
+    incoming: list[Message] = [
+        {"type": "lifespan.startup"},
+        {"type": "lifespan.unknown"},
+        {"type": "lifespan.shutdown"},
+    ]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return incoming.pop(0)
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    asyncio.run(asyncio.wait_for(engine({"type": "lifespan"}, receive, send), 5))
+    assert sent == [{"type": "lifespan.startup.complete"}, {"type": "lifespan.shutdown.complete"}]
+    assert incoming == []
