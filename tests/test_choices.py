@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_envelope import (
@@ -72,7 +72,6 @@ STOP = {"type": "stop"}
 # --- properties ---
 
 
-@settings(max_examples=150, deadline=None)
 @given(st.lists(final_responses(), min_size=1, max_size=4), st.booleans(), st.data())
 def test_interleaved_choices_give_each_its_own_answer(
     responses: list[dict[str, Any]], incremental: bool, data: st.DataObject
@@ -91,7 +90,6 @@ def test_interleaved_choices_give_each_its_own_answer(
     assert parse_unary(msgspec.json.encode(responses), choices=n) == alone
 
 
-@settings(max_examples=100, deadline=None)
 @given(st.integers(1, 4), st.data())
 def test_detected_modes_match_each_sequence_alone(n: int, data: st.DataObject) -> None:
     generations = [data.draw(relay_generations()) for _ in range(n)]
@@ -107,7 +105,6 @@ def test_detected_modes_match_each_sequence_alone(n: int, data: st.DataObject) -
         assert got == alone
 
 
-@settings(max_examples=100, deadline=None)
 @given(st.integers(1, 4), st.booleans(), st.booleans(), st.data())
 def test_relay_keeps_index_and_the_answers(
     n: int, engine: bool, client: bool, data: st.DataObject

@@ -38,7 +38,7 @@ def _both_ways(monkeypatch: pytest.MonkeyPatch, body: bytes) -> tuple[Any, Any]:
     return whole, chunked
 
 
-@settings(max_examples=300)
+@settings(max_examples=100)
 @given(large_body_texts())
 def test_a_large_body_gets_the_typed_decodes_verdict(body: bytes) -> None:
     with pytest.MonkeyPatch.context() as monkeypatch:
@@ -46,7 +46,6 @@ def test_a_large_body_gets_the_typed_decodes_verdict(body: bytes) -> None:
     assert chunked == whole
 
 
-@settings(max_examples=100)
 @given(client_requests())
 def test_a_large_valid_body_decodes_to_the_same_request(fields: dict[str, Any]) -> None:
     body = msgspec.json.encode(fields)

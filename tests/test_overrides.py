@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_envelope import (
@@ -71,7 +71,6 @@ def same_request(got: dict[str, Any], engine: Any) -> bool:
     return all(read(got, key) == read(expected, key) for key in set(got) | set(expected))
 
 
-@settings(max_examples=150, deadline=None)
 @given(
     client_requests(),
     st.sampled_from([Role.AGGREGATED, Role.DECODE, Role.PREFILL]),

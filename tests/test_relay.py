@@ -181,7 +181,6 @@ def test_relayed_stream_aggregates_to_sglangs_answer(
 # --- properties ---
 
 
-@settings(max_examples=150, deadline=None)
 @given(data=st.data(), engine=st.booleans(), client=st.booleans(), detect=st.booleans())
 def test_relay_keeps_the_answer(
     data: st.DataObject, engine: bool, client: bool, detect: bool
@@ -201,7 +200,6 @@ def test_relay_keeps_the_answer(
         assert indices == sorted(set(indices))
 
 
-@settings(max_examples=150, deadline=None)
 @given(data=st.data(), engine=st.booleans())
 def test_same_mode_sends_every_event_unchanged(data: st.DataObject, engine: bool) -> None:
     cumulative, incremental = data.draw(relay_generations())
@@ -210,7 +208,6 @@ def test_same_mode_sends_every_event_unchanged(data: st.DataObject, engine: bool
     assert relay(chunks, client_incremental=engine) == stream
 
 
-@settings(max_examples=150, deadline=None)
 @given(data=st.data(), response=final_responses(), to_cumulative=st.booleans())
 def test_forced_incremental_matches_aggregation(
     data: st.DataObject, response: dict[str, Any], to_cumulative: bool
@@ -225,7 +222,6 @@ def test_forced_incremental_matches_aggregation(
     )
 
 
-@settings(max_examples=150, deadline=None)
 @given(data=st.data(), response=final_responses())
 def test_an_event_a_chunk_sends_the_cumulative_frame_of_each(
     data: st.DataObject, response: dict[str, Any]
@@ -247,7 +243,6 @@ def test_an_event_a_chunk_sends_the_cumulative_frame_of_each(
         assert list(got["meta_info"]) == list(expected["meta_info"])
 
 
-@settings(max_examples=100, deadline=None)
 @given(data=st.data(), response=final_responses())
 def test_forced_cumulative_matches_aggregation(
     data: st.DataObject, response: dict[str, Any]
@@ -267,7 +262,6 @@ def verdict(run: Any) -> tuple[str, Any]:
         return "error", str(exc)
 
 
-@settings(max_examples=max(300, settings().max_examples), deadline=None)  # more when fuzzing
 @given(data=st.data(), engine=st.booleans(), client=st.booleans())
 def test_damaged_streams_get_aggregations_verdict(
     data: st.DataObject, engine: bool, client: bool
@@ -598,7 +592,6 @@ def test_framing_and_bounds_are_checked_on_every_event(mode: bool) -> None:
     assert error["message"].startswith("the stream said data: [DONE] after 2 frames")
 
 
-@settings(max_examples=150, deadline=None)
 @given(data=st.data(), engine=st.booleans(), detect=st.booleans())
 def test_same_mode_any_form_any_chunking_sends_sglangs_frames(
     data: st.DataObject, engine: bool, detect: bool

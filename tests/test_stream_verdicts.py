@@ -147,7 +147,7 @@ def test_feed_returns_the_frames_before_a_fault_and_raises_it_next() -> None:
 def test_a_big_terminal_frame_is_decoded_once() -> None:
     """An incremental stream's terminal frame costs what parse_unary needs, not twice that."""
     frames = frames_of(2)
-    frames[-1]["meta_info"]["output_top_logprobs"] = [[[-1.0, i, None]] * 5 for i in range(40_000)]
+    frames[-1]["meta_info"]["output_top_logprobs"] = [[[-1.0, i, None]] * 5 for i in range(10_000)]
     frames[-1]["meta_info"]["completion_tokens"] = 2
     terminal = msgspec.json.encode(frames[-1])
     stream = encode_sse(frames[0]) + b"data: " + terminal + b"\n\n" + SSE_DONE
