@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from sglang_envelope import EngineReply
+from sglang_envelope import AbortPolicy, Deployment, EngineReply, Service
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 LIVE = [json.loads(line) for line in (FIXTURES / "live_answers.jsonl").read_text().splitlines()]
@@ -121,3 +121,22 @@ def simple_stream(rid: str = "RID") -> list[bytes]:
 def unary_body(rid: str = "RID") -> bytes:
     body = {"text": "xy", "output_ids": [7, 8], "meta_info": {"id": rid, "finish_reason": LENGTH}}
     return json.dumps(body, separators=(",", ":")).encode()
+
+
+#: The SGLang server of the loop's tests, and an abort policy quick enough for them.
+DEPLOYMENT = Deployment(vocab_size=320, incremental_streaming_output=False)
+POLICY = AbortPolicy(retry_delays_s=(), deadline_s=0.5, first_token_wait_s=0.2)
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coroutine, 10))
+
+
+def service(transport: FakeTransport, **options: Any) -> Service:
+    options.setdefault("abort_policy", POLICY)
+    return Service(transport, deployment=DEPLOYMENT, **options)
+
+
+def streamed(request: dict[str, Any]) -> Script:
+    """SGLang's answer to `request` in its mode: a stream, or one unary body."""
+    return Script(chunks=simple_stream() if request["stream"] else [unary_body()])

@@ -13,8 +13,6 @@ import pytest
 
 from sglang_envelope import (
     CLIENT_GONE,
-    AbortPolicy,
-    Deployment,
     EngineReply,
     EnvelopeError,
     Service,
@@ -26,34 +24,23 @@ from sglang_envelope import (
     to_worker_envelope,
 )
 from tests.serve_fakes import (
+    DEPLOYMENT,
     DONE,
     FakeTransport,
     Script,
     events,
     frame,
     live_case,
+    run,
+    service,
     simple_stream,
+    streamed,
     unary_body,
 )
 
-DEPLOYMENT = Deployment(vocab_size=320, incremental_streaming_output=False)
-POLICY = AbortPolicy(retry_delays_s=(), deadline_s=0.5, first_token_wait_s=0.2)
 STREAM = b'{"rid": "client-a", "input_ids": [5, 6], "stream": true}'
 UNARY = b'{"rid": "client-a", "input_ids": [5, 6]}'
 FLAT = b'{"input_ids": [5, 6], "return_flat_raw_output_top_logprobs": true}'
-
-
-def run(coroutine: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coroutine, 10))
-
-
-def service(transport: FakeTransport, **options: Any) -> Service:
-    options.setdefault("abort_policy", POLICY)
-    return Service(transport, deployment=DEPLOYMENT, **options)
-
-
-def streamed(request: dict[str, Any]) -> Script:
-    return Script(chunks=simple_stream() if request["stream"] else [unary_body()])
 
 
 async def read(answer: Any) -> bytes:

@@ -10,34 +10,29 @@ from typing import Any
 import pytest
 
 from sglang_envelope import (
-    AbortPolicy,
-    Deployment,
     PrefillServer,
     Service,
     UpstreamError,
     decode_client_request,
 )
 from sglang_envelope.serve.transport import as_upstream_error
-from tests.serve_fakes import DONE, LENGTH, FakeTransport, Script, frame, simple_stream, unary_body
+from tests.serve_fakes import (
+    DEPLOYMENT,
+    DONE,
+    LENGTH,
+    POLICY,
+    FakeTransport,
+    Script,
+    frame,
+    run,
+    service,
+    streamed,
+)
 
-DEPLOYMENT = Deployment(vocab_size=320, incremental_streaming_output=False)
-POLICY = AbortPolicy(retry_delays_s=(), deadline_s=0.5, first_token_wait_s=0.2)
 PROMPT = [[-1.5, 5, None], [-2.5, 6, None], [-0.5, 7, None]]
 LOGPROBS_STREAM = (
     b'{"input_ids": [5, 6, 7], "return_logprob": true, "logprob_start_len": 0, "stream": true}'
 )
-
-
-def run(coroutine: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coroutine, 5))
-
-
-def streamed(request: dict[str, Any]) -> Script:
-    return Script(chunks=simple_stream() if request["stream"] else [unary_body()])
-
-
-def service(transport: FakeTransport, **options: Any) -> Service:
-    return Service(transport, deployment=DEPLOYMENT, abort_policy=POLICY, **options)
 
 
 def numbered(k: int) -> str:

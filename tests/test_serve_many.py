@@ -21,8 +21,18 @@ from sglang_envelope import (
     encode_sse,
 )
 from sglang_envelope.serve.many import indexed_events
-from tests.serve_fakes import DONE, LENGTH, FakeTransport, Script, events, frame
-from tests.test_serve import DEPLOYMENT, POLICY, read, run
+from tests.serve_fakes import (
+    DEPLOYMENT,
+    DONE,
+    LENGTH,
+    POLICY,
+    FakeTransport,
+    Script,
+    events,
+    frame,
+    run,
+)
+from tests.test_serve import read
 
 
 def counted() -> Any:

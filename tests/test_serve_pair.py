@@ -9,8 +9,18 @@ from typing import Any
 import msgspec
 
 from sglang_envelope import PrefillServer, Service
-from tests.serve_fakes import DONE, LENGTH, FakeTransport, Script, events, frame
-from tests.test_serve import DEPLOYMENT, POLICY, read, run
+from tests.serve_fakes import (
+    DEPLOYMENT,
+    DONE,
+    LENGTH,
+    POLICY,
+    FakeTransport,
+    Script,
+    events,
+    frame,
+    run,
+)
+from tests.test_serve import read
 
 LOGPROBS = b'{"input_ids": [5, 6, 7], "return_logprob": true, "logprob_start_len": 0'
 PROMPT = [[-1.5, 5, None], [-2.5, 6, None], [-0.5, 7, None]]
