@@ -12,7 +12,23 @@ dir=${1:-${SGLANG_ENVELOPE_LIVE:-$HOME/.cache/sglang-envelope-live}}
 py=${PYTHON:-python3}
 mkdir -p "$dir"
 stamp="$dir/.ready-3"
-if [ -f "$stamp" ] && [ -x "$dir/venv/bin/python" ]; then echo "$dir: ready"; exit 0; fi
+
+# Mooncake's engine links libibverbs (a system library, so checked on every run: a built
+# directory may be on a machine without it). grep reads all of ldd's output: `grep -q` would
+# stop at the first match, ldd would die of SIGPIPE, and pipefail would call it no match.
+ibverbs() {
+  local engine="$dir/mooncake/mooncake/engine.so"
+  if [ -f "$engine" ] && ldd "$engine" | grep 'libibverbs.so.1 => not found' >/dev/null; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+      apt-get update -qq && apt-get install -y -qq libibverbs1 >/dev/null
+    else
+      echo "live/setup.sh: Mooncake needs libibverbs.so.1 (Debian: apt-get install libibverbs1)" >&2
+      exit 1
+    fi
+  fi
+}
+
+if [ -f "$stamp" ] && [ -x "$dir/venv/bin/python" ]; then ibverbs; echo "$dir: ready"; exit 0; fi
 
 [ -x "$dir/venv/bin/python" ] || "$py" -m venv "$dir/venv"
 pip="$dir/venv/bin/python -m pip -q --disable-pip-version-check"
@@ -37,13 +53,7 @@ $pip install msgspec numpy pyzmq pydantic pybase64 orjson psutil requests packag
 # Mooncake's CPU transfer engine for the prefill/decode pair; its engine links libibverbs even for TCP.
 [ -f "$dir/mooncake/mooncake/engine.so" ] || \
   $pip install --no-deps --target "$dir/mooncake" 'mooncake-transfer-engine-non-cuda==0.3.13.post1'
-if ldd "$dir/mooncake/mooncake/engine.so" | grep -q 'libibverbs.so.1 => not found'; then
-  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-    apt-get update -qq && apt-get install -y -qq libibverbs1 >/dev/null
-  else
-    echo "live/setup.sh: Mooncake needs libibverbs.so.1 (Debian: apt-get install libibverbs1)" >&2; exit 1
-  fi
-fi
+ibverbs
 
 [ -f "$dir/tiny-gpt2/model.safetensors" ] || \
   HF_HUB_OFFLINE=1 "$dir/venv/bin/python" "$here/make_model.py" "$dir/tiny-gpt2"
