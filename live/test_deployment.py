@@ -8,6 +8,7 @@ outside the vocabulary) are never sent: the test checks it is still alive.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import httpx
@@ -27,7 +28,9 @@ from sglang_envelope import (
 
 def _engine_body(body: dict[str, Any], deployment: Deployment, **kwargs: Any) -> bytes:
     request = decode_client_request(msgspec.json.encode(body))
-    envelope = to_worker_envelope(request, rid="deployment-check")
+    # A rid of its own each time: 2 s after a stream's answer SGLang aborts any request still
+    # under that stream's rid (TokenizerManager.create_abort_task), which answers "Aborted".
+    envelope = to_worker_envelope(request, rid=f"deployment-check-{uuid.uuid4().hex}")
     engine = build_engine_request(
         envelope, input_ids=request.input_ids, role=Role.AGGREGATED, deployment=deployment,
         **kwargs,
