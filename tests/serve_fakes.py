@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
@@ -140,3 +141,37 @@ def service(transport: FakeTransport, **options: Any) -> Service:
 def streamed(request: dict[str, Any]) -> Script:
     """SGLang's answer to `request` in its mode: a stream, or one unary body."""
     return Script(chunks=simple_stream() if request["stream"] else [unary_body()])
+
+
+async def read(answer: Any) -> bytes:
+    """An answer's whole body."""
+    return b"".join([chunk async for chunk in answer.body])
+
+
+def numbered(k: int) -> str:
+    """The engine rid `counted` makes k-th."""
+    return f"{k:032x}"
+
+
+def counted() -> Callable[[], str]:
+    """Engine rids 0, 1, 2, ... as 32 hex digits, so a test knows which sequence is which."""
+    count = itertools.count()
+    return lambda: numbered(next(count))
+
+
+class Recording(FakeTransport):
+    """Answers as `streamed` does, and records each body and its headers as sent."""
+
+    def __init__(self) -> None:
+        super().__init__(streamed)
+        self.sent: list[tuple[bytes, dict[str, str]]] = []
+
+    async def generate(self, body: bytes, headers: Mapping[str, str]) -> EngineReply:
+        self.sent.append((body, dict(headers)))
+        return await super().generate(body, headers)
+
+
+def sse_data(written: bytes) -> list[bytes]:
+    """The data of every event written, ``[DONE]`` last and only once."""
+    assert written.endswith(b"\n\n" + DONE) and written.count(b"[DONE]") == 1
+    return [event.removeprefix(b"data: ") for event in written.split(b"\n\n")[:-1]]

@@ -25,7 +25,7 @@ from sglang_envelope import (
 )
 from sglang_envelope.request.engine import EngineBody
 from sglang_envelope.request.overrides import OVERRIDE_HEADERS, header_overrides
-from tests.serve_fakes import FakeTransport, Script, simple_stream, unary_body
+from tests.serve_fakes import Recording
 from tests.strategies import client_requests
 
 DEPLOYMENT = Deployment(vocab_size=None)
@@ -119,18 +119,6 @@ def test_a_release_without_the_headers_gets_none() -> None:
 def test_wrong_arguments_are_refused() -> None:
     with pytest.raises(EnvelopeError, match="EngineRequest"):
         header_overrides(object(), object())  # type: ignore[arg-type]
-
-
-class Recording(FakeTransport):
-    def __init__(self) -> None:
-        super().__init__(
-            lambda request: Script(chunks=simple_stream() if request["stream"] else [unary_body()])
-        )
-        self.sent: list[tuple[bytes, dict[str, str]]] = []
-
-    async def generate(self, body: bytes, headers: Any) -> Any:
-        self.sent.append((body, dict(headers)))
-        return await super().generate(body, headers)
 
 
 def test_a_service_with_header_overrides_sends_the_client_s_bytes() -> None:

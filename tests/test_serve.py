@@ -31,6 +31,7 @@ from tests.serve_fakes import (
     events,
     frame,
     live_case,
+    read,
     run,
     service,
     simple_stream,
@@ -41,10 +42,6 @@ from tests.serve_fakes import (
 STREAM = b'{"rid": "client-a", "input_ids": [5, 6], "stream": true}'
 UNARY = b'{"rid": "client-a", "input_ids": [5, 6]}'
 FLAT = b'{"input_ids": [5, 6], "return_flat_raw_output_top_logprobs": true}'
-
-
-async def read(answer: Any) -> bytes:
-    return b"".join([chunk async for chunk in answer.body])
 
 
 def served(body: bytes, script: Any = streamed) -> tuple[Any, bytes, FakeTransport]:

@@ -1,5 +1,5 @@
 """The serving loop's edges: a bad engine rid, a worker envelope sent as it came, a handler of
-many sequences cancelled, a transport's own bug mid-stream, and a pair's odd decode frames."""
+many sequences cancelled, a transport's own bug mid-stream, and transport failures."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from sglang_envelope import (
-    PrefillServer,
     Service,
     UpstreamError,
     decode_client_request,
@@ -19,42 +18,25 @@ from sglang_envelope.serve.transport import as_upstream_error
 from tests.serve_fakes import (
     DEPLOYMENT,
     DONE,
-    LENGTH,
     POLICY,
     FakeTransport,
+    Recording,
     Script,
+    counted,
     frame,
+    numbered,
+    read,
     run,
     service,
+    sse_data,
     streamed,
 )
-
-PROMPT = [[-1.5, 5, None], [-2.5, 6, None], [-0.5, 7, None]]
-LOGPROBS_STREAM = (
-    b'{"input_ids": [5, 6, 7], "return_logprob": true, "logprob_start_len": 0, "stream": true}'
-)
-
-
-def numbered(k: int) -> str:
-    return f"{k:032x}"
-
-
-def counted() -> Any:
-    """Engine rids 0, 1, 2, ... as 32 hex digits, so a test knows which sequence is which."""
-    made = iter(range(1000))
-    return lambda: numbered(next(made))
 
 
 async def served(svc: Service, body: Any) -> tuple[Any, bytes]:
     async with svc:
         answer = await svc.generate(body)
-        return answer, b"".join([chunk async for chunk in answer.body])
-
-
-def sse_data(written: bytes) -> list[bytes]:
-    """The data of every event written, ``[DONE]`` last and only once."""
-    assert written.endswith(b"\n\n" + DONE) and written.count(b"[DONE]") == 1
-    return [event.removeprefix(b"data: ") for event in written.split(b"\n\n")[:-1]]
+        return answer, await read(answer)
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -84,18 +66,6 @@ def test_a_batch_the_service_cannot_give_engine_rids_is_refused_before_any_is_se
     assert error["message"] == "rid must be a non-empty UTF-8 string, got ''"
 
 
-class Recording(FakeTransport):
-    """Records each body and its headers as the service sent them."""
-
-    def __init__(self) -> None:
-        super().__init__(streamed)
-        self.sent: list[tuple[bytes, dict[str, str]]] = []
-
-    async def generate(self, body: bytes, headers: Any) -> Any:
-        self.sent.append((body, dict(headers)))
-        return await super().generate(body, headers)
-
-
 def test_a_worker_envelope_with_header_overrides_sends_the_clients_bytes_as_they_came() -> None:
     client = b'{"rid": "mine",  "input_ids": [5, 6], "stream": true}'
     wire = b'{"rid": "frontend-7", "request": ' + client + b"}"
@@ -104,8 +74,7 @@ def test_a_worker_envelope_with_header_overrides_sends_the_clients_bytes_as_they
 
     async def main() -> bytes:
         async with svc:
-            answer = await svc.generate_envelope(wire)
-            return b"".join([chunk async for chunk in answer.body])
+            return await read(await svc.generate_envelope(wire))
 
     written = run(main())
     ((sent, headers),) = transport.sent
@@ -161,62 +130,6 @@ def test_a_transport_bug_in_one_streamed_sequence_reaches_the_reader_and_stops_t
     assert numbered(1) in transport.closed, "the broken answer's connection is released"
 
 
-def prefill_script(request: dict[str, Any]) -> Script:
-    meta = {"input_token_logprobs": PROMPT, "output_token_logprobs": [[-0.1, 9, None]]}
-    return Script(chunks=[frame("RID", (9,), {"type": "length", "length": 0}, **meta), DONE])
-
-
-def decode_frame(ids: tuple[int, ...], finish: Any = None) -> bytes:
-    logprobs = [[-0.1, i, None] for i in ids]
-    return frame("RID", ids, finish, input_token_logprobs=[], output_token_logprobs=logprobs)
-
-
-def pair_answer(decode_chunks: list[bytes]) -> bytes:
-    """What a streaming client asking for prompt logprobs gets from a pair whose decode
-    server sends `decode_chunks` (each read on its own)."""
-
-    async def main() -> bytes:
-        decode = FakeTransport(lambda request: Script(chunks=decode_chunks, delay_s=0.001))
-        server = PrefillServer(FakeTransport(prefill_script), "10.0.0.1", 8998)
-        svc = service(decode, prefill=server)
-        return (await served(svc, LOGPROBS_STREAM))[1]
-
-    written: bytes = run(main())
-    return written
-
-
-def test_a_pair_relays_sglangs_error_frame_as_it_came_after_frames_given_prompt_logprobs() -> None:
-    error = b'{"error":{"message":"boom","code":503}}'
-    data = sse_data(pair_answer([decode_frame((7,)), b"data: " + error + b"\n\n", DONE]))
-    first = json.loads(data[0])
-    assert first["meta_info"]["input_token_logprobs"] == PROMPT
-    assert first["output_ids"] == [7]
-    assert json.loads(data[1]) == {
-        "error": {
-            "message": "boom",
-            "type": "invalid_request_error",
-            "code": 503,
-            "retryable": False,
-        }
-    }, "no prompt logprobs are put into an error frame"
-    assert data[2:] == [b"[DONE]"]
-
-
-def test_a_pair_relays_a_malformed_middle_frame_as_it_came_without_prompt_logprobs() -> None:
-    middle = decode_frame((7, 8))[:-3] + b"\n\n"  # its last brace lost
-    assert middle.count(b'"finish_reason":null') == 1
-    chunks = [decode_frame((7,)), middle, decode_frame((7, 8, 9), LENGTH | {"length": 3}), DONE]
-    data = sse_data(pair_answer(chunks))
-    assert len(data) == 4 and data[-1] == b"[DONE]"
-    first, last = json.loads(data[0]), json.loads(data[2])
-    assert first["meta_info"]["input_token_logprobs"] == PROMPT
-    assert last["meta_info"]["input_token_logprobs"] == PROMPT and last["output_ids"] == [7, 8, 9]
-    engine_rid = first["meta_info"]["id"]
-    assert b"data: " + data[1] + b"\n\n" == middle.replace(b"RID", engine_rid.encode()), (
-        "the frame goes out as a direct connection would deliver it"
-    )
-
-
 @pytest.mark.parametrize("status", [502, 504])
 def test_an_upstream_error_given_to_as_upstream_error_comes_back_as_itself(status: int) -> None:
     error = UpstreamError("the router is down", status)
@@ -258,7 +171,7 @@ def test_a_transport_timing_out_under_asyncio_gives_the_client_a_504(stream: boo
     async def answer() -> tuple[int, bytes]:
         body = json.dumps({"input_ids": [5, 6], "stream": stream}).encode()
         got = await served.generate(body)
-        data = b"".join([chunk async for chunk in got.body])
+        data = await read(got)
         await served.aclose()
         return got.status, data
 

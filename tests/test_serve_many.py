@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Any
 
@@ -28,17 +27,12 @@ from tests.serve_fakes import (
     POLICY,
     FakeTransport,
     Script,
+    counted,
     events,
     frame,
+    read,
     run,
 )
-from tests.test_serve import read
-
-
-def counted() -> Any:
-    """Engine rids 0, 1, 2, ... as 32 hex digits, so a test knows which sample is which."""
-    count = itertools.count()
-    return lambda: f"{next(count):032x}"
 
 
 def by_rid(request: dict[str, Any]) -> Script:

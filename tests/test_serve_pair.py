@@ -18,9 +18,10 @@ from tests.serve_fakes import (
     Script,
     events,
     frame,
+    read,
     run,
+    sse_data,
 )
-from tests.test_serve import read
 
 LOGPROBS = b'{"input_ids": [5, 6, 7], "return_logprob": true, "logprob_start_len": 0'
 PROMPT = [[-1.5, 5, None], [-2.5, 6, None], [-0.5, 7, None]]
@@ -132,3 +133,53 @@ def test_a_failed_prefill_aborts_the_decode_leg_and_gives_its_error() -> None:
     answer, body, decode = run(main(b'{"input_ids": [5, 6, 7], "stream": true}'))
     assert answer.status == 200 and b"prefill failed" in body and body.endswith(DONE)
     assert len(decode.aborts) == 1
+
+
+def decode_frame(ids: tuple[int, ...], finish: Any = None) -> bytes:
+    logprobs = [[-0.1, i, None] for i in ids]
+    return frame("RID", ids, finish, input_token_logprobs=[], output_token_logprobs=logprobs)
+
+
+def pair_answer(decode_chunks: list[bytes]) -> bytes:
+    """What a streaming client asking for prompt logprobs gets from a pair whose decode
+    server sends `decode_chunks` (each read on its own)."""
+
+    async def main() -> bytes:
+        decode = FakeTransport(lambda request: Script(chunks=decode_chunks, delay_s=0.001))
+        async with pair(FakeTransport(prefill_script), decode) as svc:
+            return await read(await svc.generate(LOGPROBS + b', "stream": true}'))
+
+    written: bytes = run(main())
+    return written
+
+
+def test_a_pair_relays_sglangs_error_frame_as_it_came_after_frames_given_prompt_logprobs() -> None:
+    error = b'{"error":{"message":"boom","code":503}}'
+    data = sse_data(pair_answer([decode_frame((7,)), b"data: " + error + b"\n\n", DONE]))
+    first = json.loads(data[0])
+    assert first["meta_info"]["input_token_logprobs"] == PROMPT
+    assert first["output_ids"] == [7]
+    assert json.loads(data[1]) == {
+        "error": {
+            "message": "boom",
+            "type": "invalid_request_error",
+            "code": 503,
+            "retryable": False,
+        }
+    }, "no prompt logprobs are put into an error frame"
+    assert data[2:] == [b"[DONE]"]
+
+
+def test_a_pair_relays_a_malformed_middle_frame_as_it_came_without_prompt_logprobs() -> None:
+    middle = decode_frame((7, 8))[:-3] + b"\n\n"  # its last brace lost
+    assert middle.count(b'"finish_reason":null') == 1
+    chunks = [decode_frame((7,)), middle, decode_frame((7, 8, 9), LENGTH | {"length": 3}), DONE]
+    data = sse_data(pair_answer(chunks))
+    assert len(data) == 4 and data[-1] == b"[DONE]"
+    first, last = json.loads(data[0]), json.loads(data[2])
+    assert first["meta_info"]["input_token_logprobs"] == PROMPT
+    assert last["meta_info"]["input_token_logprobs"] == PROMPT and last["output_ids"] == [7, 8, 9]
+    engine_rid = first["meta_info"]["id"]
+    assert b"data: " + data[1] + b"\n\n" == middle.replace(b"RID", engine_rid.encode()), (
+        "the frame goes out as a direct connection would deliver it"
+    )
