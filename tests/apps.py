@@ -54,6 +54,18 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
+def closed_port() -> Iterator[int]:
+    """A loopback port nothing listens on, held bound for the block: connecting to it is
+    refused, and no server (an app started by `running_app`) or connection's own end can
+    take it. A port only found free may be taken again, and a connection whose own end
+    gets the port it connects to connects to itself and hangs."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        yield port
+
+
+@contextlib.contextmanager
 def serving(app: Any) -> Iterator[str]:
     """The ASGI `app` under uvicorn in a thread of this process; yields its URL."""
     import uvicorn

@@ -19,7 +19,7 @@ from sglang_envelope import Deployment, EngineReply, Service, UpstreamError
 from sglang_envelope.adapters.aiohttp import AiohttpTransport, respond
 from sglang_envelope.adapters.httpx import HttpxTransport
 from sglang_envelope.testing import FakeEngine
-from tests.apps import free_port, serving
+from tests.apps import closed_port, free_port, serving
 
 DEPLOYMENT = Deployment(vocab_size=320)
 BODY = {"rid": "mine", "input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3}}
@@ -92,9 +92,7 @@ def test_a_transport_serves_both_modes_and_aborts(
 
 @pytest.mark.parametrize("make", KINDS)
 def test_an_unreachable_sglang_is_an_upstream_error(make: Make) -> None:
-    down = f"http://127.0.0.1:{free_port()}"
-
-    async def main() -> list[UpstreamError]:
+    async def main(down: str) -> list[UpstreamError]:
         errors = []
         async with make(down) as transport:
             for name, args in (("generate", (b"{}", {})), ("abort", (b"{}",)), ("get", ("/",))):
@@ -103,7 +101,9 @@ def test_an_unreachable_sglang_is_an_upstream_error(make: Make) -> None:
                 errors.append(caught.value)
         return errors
 
-    assert [error.status for error in asyncio.run(main())] == [502, 502, 502]
+    with closed_port() as port:  # nothing listens there
+        errors = asyncio.run(main(f"http://127.0.0.1:{port}"))
+    assert [error.status for error in errors] == [502, 502, 502]
 
 
 def test_a_timeout_is_an_upstream_error_504() -> None:

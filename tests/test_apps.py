@@ -20,7 +20,7 @@ import pytest
 
 from sglang_envelope import aggregate_sse
 from sglang_envelope.testing import FakeEngine
-from tests.apps import APPS, app_sources, free_port, own_lines, running_app, serving
+from tests.apps import APPS, app_sources, closed_port, own_lines, running_app, serving
 
 VOCAB = 320
 SLOW = {"max_new_tokens": 400, "temperature": 0}
@@ -130,11 +130,12 @@ def test_a_refused_request_never_reaches_the_engine(app: tuple[str, FakeEngine])
 
 @pytest.mark.parametrize("name", APPS)
 def test_an_upstream_down_gives_a_502_within_a_second(tmp_path: Path, name: str) -> None:
-    down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    with running_app(name, tmp_path, down, VOCAB) as url:
-        start = time.monotonic()
-        answer = httpx.post(url + "/generate", json={"input_ids": [5], "stream": True})
-        took = time.monotonic() - start
+    with closed_port() as port:  # nothing listens there
+        down = f"http://127.0.0.1:{port}"
+        with running_app(name, tmp_path, down, VOCAB) as url:
+            start = time.monotonic()
+            answer = httpx.post(url + "/generate", json={"input_ids": [5], "stream": True})
+            took = time.monotonic() - start
     assert answer.status_code == 502 and took < 1.0
     assert set(answer.json()) == {"error"}
 
