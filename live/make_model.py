@@ -1,6 +1,11 @@
-"""Makes the live suite's model offline: a random 2-layer GPT-2 (no rotary embedding, so it runs on
-SGLang's plain-torch CPU path) and a byte-level BPE tokenizer trained on a few sentences, vocabulary
-320 (<s>=0, </s>=1, <pad>=2), context 1,024. Usage: make_model.py OUT_DIR"""
+"""Makes the live suite's models offline, each with a byte-level BPE tokenizer trained on a few
+sentences, vocabulary 320 (<s>=0, </s>=1, <pad>=2), context 1,024:
+
+- a random 2-layer GPT-2 (no rotary embedding, so it runs on SGLang's plain-torch CPU path);
+- with --moe, a random 2-layer Mixture-of-Experts model (Mixtral: 4 experts, top-2), whose
+  routed experts SGLang returns with --enable-return-routed-experts.
+
+Usage: make_model.py OUT_DIR [--moe]"""
 
 import json
 import os
@@ -8,7 +13,7 @@ import sys
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, MixtralConfig, MixtralForCausalLM
 
 VOCAB = 320
 SPECIALS = ["<s>", "</s>", "<pad>"]
@@ -44,16 +49,36 @@ def write_tokenizer(out: str) -> None:
         json.dump({"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2}, f)
 
 
-def write_model(out: str) -> None:
-    config = GPT2Config(
-        vocab_size=VOCAB, n_positions=1024, n_embd=64, n_layer=2, n_head=4,
-        bos_token_id=0, eos_token_id=1, pad_token_id=2, tie_word_embeddings=True,
-    )  # fmt: skip
+def write_model(out: str, *, moe: bool) -> None:
+    specials = {"bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 2}
+    model: GPT2LMHeadModel | MixtralForCausalLM
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(config)
-    with torch.no_grad():  # less flat logits than the default initialisation
+    if moe:
+        moe_config = MixtralConfig(
+            vocab_size=VOCAB,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            max_position_embeddings=1024,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            tie_word_embeddings=False,
+            torch_dtype="float32",
+            **specials,
+        )
+        model = MixtralForCausalLM(moe_config)
+    else:
+        config = GPT2Config(
+            vocab_size=VOCAB, n_positions=1024, n_embd=64, n_layer=2, n_head=4,
+            tie_word_embeddings=True, **specials,
+        )  # fmt: skip
+        model = GPT2LMHeadModel(config)
+    with torch.no_grad():  # less flat logits (and, for experts, a sharper router) than by default
         for param in model.parameters():
-            if param.dim() == 2:
+            if param.dim() >= 2:
                 param.normal_(0.0, 0.2)
     model.save_pretrained(out, safe_serialization=True)
 
@@ -62,5 +87,5 @@ if __name__ == "__main__":
     target = sys.argv[1]
     os.makedirs(target, exist_ok=True)
     write_tokenizer(target)
-    write_model(target)
+    write_model(target, moe=sys.argv[2:] == ["--moe"])
     print("written", target, sorted(os.listdir(target)))

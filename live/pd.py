@@ -1,6 +1,6 @@
 """A real prefill/decode pair for the live suite: two SGLang servers, KV cache over Mooncake TCP.
 
-Both servers load `pd_shim/sitecustomize.py` (Mooncake's sender on its generic path, no
+Both servers load `cpu_shim/sitecustomize.py` (Mooncake's sender on its generic path, no
 CUDA) and Mooncake's CPU wheel from the live environment; SGLang advertises 127.0.0.1 for
 the bootstrap server and the KV sessions. The decode server backs up retracted requests
 in CPU tensors (the inferred `host_pool` pins memory through CUDA).
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from live.servers import LiveServer, free_ports, launch, live_dir, sglang_environment, wait_ready
 
-PD_SHIM = Path(__file__).resolve().parent / "pd_shim"
+CPU_SHIM = Path(__file__).resolve().parent / "cpu_shim"
 PD_READY_TIMEOUT_S = 180.0
 #: How long a leg waits for its other half in the suite (SGLang's default: 300 s).
 PD_LONE_LEG_TIMEOUT_S = 60
@@ -83,7 +83,7 @@ class PdPair:
 def pd_environment(lone_leg_timeout_s: int = PD_LONE_LEG_TIMEOUT_S) -> dict[str, str]:
     """The environment of both PD servers: Mooncake over TCP on loopback, the CPU shim, and
     how long a leg waits for its other half (SGLang's default: 300 s)."""
-    env = sglang_environment([PD_SHIM, live_dir() / "mooncake"])
+    env = sglang_environment([CPU_SHIM, live_dir() / "mooncake"])
     env.update(
         SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=str(lone_leg_timeout_s),
         SGLANG_DISAGGREGATION_WAITING_TIMEOUT=str(lone_leg_timeout_s),
@@ -97,15 +97,21 @@ def pd_environment(lone_leg_timeout_s: int = PD_LONE_LEG_TIMEOUT_S) -> dict[str,
 
 
 def start_pd_pair(
-    *, log_dir: Path | None = None, lone_leg_timeout_s: int = PD_LONE_LEG_TIMEOUT_S
+    *,
+    log_dir: Path | None = None,
+    lone_leg_timeout_s: int = PD_LONE_LEG_TIMEOUT_S,
+    model: str = "tiny-gpt2",
+    flags: tuple[str, ...] = (),
 ) -> PdPair:
-    """Start a prefill and a decode server (both at once) and wait until both are ready."""
+    """Start a prefill and a decode server of `model` with `flags` (both at once) and wait
+    until both are ready."""
     prefill_port, decode_port, bootstrap_port = free_ports(3)
     env = pd_environment(lone_leg_timeout_s)
     logs = Path(tempfile.mkdtemp(prefix="sglang-live-pd-")) if log_dir is None else log_dir
     common = (
         "--disaggregation-transfer-backend", "mooncake_tcp",
         "--disaggregation-bootstrap-port", str(bootstrap_port),
+        *flags,
     )  # fmt: skip
     prefill = launch(
         "prefill",
@@ -113,6 +119,7 @@ def start_pd_pair(
         port=prefill_port,
         env=env,
         log_dir=logs,
+        model=model,
     )
     decode = launch(
         "decode",
@@ -125,6 +132,7 @@ def start_pd_pair(
         port=decode_port,
         env=env,
         log_dir=logs,
+        model=model,
     )  # fmt: skip
     wait_ready([prefill, decode], timeout=PD_READY_TIMEOUT_S)
     return PdPair(prefill, decode, "127.0.0.1", bootstrap_port)

@@ -239,8 +239,10 @@ def launch(
     env: dict[str, str] | None = None,
     log_dir: Path | None = None,
     log_level: str = "warning",
+    model: str = "tiny-gpt2",
 ) -> LiveServer:
-    """Start a server (not waiting for it): its own session and process group, its log a file."""
+    """Start a server of `model` (a directory of the live environment), not waiting for it:
+    its own session and process group, its log a file."""
     root = live_dir()
     python = root / "venv" / "bin" / "python"
     if not python.exists():
@@ -250,7 +252,7 @@ def launch(
     log = logs / f"{name}.log"
     command = (
         str(python), "-m", "sglang.launch_server",
-        "--model-path", str(root / "tiny-gpt2"),
+        "--model-path", str(root / model),
         *COMMON_FLAGS,
         "--log-level", log_level,
         "--port", str(port),

@@ -43,7 +43,7 @@ from sglang_envelope import (
     decode_envelope,
     encode_envelope,
     finalize_response,
-    merge_prefill_logprobs,
+    merge_prefill,
     plan_abort,
     run_abort,
     to_worker_envelope,
@@ -116,14 +116,14 @@ def test_output_flat_unary_client(pd_pair: PdPair, server: LiveServer) -> None:
 
 def merged(got: PdAnswer) -> dict[str, Any]:
     decode = got.decode.json()
-    response = merge_prefill_logprobs(got.prefill, decode)
+    response = merge_prefill(got.prefill, decode)
     return finalize_response(
         response, engine=got.decode_engine, client_rid=decode["meta_info"]["id"]
     )
 
 
 @pytest.mark.parametrize("flat", ["none", "json", "b64"])
-def test_merge_prefill_logprobs(pd_pair: PdPair, server: LiveServer, flat: str) -> None:
+def test_merge_prefill(pd_pair: PdPair, server: LiveServer, flat: str) -> None:
     """Prompt logprobs come from the prefill leg; merged, the answer is the aggregated one.
     Prompt-flat with Base64 stays on the prefill leg."""
     request: dict[str, Any] = {

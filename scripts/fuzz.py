@@ -53,7 +53,7 @@ FUZZ_TESTS: tuple[tuple[str, str], ...] = (
     ("test_async.py", "test_the_async_twin_gives_the_same_verdict"),
     # relay_sse
     ("test_relay.py", "test_damaged_streams_get_aggregations_verdict"),
-    # merge_prefill_logprobs, finalize_response, error_response
+    # merge_prefill, finalize_response, error_response
     ("test_merge.py", "test_any_json_raises_only_envelope_errors"),
     ("test_finalize.py", "test_any_json_raises_only_response_errors"),
     ("test_errors.py", "test_any_fields_give_json"),

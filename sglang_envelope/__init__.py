@@ -77,7 +77,13 @@ from sglang_envelope.response.flat import (
     encode_flat_top_logprobs,
 )
 from sglang_envelope.response.finalize import finalize_response
-from sglang_envelope.response.merge import merge_prefill_logprobs
+from sglang_envelope.response.merge import merge_prefill, merge_prefill_logprobs
+from sglang_envelope.response.routed import (
+    DEFAULT_MAX_ROUTED_EXPERTS,
+    decode_routed_experts,
+    encode_routed_experts,
+    join_routed_experts,
+)
 from sglang_envelope.response.relay import relay_sse, relay_sse_async
 from sglang_envelope.response.sse import SSE_DONE, SseDecoder, encode_sse
 
@@ -176,7 +182,12 @@ __all__ = [
     "encode_sse",
     "finalize_response",
     "header_overrides",
+    "merge_prefill",
     "merge_prefill_logprobs",
+    "DEFAULT_MAX_ROUTED_EXPERTS",
+    "decode_routed_experts",
+    "encode_routed_experts",
+    "join_routed_experts",
     "parse_unary",
     "relay_sse",
     "relay_sse_async",

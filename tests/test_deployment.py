@@ -58,6 +58,7 @@ def test_a_live_server_s_info_describes_it() -> None:
         allow_auto_truncate=False, dp_size=1, skip_tokenizer_init=False,
         enable_custom_logit_processor=False, enable_strict_thinking=False,
         hidden_states="off", incremental_streaming_output=False,
+        enable_return_routed_experts=False,
     ) == LIVE  # fmt: skip
 
 

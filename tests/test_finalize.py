@@ -18,7 +18,7 @@ from sglang_envelope import (
     build_engine_request,
     decode_client_request,
     finalize_response,
-    merge_prefill_logprobs,
+    merge_prefill,
     to_worker_envelope,
 )
 from sglang_envelope.request.envelope import _is_utf8
@@ -125,11 +125,11 @@ def test_merge_then_finalize_fills_in_and_drops_the_mark() -> None:
     decode_leg = engine(Role.DECODE, **PROMPT_LOGPROBS)
     prefill = prefill_answer({"input_token_logprobs": ENTRIES})
     marked = finalize_response(decode_answer(), engine=decode_leg, client_rid="c")
-    merged = merge_prefill_logprobs(prefill, marked)
+    merged = merge_prefill(prefill, marked)
     assert UNAVAILABLE_MARKER not in merged["meta_info"]
     assert merged["meta_info"]["input_token_logprobs"] == ENTRIES
     assert merged == finalize_response(
-        merge_prefill_logprobs(prefill, decode_answer()), engine=decode_leg, client_rid="c"
+        merge_prefill(prefill, decode_answer()), engine=decode_leg, client_rid="c"
     )
 
 
@@ -154,8 +154,8 @@ def test_merge_and_finalize_commute(
             st.sampled_from([[], None, ENTRIES, 0, 1, [0, 5], [2, 1], "x"])
         )
     leg = engine(role, **body)
-    one = finalize_response(merge_prefill_logprobs(prefill, decode), engine=leg, client_rid="c")
-    other = merge_prefill_logprobs(prefill, finalize_response(decode, engine=leg, client_rid="c"))
+    one = finalize_response(merge_prefill(prefill, decode), engine=leg, client_rid="c")
+    other = merge_prefill(prefill, finalize_response(decode, engine=leg, client_rid="c"))
     assert one == other
     assert list(one["meta_info"]) == list(other["meta_info"])
     assert one["meta_info"]["id"] == "c"

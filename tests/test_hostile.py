@@ -47,7 +47,7 @@ from sglang_envelope import (
     decode_envelope,
     decode_flat_top_logprobs,
     encode_envelope,
-    merge_prefill_logprobs,
+    merge_prefill,
     parse_unary,
     to_worker_envelope,
 )
@@ -280,10 +280,10 @@ def check_decode_flat_top_logprobs(kind: str, cli: Cli) -> None:
                 assert len(outcome.to_nested()) == outcome.null_prefix + rows
 
 
-def check_merge_prefill_logprobs(kind: str, cli: Cli) -> None:
+def check_merge_prefill(kind: str, cli: Cli) -> None:
     for response in hostile_objects("response", kind):
         for prefill, decode in ((response, RESPONSE), (RESPONSE, response), (response, response)):
-            outcome = survive(partial(merge_prefill_logprobs, prefill, decode))
+            outcome = survive(partial(merge_prefill, prefill, decode))
             expect(outcome, dict, refused=False)
             if isinstance(outcome, dict):
                 assert type(outcome["meta_info"]) is dict
@@ -324,7 +324,7 @@ ENTRY_POINTS: dict[str, tuple[Callable[[str, Cli], None], bool]] = {
     "aggregate_sse": (check_aggregate_sse, False),
     "parse_unary": (check_parse_unary, False),
     "decode_flat_top_logprobs": (check_decode_flat_top_logprobs, True),
-    "merge_prefill_logprobs": (check_merge_prefill_logprobs, True),
+    "merge_prefill": (check_merge_prefill, True),
     "cli normalize": (check_cli_normalize, False),
     "cli aggregate": (check_cli_aggregate, False),
     "cli flat": (check_cli_flat, False),
@@ -553,7 +553,7 @@ def test_flat_fields_with_hostile_values(meta_info: Any, side: Any) -> None:
     st.sampled_from(RESPONSES).flatmap(hostile_placed),
 )
 def test_merge_with_hostile_values(prefill: Any, decode: Any) -> None:
-    outcome = survive(partial(merge_prefill_logprobs, prefill, decode))
+    outcome = survive(partial(merge_prefill, prefill, decode))
     expect(outcome, dict, refused=False)
     if isinstance(outcome, dict):
         assert type(outcome["meta_info"]) is dict

@@ -1,4 +1,4 @@
-"""merge_prefill_logprobs."""
+"""merge_prefill."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglang_envelope import EnvelopeError, ResponseError, merge_prefill_logprobs
+from sglang_envelope import EnvelopeError, ResponseError, merge_prefill
 from sglang_envelope.response.merge import (
     PROMPT_LOGPROB_GROUPS,
     UNAVAILABLE_MARKER,
@@ -76,7 +76,7 @@ def test_copies_what_the_decode_response_lacks(lacking: Any) -> None:
         input_top_logprobs=[None, [[-0.5, 2, None]]],
         output_token_logprobs=[[-9.0, 4, None]],
     )
-    merged = merge_prefill_logprobs(prefill, decode)
+    merged = merge_prefill(prefill, decode)
     assert merged["meta_info"] == {
         "finish_reason": {"type": "stop"},
         "output_token_logprobs": [[-1.0, 5, None]],  # the decode response's, never the prefill's
@@ -91,7 +91,7 @@ def test_copies_what_the_decode_response_lacks(lacking: Any) -> None:
 
 def test_keeps_what_the_decode_response_has() -> None:
     decode = response(input_token_logprobs=[[-2.0, 1, None]], **{UNAVAILABLE_MARKER: "x"})
-    merged = merge_prefill_logprobs(response(input_token_logprobs=ENTRIES), decode)
+    merged = merge_prefill(response(input_token_logprobs=ENTRIES), decode)
     assert merged == decode  # nothing copied, so the marker stays too
 
 
@@ -104,7 +104,7 @@ def test_flat_fields_move_as_one_group() -> None:
         input_top_logprobs_shape=[0, 1],
         input_top_logprobs_null_prefix=0,
     )
-    merged = merge_prefill_logprobs(response(**FLAT_B64), decode)
+    merged = merge_prefill(response(**FLAT_B64), decode)
     assert merged["meta_info"] == {"finish_reason": {"type": "stop"}, **FLAT_B64}
 
 
@@ -133,7 +133,7 @@ def test_a_one_token_prompt_s_flat_fields_hold_data(
     assert one_token_prompt["input_top_logprobs_null_prefix"] >= 1
     assert one_token_prompt["input_top_logprobs_shape"][0] == 0
     decode = response(**decode_side, **{UNAVAILABLE_MARKER: "disaggregated_decode"})
-    merged = merge_prefill_logprobs(response(**one_token_prompt), decode)
+    merged = merge_prefill(response(**one_token_prompt), decode)
     assert merged["meta_info"] == {"finish_reason": {"type": "stop"}, **one_token_prompt}
     assert has_prompt_logprobs(merged["meta_info"])
     assert not has_prompt_logprobs(decode["meta_info"])
@@ -152,14 +152,14 @@ def test_a_one_token_prompt_s_flat_fields_hold_data(
 )
 def test_a_group_holds_data_when_it_covers_a_position(counts: dict[str, Any], holds: bool) -> None:
     assert has_prompt_logprobs(counts) is holds
-    merged = merge_prefill_logprobs(response(**counts), response())
+    merged = merge_prefill(response(**counts), response())
     assert (merged["meta_info"] == {"finish_reason": {"type": "stop"}, **counts}) is holds
 
 
 def test_a_prefill_response_without_data_changes_nothing() -> None:
     decode = response(input_token_logprobs=[], **{UNAVAILABLE_MARKER: "x"})
-    assert merge_prefill_logprobs(response(input_token_logprobs=[]), decode) == decode
-    assert merge_prefill_logprobs(response(), decode) == decode
+    assert merge_prefill(response(input_token_logprobs=[]), decode) == decode
+    assert merge_prefill(response(), decode) == decode
 
 
 @given(final_responses(), final_responses(), st.data())
@@ -170,7 +170,7 @@ def test_only_prompt_side_keys_change_and_inputs_are_untouched(
         target = data.draw(st.sampled_from([prefill, decode]))
         target["meta_info"][key] = data.draw(st.sampled_from([[], None, ENTRIES, "abc", 3]))
     before = copy.deepcopy((prefill, decode))
-    merged = merge_prefill_logprobs(prefill, decode)
+    merged = merge_prefill(prefill, decode)
     assert (prefill, decode) == before
     assert merged is not decode and merged["meta_info"] is not decode["meta_info"]
     assert {k: v for k, v in merged.items() if k != "meta_info"} == {
@@ -203,13 +203,13 @@ def test_only_prompt_side_keys_change_and_inputs_are_untouched(
 )
 def test_malformed_responses_name_the_key(prefill: Any, decode: Any, message: str) -> None:
     with pytest.raises(ResponseError, match=message):
-        merge_prefill_logprobs(prefill, decode)
+        merge_prefill(prefill, decode)
 
 
 @given(near_final_responses, near_final_responses)
 def test_any_json_raises_only_envelope_errors(prefill: Any, decode: Any) -> None:
     try:
-        merged = merge_prefill_logprobs(prefill, decode)
+        merged = merge_prefill(prefill, decode)
     except EnvelopeError:
         return
     assert isinstance(merged["meta_info"], dict)
@@ -238,5 +238,5 @@ def test_the_merged_answer_is_an_aggregated_server_s_key_order_included(name: st
     aggregated = json.loads(case["unary"])
     decode = {**aggregated, "meta_info": _as_decode_leg(aggregated["meta_info"])}
     assert decode != aggregated
-    merged = merge_prefill_logprobs(aggregated, decode)
+    merged = merge_prefill(aggregated, decode)
     assert json.dumps(merged) == json.dumps(aggregated)

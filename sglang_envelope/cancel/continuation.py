@@ -4,7 +4,9 @@ As AReaL's rollout does after a pause or an abort: the output ids appended to
 ``input_ids``, ``max_new_tokens`` lowered by the tokens made, everything else
 (sampling parameters, logprob settings) as the client sent it. At temperature
 0 the continuation's output, appended to the first part's, is the generation
-the first request would have made uninterrupted.
+the first request would have made uninterrupted; so are its routed experts,
+joined (`join_routed_experts`), since the continuation asks only for the rows
+the first part has not got.
 """
 
 from __future__ import annotations
@@ -121,7 +123,11 @@ def continuation_request(
     ``sampling_params.max_new_tokens`` lowered by the tokens made (an unset
     one counts as `default_max_new_tokens`, SGLang's 128; a null one stays
     null), ``min_new_tokens`` lowered likewise (not below 0), and every other
-    field kept. It is made as a `ClientRequest` is, so every rule of
+    field kept, but ``routed_experts_start_len``: with ``return_routed_experts``,
+    the continuation asks for the rows from the first part's last position on
+    (the prompt's length plus the tokens made, less one), which the first part's
+    rows stop before, so that `join_routed_experts` of the two parts' strings
+    is the uninterrupted generation's. It is made as a `ClientRequest` is, so every rule of
     `request.target` is checked (`RequestRejected` for a broken one, such as
     ``too_many_input_ids``).
 
@@ -157,14 +163,18 @@ def continuation_request(
     given = request.sampling_params
     params = SamplingParams() if given is UNSET or given is None else given
     _check_unconstrained(params)
-    one_sample: dict[str, Any] = {}
+    changes: dict[str, Any] = {}
     if samples_per_prompt(request) > 1:  # `response` is one sample: so is its continuation
-        one_sample["rid"] = _sample_rid(meta)
+        changes["rid"] = _sample_rid(meta)
+    if request.return_routed_experts:
+        # The first part's rows end before its last position, which had no forward pass.
+        last = len(prompt) + len(ids) - 1
+        changes["routed_experts_start_len"] = max(request.routed_experts_start_len, last)
     return msgspec.structs.replace(
         request,
         input_ids=(*prompt, *ids),
-        sampling_params=_rest_of(params, len(ids), default_max_new_tokens, bool(one_sample)),
-        **one_sample,
+        sampling_params=_rest_of(params, len(ids), default_max_new_tokens, "rid" in changes),
+        **changes,
     )
 
 

@@ -113,6 +113,8 @@ RejectionCode = Literal[
     "token_indices_to_pool_unsafe",
     "logprob_start_len_below_minus_one",
     "logprob_start_len_past_prompt",
+    "routed_experts_start_len_negative",
+    "routed_experts_start_len_past_prompt",
     # the deployment's rules (`DEPLOYMENT_RULES`) that `RULES` has not named above
     "thinking_needs_strict_thinking",
     "routed_dp_rank_out_of_range",
@@ -128,6 +130,7 @@ RejectionCode = Literal[
     "min_new_tokens_needs_tokenizer",
     "logit_bias_out_of_vocab",
     "input_over_max_req_input_len",
+    "routed_experts_not_enabled",
 ]
 """Every `RequestRejected.code`: the codes of the rules in `docs/contract.md`, in order
 (`RULES`, then the deployment's rules that `RULES` does not have)."""

@@ -289,6 +289,22 @@ def logprobs_past_prompt(r: Any) -> dict[str, object] | None:
     return {"start": start, "tokens": len(ids)}
 
 
+def routed_start_negative(r: RequestFields) -> dict[str, object] | None:
+    """SGLang's scheduler's check of a request for routed experts from before position 0."""
+    start = r.routed_experts_start_len
+    return {"start": start} if r.return_routed_experts and start < 0 else None
+
+
+def routed_start_past_prompt(r: Any) -> dict[str, object] | None:
+    """SGLang's scheduler's check of a request (or an engine body) for routed experts from
+    past its prompt. A text prompt (no `input_ids`) is left to SGLang, which counts its
+    tokens once it has tokenized it."""
+    start, ids = r.routed_experts_start_len, r.input_ids
+    if not r.return_routed_experts or ids is None or start <= len(ids):
+        return None
+    return {"start": start, "tokens": len(ids)}
+
+
 #: The fields that constrain decoding to a grammar, in SGLang's order.
 GRAMMAR_FIELDS = ("json_schema", "regex", "ebnf", "structural_tag")
 

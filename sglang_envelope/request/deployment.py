@@ -22,7 +22,7 @@ import msgspec
 from msgspec import UNSET
 
 from sglang_envelope.errors.exceptions import EnvelopeError, RequestRejected, show_value
-from sglang_envelope.request.checks import logprobs_past_prompt
+from sglang_envelope.request.checks import logprobs_past_prompt, routed_start_past_prompt
 from sglang_envelope.request.large_body import int_chunks
 from sglang_envelope.request.rules import RULES_BY_CODE
 
@@ -57,6 +57,7 @@ _FIELD_CHECKS: dict[str, Callable[[str, Any], None]] = {
     "enable_custom_logit_processor": _optional(bool),
     "enable_strict_thinking": _optional(bool),
     "incremental_streaming_output": _optional(bool),
+    "enable_return_routed_experts": _optional(bool),
 }
 
 
@@ -72,6 +73,11 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
       `hidden_states`: server flags that refuse some requests.
     - `incremental_streaming_output`: the stream mode of the server's SSE frames,
       for the readers (`aggregate_sse(..., incremental=...)`).
+    - `enable_return_routed_experts`: the server's ``--enable-return-routed-experts``;
+      without it SGLang answers ``return_routed_experts`` with no routed experts at all.
+    - `routed_experts_shape`: ``(num_hidden_layers, num_experts_per_tok)`` of a
+      Mixture-of-Experts model, the shape of one position's routed experts (None: not
+      known, or not such a model), for `merge_prefill` and `decode_routed_experts`.
     """
 
     vocab_size: int | None
@@ -86,10 +92,22 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
     #: The largest hidden-states mode the server returns (``off``, ``last``, ``full``).
     hidden_states: HiddenStates | None = None
     incremental_streaming_output: bool | None = None
+    enable_return_routed_experts: bool | None = None
+    routed_experts_shape: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         for name, check in _FIELD_CHECKS.items():
             check(name, getattr(self, name))
+        shape = self.routed_experts_shape
+        if shape is not None and not (
+            type(shape) is tuple
+            and len(shape) == 2
+            and all(type(n) is int and n >= 1 for n in shape)
+        ):
+            raise EnvelopeError(
+                "deployment.routed_experts_shape must be a tuple (num_hidden_layers, "
+                f"num_experts_per_tok) of integers >= 1, or None, got {show_value(shape)}"
+            )
         if self.hidden_states not in (None, "off", "last", "full"):
             raise EnvelopeError(
                 "deployment.hidden_states must be 'off', 'last', 'full' or None, got "
@@ -105,12 +123,11 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
         """
         info = _json_object(server_info, "server_info")
         config = _json_object(model_config, "model_config")
-        text_config = config.get("text_config")
-        vocab = config.get("vocab_size")
-        if vocab is None and isinstance(text_config, dict):  # a multimodal model's
-            vocab = text_config.get("vocab_size")
+        vocab = _model_value(config, "vocab_size")
         if vocab is None:
             raise EnvelopeError("model_config has no vocab_size (nor text_config.vocab_size)")
+        layers = _model_value(config, "num_hidden_layers")
+        top_k = _model_value(config, "num_experts_per_tok")
         return cls(
             vocab_size=vocab,
             context_length=info.get("context_length"),
@@ -123,6 +140,8 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
             enable_strict_thinking=info.get("enable_strict_thinking"),
             hidden_states=_hidden_states(info),
             incremental_streaming_output=info.get("incremental_streaming_output"),
+            enable_return_routed_experts=info.get("enable_return_routed_experts"),
+            routed_experts_shape=None if layers is None or top_k is None else (layers, top_k),
         )
 
 
@@ -135,6 +154,15 @@ def _json_object(data: bytes, name: str) -> dict[str, Any]:
         raise EnvelopeError(f"{name} is not valid JSON: {error}") from None
     if type(value) is not dict:
         raise EnvelopeError(f"{name} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _model_value(config: dict[str, Any], key: str) -> Any:
+    """A key of the model's config, or of its `text_config` (a multimodal model's)."""
+    value = config.get(key)
+    text_config = config.get("text_config")
+    if value is None and isinstance(text_config, dict):
+        value = text_config.get(key)
     return value
 
 
@@ -302,6 +330,10 @@ def _input_over_scheduler_limit(d: Deployment, body: Any) -> dict[str, object] |
     return {"tokens": size, "limit": limit}
 
 
+def _routed_experts_off(d: Deployment, body: Any) -> dict[str, object] | None:
+    return {} if body.return_routed_experts and d.enable_return_routed_experts is False else None
+
+
 _HIDDEN_CAPPED = (
     "The requested return_hidden_states mode exceeds the server maximum `last`. Please launch "
     "with `--return-hidden-states-mode full` to allow return_hidden_states=True."
@@ -367,6 +399,13 @@ DEPLOYMENT_RULES: tuple[DeploymentRule, ...] = (
     DeploymentRule("logprob_start_len_past_prompt", "logprob_start_len",
         RULES_BY_CODE["logprob_start_len_past_prompt"].message,
         lambda d, body: logprobs_past_prompt(body)),
+    DeploymentRule("routed_experts_start_len_past_prompt", "routed_experts_start_len",
+        RULES_BY_CODE["routed_experts_start_len_past_prompt"].message,
+        lambda d, body: routed_start_past_prompt(body)),
+    # The library's own: SGLang answers without routed experts, as if none were asked for.
+    DeploymentRule("routed_experts_not_enabled", "return_routed_experts",
+        "return_routed_experts needs a server launched with --enable-return-routed-experts: "
+        "this one answers without routed_experts", _routed_experts_off),
 )  # fmt: skip
 
 

@@ -38,6 +38,8 @@ from sglang_envelope.request.checks import (
     pooling_given,
     priority_out_of_range,
     resolve_is,
+    routed_start_negative,
+    routed_start_past_prompt,
     seed_out_of_range,
     start_below_minus_one,
     stop_regex_invalid,
@@ -323,6 +325,17 @@ RULES: tuple[Rule, ...] = (
          "req.logprob_start_len={start} is higher than the number of input tokens "
          "len(req.origin_input_ids)={tokens}. Please use a smaller logprob_start_len.",
          logprobs_past_prompt, ("return_logprob", "logprob_start_len")),
+    # The scheduler's, when routed experts are asked for: it aborts the request with them
+    # (the deployment's checks repeat the second on the ids an engine request sends).
+    Rule("routed_experts_start_len_negative", "routed_experts_start_len",
+         "recv_req.routed_experts_start_len={start} is lower than 0. Please use a "
+         "non-negative routed_experts_start_len.",
+         routed_start_negative, "return_routed_experts"),
+    Rule("routed_experts_start_len_past_prompt", "routed_experts_start_len",
+         "recv_req.routed_experts_start_len={start} is higher than the number of input "
+         "tokens len(req.origin_input_ids)={tokens}. Please use a smaller "
+         "routed_experts_start_len.",
+         routed_start_past_prompt, "return_routed_experts"),
 )  # fmt: skip
 
 RULES_BY_CODE = {rule.code: rule for rule in RULES}

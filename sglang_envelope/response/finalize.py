@@ -7,7 +7,7 @@ it receives only the first output token's from prefill
 (``srt/disaggregation/decode.py``), yet its tokenizer manager writes the
 prompt-side keys whenever logprobs were requested, empty
 (``tokenizer_manager.add_logprob_to_meta_info``). `finalize_response` says so
-in ``meta_info.input_logprobs_unavailable_reason``; `merge_prefill_logprobs`
+in ``meta_info.input_logprobs_unavailable_reason``; `merge_prefill`
 removes that note when it fills the logprobs in from the prefill response.
 
 Merge and finalize commute: ``finalize(merge(p, d))`` equals
@@ -22,7 +22,7 @@ from typing import Any, Final
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.request.engine import EngineRequest, Role
 from sglang_envelope.request.envelope import _is_utf8
-from sglang_envelope.response.merge import UNAVAILABLE_MARKER, _meta, has_prompt_logprobs
+from sglang_envelope.response.merge import UNAVAILABLE_MARKER, has_prompt_logprobs, response_meta
 
 __all__ = ["UNAVAILABLE_REASON", "finalize_response"]
 
@@ -36,7 +36,7 @@ def finalize_response(
     """`response` as the client expects it: its own rid, and a note for missing prompt logprobs.
 
     `response` is SGLang's final answer to `engine` (from `parse_unary`,
-    `aggregate_sse` or `merge_prefill_logprobs`). ``meta_info.id`` becomes
+    `aggregate_sse` or `merge_prefill`). ``meta_info.id`` becomes
     `client_rid`. On the decode leg, when `engine` asked for prompt logprobs
     (``return_logprob`` with a ``logprob_start_len`` inside the prompt) and the
     response holds none, ``meta_info.input_logprobs_unavailable_reason`` is set
@@ -53,7 +53,7 @@ def finalize_response(
         raise EnvelopeError(
             f"client_rid must be a non-empty UTF-8 string, got {show_value(client_rid)}"
         )
-    meta = dict(_meta(response, "response"))
+    meta = dict(response_meta(response, "response"))
     meta["id"] = client_rid
     if (
         engine.role == Role.DECODE

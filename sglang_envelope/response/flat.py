@@ -34,7 +34,7 @@ from sglang_envelope.errors.exceptions import (
 )
 
 __all__ = ["DEFAULT_MAX_NESTED_POSITIONS", "MAX_POSITIONS", "FlatTopLogprobs"]
-__all__ += ["decode_flat_top_logprobs", "encode_flat_top_logprobs"]
+__all__ += ["decode_flat_top_logprobs", "encode_flat_top_logprobs", "strict_b64decode"]
 
 Side = Literal["input", "output"]
 NestedRows = list[list[tuple[float, int, None]] | None]
@@ -238,7 +238,7 @@ def _from_json(key: str, items: object, count: int, types: frozenset[type]) -> t
 
 if sys.version_info >= (3, 11):
 
-    def _b64decode(text: str) -> bytes:
+    def strict_b64decode(text: str) -> bytes:
         return binascii.a2b_base64(text, strict_mode=True)
 
 else:  # pragma: no cover - Python 3.10 has no strict mode
@@ -246,7 +246,7 @@ else:  # pragma: no cover - Python 3.10 has no strict mode
 
     _CANONICAL = re.compile(r"[A-Za-z0-9+/]*={0,2}")
 
-    def _b64decode(text: str) -> bytes:
+    def strict_b64decode(text: str) -> bytes:
         if _CANONICAL.fullmatch(text) is None:
             raise binascii.Error("a character outside the alphabet or misplaced padding")
         return binascii.a2b_base64(text)
@@ -263,7 +263,7 @@ def _from_b64(key: str, text: object, count: int, typecode: str) -> bytes:
             f"{show_value(count)} 4-byte items, got {len(text)}"
         )
     try:
-        raw = _b64decode(text)
+        raw = strict_b64decode(text)
     except ValueError as error:  # binascii.Error, or text that is not ASCII
         raise ResponseError(f"{key} is not valid Base64: {error}") from None
     if len(raw) != size:

@@ -1,26 +1,45 @@
-"""Merge the prompt-side logprobs of a prefill response into its decode response.
+"""Merge the prompt side of a prefill response into its decode response.
 
-In prefill/decode disaggregation the prefill worker computes the prompt's
-logprobs and the decode worker generates the output. The decode worker gets
-only the first output token's logprobs from the prefill worker
-(``srt/disaggregation/decode.py``), yet its tokenizer manager writes the
-prompt-side keys whenever logprobs were requested
-(``tokenizer_manager.add_logprob_to_meta_info``): they arrive empty, not missing.
+In prefill/decode disaggregation the prefill worker computes the prompt and the
+decode worker generates the output. What the prompt computation gave, the decode
+worker's answer lacks or fills with zeros, where an aggregated server's answer
+has it:
+
+- the prompt's logprobs: the decode worker gets only the first output token's
+  logprobs from the prefill worker (``srt/disaggregation/decode.py``), yet its
+  tokenizer manager writes the prompt-side keys whenever logprobs were requested
+  (``tokenizer_manager.add_logprob_to_meta_info``): they arrive empty, not missing;
+- the prompt's rows of ``routed_experts``: the decode answer has every row, but
+  its prompt rows are zeros (seen on SGLang 0.5.23's pair); the prefill answer
+  has exactly the prompt's rows.
+
+`merge_prefill` gives the aggregated server's answer from the two.
 """
 
 from __future__ import annotations
 
+import binascii
+import warnings
 from collections.abc import Callable
 from typing import Any, Final
 
+from sglang_envelope.errors.exceptions import EnvelopeError, ResponseError, show_value
 from sglang_envelope.response.frames import expected
+from sglang_envelope.response.routed import (
+    DEFAULT_MAX_ROUTED_EXPERTS,
+    ROUTED_EXPERTS,
+    routed_experts_bytes,
+    row_width,
+)
 
 __all__ = [
     "POSITION_COUNTS",
     "PROMPT_LOGPROB_GROUPS",
     "UNAVAILABLE_MARKER",
     "has_prompt_logprobs",
+    "merge_prefill",
     "merge_prefill_logprobs",
+    "response_meta",
 ]
 
 PROMPT_LOGPROB_GROUPS: Final[tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = (
@@ -71,28 +90,55 @@ empty values (its only position has no logprob). Counts that are not integers
 count as 0 here; `decode_flat_top_logprobs` is where they are checked.
 """
 
+#: The output side's logprobs of the ids asked for (``token_ids_logprob``).
+ASKED_OUTPUT: Final = "output_token_ids_logprobs"
+
 UNAVAILABLE_MARKER: Final = "input_logprobs_unavailable_reason"
 """A decode response's note that it has no prompt-side logprobs (`finalize_response`)."""
 
 
-def merge_prefill_logprobs(
-    prefill_response: dict[str, Any], decode_response: dict[str, Any]
+def merge_prefill(
+    prefill_response: dict[str, Any],
+    decode_response: dict[str, Any],
+    *,
+    routed_experts_start_len: int = 0,
+    routed_experts_shape: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """The decode response with the prefill response's prompt-side logprobs.
+    """The decode response with the prefill response's prompt side: the answer an
+    aggregated server gives, key order included.
 
-    For each group of `PROMPT_LOGPROB_GROUPS` that holds no data in the decode
-    response but holds data in the prefill response, the group's keys are
-    replaced by the prefill response's. A group holds data when one of its
-    logprob keys is not missing, null or empty, or when it counts positions it
+    Prompt logprobs: for each group of `PROMPT_LOGPROB_GROUPS` that holds no data
+    in the decode response but holds data in the prefill response, the group's
+    keys are replaced by the prefill response's. A group holds data when one of
+    its logprob keys is not missing, null or empty, or when it counts positions it
     covers (`POSITION_COUNTS`). When a group was copied, the `UNAVAILABLE_MARKER`
-    key is dropped. Output-side keys and every other key are the decode
-    response's, and so is the order of the keys (a decode response carries the
-    prompt-side keys empty, where SGLang puts them), so the merged answer is an
-    aggregated server's, key order included. Returns a new response; the inputs
-    are not changed (values are shared, not copied).
+    key is dropped.
+
+    The first output token's entry of ``output_token_ids_logprobs``: null in a
+    decode response, the prefill response's (the first output token is its).
+
+    Routed experts: when the decode response carries ``routed_experts`` (a
+    stream carries it on its terminal frame only), its prompt rows (positions
+    `routed_experts_start_len` to ``prompt_tokens``, the request's own
+    ``routed_experts_start_len``) are replaced by the prefill response's rows,
+    byte for byte, and the string is written as SGLang writes it. Each row is
+    ``layers x top_k`` int32: with `routed_experts_shape` (``(layers, top_k)``,
+    `Deployment.routed_experts_shape`) every count is checked against it;
+    without, the row's size is the prefill's bytes over its prompt rows. A merge
+    that cannot be made raises `ResponseError`: the prefill response without the
+    string while the decode response has prompt rows, a string that is not
+    Base64 of int32, a prefill whose rows are not the prompt's, a decode
+    response whose rows are fewer or do not divide into rows.
+
+    Output-side keys and every other key are the decode response's, and so is
+    the order of the keys (a decode response carries the prompt-side keys, empty
+    or zero, where SGLang puts them). Returns a new response; the inputs are not
+    changed (values are shared, not copied).
     """
-    prefill_meta = _meta(prefill_response, "prefill_response")
-    decode_meta = _meta(decode_response, "decode_response")
+    prefill_meta = response_meta(prefill_response, "prefill_response")
+    decode_meta = response_meta(decode_response, "decode_response")
+    start = _start_len(routed_experts_start_len)
+    width = None if routed_experts_shape is None else _shape_width(routed_experts_shape)
     meta = dict(decode_meta)
     copied = False
     for logprob_keys, described_by in PROMPT_LOGPROB_GROUPS:
@@ -108,9 +154,109 @@ def merge_prefill_logprobs(
         copied = True
     if copied:
         meta.pop(UNAVAILABLE_MARKER, None)
+    first = _first_asked_output(prefill_meta, meta)
+    if first is not None:
+        meta[ASKED_OUTPUT] = [first, *meta[ASKED_OUTPUT][1:]]
+    if ROUTED_EXPERTS in meta:
+        meta[ROUTED_EXPERTS] = _routed_experts(prefill_meta, meta, start, width)
     merged = dict(decode_response)
     merged["meta_info"] = meta
     return merged
+
+
+def merge_prefill_logprobs(
+    prefill_response: dict[str, Any], decode_response: dict[str, Any]
+) -> dict[str, Any]:
+    """Deprecated: `merge_prefill`, which merges routed experts too."""
+    warnings.warn(
+        "merge_prefill_logprobs is deprecated: use merge_prefill, which also merges the "
+        "prompt rows of routed_experts",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return merge_prefill(prefill_response, decode_response)
+
+
+def _first_asked_output(prefill_meta: dict[str, Any], decode_meta: dict[str, Any]) -> Any:
+    """The prefill's entry for the first output token, where the decode's is null.
+
+    The first output token is the prefill's: the decode server has its logprobs,
+    but writes null for its `ASKED_OUTPUT` entry (seen on SGLang 0.5.23's pair),
+    where an aggregated server writes the asked ids' logprobs. A later incremental
+    frame's deltas never begin with null, so only the first output's entry is
+    filled in. None when there is nothing to fill.
+    """
+    decoded, prefilled = decode_meta.get(ASKED_OUTPUT), prefill_meta.get(ASKED_OUTPUT)
+    if not (type(decoded) is list and decoded and decoded[0] is None):
+        return None
+    if type(prefilled) is not list or not prefilled or prefilled[0] is None:
+        return None
+    return prefilled[0]
+
+
+def _routed_experts(
+    prefill_meta: dict[str, Any], decode_meta: dict[str, Any], start: int, width: int | None
+) -> str:
+    """The decode response's ``routed_experts`` with the prefill's prompt rows."""
+    prompt = decode_meta.get("prompt_tokens")
+    if type(prompt) is not int or prompt < 0:
+        raise expected("decode_response.meta_info.prompt_tokens", "a count", prompt)
+    given = prefill_meta.get("prompt_tokens", prompt)
+    if given != prompt:
+        raise ResponseError(
+            f"the prefill response's prompt_tokens {show_value(given)} is not the decode "
+            f"response's {prompt}: not the same request"
+        )
+    rows = max(prompt - start, 0)
+    decode_raw = _raw(decode_meta, "decode_response")
+    if ROUTED_EXPERTS not in prefill_meta:
+        if rows == 0 or not decode_raw:
+            return str(decode_meta[ROUTED_EXPERTS])
+        raise ResponseError(
+            f"the decode response's routed_experts has {rows} prompt rows, which a decode "
+            "server fills with zeros, and the prefill response has no routed_experts to "
+            "replace them: ask both legs for return_routed_experts"
+        )
+    prefill_raw = _raw(prefill_meta, "prefill_response")
+    if width is None and rows:
+        width = len(prefill_raw) // rows
+    if len(prefill_raw) != rows * (width or 0) or (rows and not width) or (width or 0) % 4:
+        raise ResponseError(
+            f"the prefill response's routed_experts has {len(prefill_raw)} bytes, not "
+            f"{rows} prompt rows ({prompt} prompt tokens from position {start})"
+            + ("" if width is None else f" of {width} bytes")
+        )
+    if width and (len(decode_raw) % width or len(decode_raw) < len(prefill_raw)):
+        raise ResponseError(
+            f"the decode response's routed_experts has {len(decode_raw)} bytes, not rows of "
+            f"{width} bytes from its {rows} prompt rows on"
+        )
+    joined = prefill_raw + decode_raw[len(prefill_raw) :]
+    return binascii.b2a_base64(joined, newline=False).decode("ascii")
+
+
+def _raw(meta: dict[str, Any], name: str) -> bytes:
+    return routed_experts_bytes(
+        meta[ROUTED_EXPERTS],
+        name=f"{name}.meta_info.routed_experts",
+        max_ids=DEFAULT_MAX_ROUTED_EXPERTS,
+    )
+
+
+def _start_len(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise EnvelopeError(
+            f"routed_experts_start_len must be an integer >= 0, got {show_value(value)}"
+        )
+    return value
+
+
+def _shape_width(shape: object) -> int:
+    if type(shape) is not tuple or len(shape) != 2:
+        raise EnvelopeError(
+            f"routed_experts_shape must be a tuple (layers, top_k), got {show_value(shape)}"
+        )
+    return row_width(*shape)
 
 
 def has_prompt_logprobs(meta: dict[str, Any]) -> bool:
@@ -121,7 +267,8 @@ def has_prompt_logprobs(meta: dict[str, Any]) -> bool:
     )
 
 
-def _meta(response: object, name: str) -> dict[str, Any]:
+def response_meta(response: object, name: str) -> dict[str, Any]:
+    """A response's `meta_info`; `ResponseError` naming `name` when it is not SGLang's shape."""
     if type(response) is not dict:
         raise expected(name, "an object", response)
     meta = response.get("meta_info")

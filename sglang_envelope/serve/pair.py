@@ -11,8 +11,9 @@ facts, seen on a real pair, shape this module:
   other leg is aborted at once: the decode leg when the prefill fails (here),
   the prefill leg when the decode leg fails (the service, when it settles);
 - the decode answer carries the prompt logprobs empty, where an aggregated
-  server carries them in every frame and in the unary answer: `with_prompt_logprobs`
-  puts the prefill's into each decode frame (`merge_prefill_logprobs`).
+  server carries them in every frame and in the unary answer, and the prompt rows
+  of ``routed_experts`` as zeros: `with_prefill_side` puts the prefill's into each
+  decode frame (`merge_prefill`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import msgspec
 
 from sglang_envelope.errors.exceptions import EnvelopeError
 from sglang_envelope.request.routing import Bootstrap
-from sglang_envelope.response.merge import merge_prefill_logprobs
+from sglang_envelope.response.merge import merge_prefill
 from sglang_envelope.response.sse import SseDecoder, encode_sse
 from sglang_envelope.serve.legs import Leg
 from sglang_envelope.serve.transport import Transport
@@ -32,7 +33,7 @@ from sglang_envelope.serve.transport import Transport
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["PrefillLeg", "PrefillServer", "with_prompt_logprobs"]
+__all__ = ["PrefillLeg", "PrefillServer", "with_prefill_side"]
 
 
 class PrefillServer(msgspec.Struct, frozen=True):
@@ -54,13 +55,20 @@ class PrefillServer(msgspec.Struct, frozen=True):
 
 
 class PrefillLeg:
-    """The prefill leg of one request: its answer read to the end, in a task."""
+    """The prefill leg of one request: its answer read to the end, in a task, and the
+    shape of one position's routed experts (`Deployment.routed_experts_shape`)."""
 
-    __slots__ = ("leg", "reading")
+    __slots__ = ("leg", "reading", "routed_experts_shape")
 
-    def __init__(self, leg: Leg, reading: asyncio.Future[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        leg: Leg,
+        reading: asyncio.Future[dict[str, Any]],
+        routed_experts_shape: tuple[int, int] | None,
+    ) -> None:
         self.leg = leg
         self.reading = reading
+        self.routed_experts_shape = routed_experts_shape
 
     def failure(self) -> BaseException | None:
         """The prefill's failure, once it has ended in one (None while it runs or after success)."""
@@ -74,9 +82,18 @@ class PrefillLeg:
 
         return await asyncio.shield(self.reading)
 
+    async def merged(self, decode_response: dict[str, Any]) -> dict[str, Any]:
+        """A decode frame or answer with the prefill's prompt side (`merge_prefill`)."""
+        return merge_prefill(
+            await self.response(),
+            decode_response,
+            routed_experts_start_len=self.leg.engine.body.routed_experts_start_len,
+            routed_experts_shape=self.routed_experts_shape,
+        )
 
-async def with_prompt_logprobs(events: bytes, prefill: PrefillLeg) -> bytes:
-    """`events` (whole SSE events), each frame with the prefill's prompt logprobs.
+
+async def with_prefill_side(events: bytes, prefill: PrefillLeg) -> bytes:
+    """`events` (whole SSE events), each frame with the prefill's prompt side.
 
     Frames without ``meta_info`` (SGLang's error frames) and ``[DONE]`` are
     kept as they are; the prefill's answer is awaited only for a frame that
@@ -90,7 +107,7 @@ async def with_prompt_logprobs(events: bytes, prefill: PrefillLeg) -> bytes:
         return events
     for frame in frames:
         if type(frame.get("meta_info")) is dict:
-            frame = merge_prefill_logprobs(await prefill.response(), frame)
+            frame = await prefill.merged(frame)
         out.append(encode_sse(frame))
     if decoder.done:
         out.append(b"data: [DONE]\n\n")

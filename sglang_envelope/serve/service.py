@@ -48,7 +48,6 @@ from sglang_envelope.request.routing import Bootstrap, Routing
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.aggregate import DEFAULT_MAX_BYTES
 from sglang_envelope.response.finalize import finalize_response
-from sglang_envelope.response.merge import merge_prefill_logprobs
 from sglang_envelope.response.relay import relay_sse_async
 from sglang_envelope.response.sse import SSE_DONE
 from sglang_envelope.serve.aborts import AbortReport, Aborts
@@ -67,7 +66,7 @@ from sglang_envelope.serve.answer import (
 from sglang_envelope.serve.checks import check_service_arguments
 from sglang_envelope.serve.legs import Leg
 from sglang_envelope.serve.many import fan_out, samples_of
-from sglang_envelope.serve.pair import PrefillLeg, PrefillServer, with_prompt_logprobs
+from sglang_envelope.serve.pair import PrefillLeg, PrefillServer, with_prefill_side
 from sglang_envelope.serve.transport import (
     Transport,
     as_upstream_error,
@@ -294,7 +293,7 @@ class Service:
         import asyncio
 
         reading = asyncio.ensure_future(leg.response(self._deployment, self.max_bytes))
-        prefill = PrefillLeg(leg, reading)
+        prefill = PrefillLeg(leg, reading, self._deployment.routed_experts_shape)
 
         def ended(task: asyncio.Future[Any]) -> None:
             import asyncio
@@ -342,7 +341,8 @@ class Service:
     ) -> AsyncGenerator[bytes, None]:
         """SGLang's stream, relayed in the client's mode under the client's rid."""
         engine_id, client_id = id_bytes(main.engine, client_rid)
-        merge = prefill is not None and main.engine.body.return_logprob is True
+        body = main.engine.body
+        merge = prefill is not None and (body.return_logprob or body.return_routed_experts)
         try:
             async for out in relay_sse_async(
                 main.watched,
@@ -353,7 +353,7 @@ class Service:
                 if prefill is not None and prefill.failure() is not None:
                     raise prefill.failure()  # type: ignore[misc]
                 if merge:
-                    out = await with_prompt_logprobs(out, prefill)  # type: ignore[arg-type]
+                    out = await with_prefill_side(out, prefill)  # type: ignore[arg-type]
                 yield out.replace(engine_id, client_id)
             await read_past_done(main.watched)
         except UpstreamError as error:  # the connection broke mid-answer
@@ -392,8 +392,8 @@ class Service:
         return whole_answer(200, JSON, _encode(finished))
 
     async def _whole(self, main: Leg, prefill: PrefillLeg | None) -> dict[str, Any]:
-        """The decode (or aggregated) answer, with the prefill's prompt logprobs."""
+        """The decode (or aggregated) answer, with the prefill's prompt side."""
         response = await main.response(self._deployment, self.max_bytes)
         if prefill is None:
             return response
-        return dict(merge_prefill_logprobs(await prefill.response(), response))
+        return await prefill.merged(response)

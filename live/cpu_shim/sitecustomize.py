@@ -1,11 +1,14 @@
-"""Loaded by every process of the live suite's prefill/decode pair (it is first on PYTHONPATH).
+"""Loaded by every process of the live suite's prefill/decode pairs and Mixture-of-Experts
+servers (it is first on PYTHONPATH): two patches for a machine without a GPU, each made right
+after SGLang's module is first imported, and nothing else changed.
 
-On a machine without a GPU, Mooncake's sender must take the generic page-index path:
-with `MooncakeKVSender.supports_host_tensor_indices` true, SGLang's prefill scheduler
-copies the page indices into pinned memory and records a CUDA event
-(`srt/disaggregation/prefill.py`, `_send_kv_chunk`), and dies with "Found no NVIDIA
-driver". This module sets that class attribute to False right after SGLang's Mooncake
-connector module is first imported, and changes nothing else.
+- Mooncake's sender must take the generic page-index path: with
+  `MooncakeKVSender.supports_host_tensor_indices` true, SGLang's prefill scheduler copies the
+  page indices into pinned memory and records a CUDA event (`srt/disaggregation/prefill.py`,
+  `_send_kv_chunk`), and dies with "Found no NVIDIA driver". It is set to False.
+- `--enable-return-routed-experts` allocates its host cache with
+  `ALLOC_MEMORY_FUNCS["cpu"]`, which pins memory with cudaHostRegister and dies the same way.
+  "cpu" gets a plain `torch.zeros` instead.
 """
 
 from __future__ import annotations
@@ -15,16 +18,31 @@ import importlib.machinery
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
+from typing import Any
 
 CONNECTOR = "sglang.srt.disaggregation.mooncake.conn"
+HOST_POOL = "sglang.srt.mem_cache.pool_host.common"
 
 
 def _no_host_tensor_indices(module: ModuleType) -> None:
     module.MooncakeKVSender.supports_host_tensor_indices = False
 
 
+def _unpinned(dims: Any, dtype: Any, device: Any, pin_memory: Any, *args: Any, **kw: Any) -> Any:
+    import torch  # the server's own, imported by then
+
+    return torch.zeros(dims, dtype=dtype, device=device)
+
+
+def _plain_cpu_memory(module: ModuleType) -> None:
+    module.ALLOC_MEMORY_FUNCS["cpu"] = _unpinned
+
+
 #: module name -> what to change in it once it has run.
-AFTER_IMPORT: dict[str, Callable[[ModuleType], None]] = {CONNECTOR: _no_host_tensor_indices}
+AFTER_IMPORT: dict[str, Callable[[ModuleType], None]] = {
+    CONNECTOR: _no_host_tensor_indices,
+    HOST_POOL: _plain_cpu_memory,
+}
 
 
 class _PatchingLoader(importlib.abc.Loader):
