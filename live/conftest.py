@@ -3,10 +3,12 @@
 `server`, `incremental_server` and `skip_tokenizer_server` are aggregated SGLang
 servers (default flags, `--incremental-streaming-output`, `--skip-tokenizer-init`),
 `release_server` one running SGLang 0.5.22's code, `overrides_server` one reading
-SGLang's override headers, `pd_pair` a prefill/decode pair.
+SGLang's override headers, `pd_pair` a prefill/decode pair; `moe_server` and `moe_pair`
+an aggregated server and a prefill/decode pair of the Mixture-of-Experts model, with
+`--enable-return-routed-experts`.
 `LIVE_DEFAULT_URL`, `LIVE_INCREMENTAL_URL`, `LIVE_SKIP_TOKENIZER_URL` and
-`LIVE_0_5_22_URL` name running servers to use instead of starting one, and `LIVE_PD`
-a running pair ("PREFILL_URL DECODE_URL BOOTSTRAP_PORT").
+`LIVE_0_5_22_URL` and `LIVE_MOE_URL` name running servers to use instead of starting one,
+and `LIVE_PD` and `LIVE_MOE_PD` a running pair ("PREFILL_URL DECODE_URL BOOTSTRAP_PORT").
 
 The tests run grouped by the servers they need, and a server the suite started is
 stopped as soon as no later test needs it (at the latest at the session's end), so
@@ -25,7 +27,14 @@ import pytest
 pytest.register_assert_rewrite("live.flow")
 
 from live.pd import PdPair, start_pd_pair  # noqa: E402 -- after the rewrite is registered
-from live.servers import LiveServer, ServerFailed, attach, start_server  # noqa: E402
+from live.servers import (  # noqa: E402
+    MOE_FLAGS,
+    MOE_MODEL,
+    LiveServer,
+    ServerFailed,
+    attach,
+    start_server,
+)
 
 #: fixture name -> (server kind, the environment variable naming a running one)
 FIXTURES: dict[str, tuple[str, str | None]] = {
@@ -35,9 +44,16 @@ FIXTURES: dict[str, tuple[str, str | None]] = {
     "release_server": ("sglang_0_5_22", "LIVE_0_5_22_URL"),
     "overrides_server": ("overrides", "LIVE_OVERRIDES_URL"),
     "pd_pair": ("pd", None),
+    "moe_server": ("moe", "LIVE_MOE_URL"),
+    "moe_pair": ("moe_pd", None),
 }
 #: The order the groups of tests run in (a test runs with the latest of its kinds).
-KIND_ORDER = ("default", "incremental", "skip_tokenizer", "sglang_0_5_22", "overrides", "pd")
+#: How the Mixture-of-Experts pair is started.
+MOE_PAIR: dict[str, Any] = {"model": MOE_MODEL, "flags": MOE_FLAGS}
+KIND_ORDER = (
+    "default", "incremental", "skip_tokenizer", "sglang_0_5_22", "overrides", "pd", "moe",
+    "moe_pd",
+)  # fmt: skip
 #: The parametrized fixture a test uses to run on each aggregated server.
 ANY_SERVER = "any_server"
 
@@ -73,10 +89,10 @@ class Pool:
 
     @staticmethod
     def _start(kind: str) -> Live:
-        if kind == "pd":
-            urls = os.environ.get("LIVE_PD", "").split()
+        if kind in ("pd", "moe_pd"):
+            urls = os.environ.get("LIVE_PD" if kind == "pd" else "LIVE_MOE_PD", "").split()
             if not urls:
-                return start_pd_pair()
+                return start_pd_pair() if kind == "pd" else start_pd_pair(**MOE_PAIR)
             prefill, decode, port = urls  # "PREFILL_URL DECODE_URL BOOTSTRAP_PORT"
             return PdPair(
                 attach("prefill", prefill), attach("decode", decode), "127.0.0.1", int(port)
@@ -208,6 +224,22 @@ def overrides_server() -> LiveServer:
 def pd_pair() -> PdPair:
     """A prefill/decode pair (Mooncake over TCP)."""
     live = _POOL.get("pd")
+    assert isinstance(live, PdPair)
+    return live
+
+
+@pytest.fixture(scope="session")
+def moe_server() -> LiveServer:
+    """An aggregated server of the Mixture-of-Experts model, returning routed experts."""
+    live = _POOL.get("moe")
+    assert isinstance(live, LiveServer)
+    return live
+
+
+@pytest.fixture(scope="session")
+def moe_pair() -> PdPair:
+    """A prefill/decode pair of the Mixture-of-Experts model, returning routed experts."""
+    live = _POOL.get("moe_pd")
     assert isinstance(live, PdPair)
     return live
 

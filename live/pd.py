@@ -12,9 +12,16 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from live.servers import LiveServer, free_ports, launch, live_dir, sglang_environment, wait_ready
+from live.servers import (
+    CPU_SHIM,
+    LiveServer,
+    free_ports,
+    launch,
+    live_dir,
+    sglang_environment,
+    wait_ready,
+)
 
-CPU_SHIM = Path(__file__).resolve().parent / "cpu_shim"
 PD_READY_TIMEOUT_S = 180.0
 #: How long a leg waits for its other half in the suite (SGLang's default: 300 s).
 PD_LONE_LEG_TIMEOUT_S = 60

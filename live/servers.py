@@ -49,6 +49,12 @@ COMMON_FLAGS: tuple[str, ...] = (
     "--sleep-on-idle",
 )  # fmt: skip
 
+#: The Mixture-of-Experts model (`make_model.py --moe`) and the flag that returns its routing.
+MOE_MODEL = "tiny-moe"
+MOE_FLAGS = ("--enable-return-routed-experts",)
+#: The CPU shims (`cpu_shim/sitecustomize.py`): Mooncake's sender, the routed-experts cache.
+CPU_SHIM = HERE / "cpu_shim"
+
 #: The flags of each kind of aggregated server the suite starts.
 KIND_FLAGS: dict[str, tuple[str, ...]] = {
     "default": (),
@@ -56,7 +62,10 @@ KIND_FLAGS: dict[str, tuple[str, ...]] = {
     "skip_tokenizer": ("--skip-tokenizer-init",),
     "sglang_0_5_22": (),
     "overrides": (),
+    "moe": MOE_FLAGS,
 }
+#: The model each kind serves, when not the GPT-2 one.
+KIND_MODEL: dict[str, str] = {"moe": MOE_MODEL}
 #: The environment variables a kind of server runs with, beyond the suite's own.
 KIND_ENV: dict[str, dict[str, str]] = {
     "overrides": {"SGLANG_ENABLE_REQUEST_HEADER_OVERRIDES": "1"},
@@ -297,7 +306,10 @@ def wait_ready(servers: Sequence[LiveServer], timeout: float = READY_TIMEOUT_S) 
 def start_server(kind: str = "default", *, log_dir: Path | None = None) -> LiveServer:
     """Start an aggregated server of `kind` (a key of KIND_FLAGS) and wait until it is ready."""
     path = [live_dir() / name for name in KIND_PATH.get(kind, ())]
+    if kind in KIND_MODEL:
+        path.insert(0, CPU_SHIM)
     env = sglang_environment(path) | KIND_ENV.get(kind, {})
-    server = launch(kind, KIND_FLAGS[kind], env=env, log_dir=log_dir)
+    model = KIND_MODEL.get(kind, "tiny-gpt2")
+    server = launch(kind, KIND_FLAGS[kind], env=env, log_dir=log_dir, model=model)
     wait_ready([server])
     return server

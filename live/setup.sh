@@ -2,7 +2,8 @@
 # Builds the live-engine suite's environment from the Python package index alone (plus Debian's
 # libibverbs1 for Mooncake): a venv with SGLang 0.5.23 on CPU, SGLang 0.5.22's code beside it
 # (pip --target, for the other-release checks), Mooncake's CPU wheel for the prefill/decode pair,
-# and a tiny random GPT-2 with a byte-level BPE tokenizer (vocabulary 320), made offline.
+# and two tiny random models with a byte-level BPE tokenizer (vocabulary 320), made offline: a
+# GPT-2 and a Mixture-of-Experts model (Mixtral, 2 layers, 4 experts, top-2).
 # Idempotent: a built directory answers `ready` at once. Fails loudly if anything cannot be built.
 #
 #   live/setup.sh [DIR]     DIR defaults to $SGLANG_ENVELOPE_LIVE or ~/.cache/sglang-envelope-live
@@ -28,7 +29,15 @@ ibverbs() {
   fi
 }
 
-if [ -f "$stamp" ] && [ -x "$dir/venv/bin/python" ]; then ibverbs; echo "$dir: ready"; exit 0; fi
+# The models, each made once (a directory built before the MoE model gets it here too).
+models() {
+  [ -f "$dir/tiny-gpt2/model.safetensors" ] || \
+    HF_HUB_OFFLINE=1 "$dir/venv/bin/python" "$here/make_model.py" "$dir/tiny-gpt2"
+  [ -f "$dir/tiny-moe/model.safetensors" ] || \
+    HF_HUB_OFFLINE=1 "$dir/venv/bin/python" "$here/make_model.py" "$dir/tiny-moe" --moe
+}
+
+if [ -f "$stamp" ] && [ -x "$dir/venv/bin/python" ]; then ibverbs; models; echo "$dir: ready"; exit 0; fi
 
 [ -x "$dir/venv/bin/python" ] || "$py" -m venv "$dir/venv"
 pip="$dir/venv/bin/python -m pip -q --disable-pip-version-check"
@@ -55,7 +64,6 @@ $pip install msgspec numpy pyzmq pydantic pybase64 orjson psutil requests packag
   $pip install --no-deps --target "$dir/mooncake" 'mooncake-transfer-engine-non-cuda==0.3.13.post1'
 ibverbs
 
-[ -f "$dir/tiny-gpt2/model.safetensors" ] || \
-  HF_HUB_OFFLINE=1 "$dir/venv/bin/python" "$here/make_model.py" "$dir/tiny-gpt2"
+models
 touch "$stamp"
 echo "$dir: ready"

@@ -111,6 +111,11 @@ def client_requests(draw: st.DrawFn) -> dict[str, Any]:
     if "logprob_start_len" in body:  # SGLang refuses a start past the prompt
         ids = cast(list[int], body["input_ids"])
         body["logprob_start_len"] = min(cast(int, body["logprob_start_len"]), len(ids))
+    if "routed_experts_start_len" in body:  # and a routed-experts start past it
+        ids = cast(list[int], body["input_ids"])
+        body["routed_experts_start_len"] = min(
+            cast(int, body["routed_experts_start_len"]), len(ids)
+        )
     flat_flags = ("return_flat_raw_top_logprobs", "return_flat_raw_output_top_logprobs")
     if any(body.get(flag) for flag in flat_flags) and draw(st.booleans()):
         body["return_flat_raw_top_logprobs_b64"] = True

@@ -8,7 +8,16 @@ the order a live server writes them (``tests/fixtures/live_answers.jsonl``):
 logprob fields when asked, ``reasoning_tokens, completion_tokens,
 cached_tokens``, ``weight_versions`` once finished, ``cached_tokens_details,
 dp_rank``, ``e2e_latency`` once finished, and ``response_sent_to_client_ts``
-on the first frame of a stream and on a unary body.
+on the first frame of a stream and on a unary body. With routed experts asked
+of a Mixture-of-Experts fake, ``routed_experts`` once finished, between
+``cached_tokens_details`` and ``dp_rank``.
+
+A fake of a prefill/decode pair's server answers as its role does on SGLang
+0.5.23: a prefill server with one token, ``finish_reason {"type": "length",
+"length": 0}``, the prompt's logprobs and the prompt's rows of routed experts;
+a decode server with the whole output, the prompt logprobs empty, the first
+output's ``output_token_ids_logprobs`` entry null and the prompt's rows of
+routed experts zeros.
 
 Token ids, texts and logprobs are made up but deterministic: the same prompt
 always gives the same answer, and each id depends only on the ids before it
@@ -20,13 +29,14 @@ Base64 flat form) carries them exactly.
 from __future__ import annotations
 
 import time
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 import msgspec
 from msgspec import UNSET
 
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.flat import encode_flat_top_logprobs
+from sglang_envelope.response.routed import encode_routed_experts
 
 __all__ = [
     "ABORTED",
@@ -38,6 +48,11 @@ __all__ = [
     "text_ids",
     "token_text",
 ]
+
+#: A fake Mixture-of-Experts model's experts: routed expert ids are in [0, EXPERTS).
+EXPERTS: Final = 8
+#: SGLang's ``--disaggregation-mode``: an aggregated server, or one role of a pair.
+Role = Literal["null", "prefill", "decode"]
 
 #: Ids below this are the model's special tokens (``<s>``, ``</s>``, ``<pad>``): never made.
 FIRST_ID: Final = 3
@@ -92,6 +107,9 @@ class AnswerPlan(NamedTuple):
     prompt_fields: dict[str, Any]
     #: `time.monotonic()` when the request arrived, for ``e2e_latency``.
     started: float
+    #: The server's role, and its model's (layers, top-k) when it returns routed experts.
+    role: Role = "null"
+    routed_experts_shape: tuple[int, int] | None = None
 
 
 class Span(NamedTuple):
@@ -140,12 +158,15 @@ def plan_answer(
     context_length: int,
     default_max_new_tokens: int,
     seed: int = 0,
+    role: Role = "null",
+    routed_experts_shape: tuple[int, int] | None = None,
 ) -> AnswerPlan:
     """The output for `request`: ids made from the prompt, ending at ``max_new_tokens``
     (``{"type": "length", "length": n}``) or at the first id of ``stop_token_ids``
     (``{"type": "stop", "matched": id}``, the id included). A null
     ``max_new_tokens`` runs to the context length. A `seed` other than 0 (a sample of
-    ``n`` > 1 sampled at a temperature above 0) makes other ids from the same prompt."""
+    ``n`` > 1 sampled at a temperature above 0) makes other ids from the same prompt.
+    A prefill server (`role`) makes the first id alone."""
     limit = _sampling(request, "max_new_tokens")
     if limit is UNSET:
         limit = default_max_new_tokens
@@ -166,9 +187,48 @@ def plan_answer(
         if token in stops:
             finish = {"type": "stop", "matched": token}
             break
+    if role == "prefill":  # it hands the first token over to the decode server
+        ids, finish = ids[:1], {"type": "length", "length": 0}
     rows = _rows(request, vocab_size)
     prompt = _prompt_fields(request, rows) if request.return_logprob else {}
-    return AnswerPlan(request, rid, tuple(ids), finish, rows, prompt, time.monotonic())
+    if role == "decode":
+        prompt = {key: _empty(key, value, request, rows.k) for key, value in prompt.items()}
+    return AnswerPlan(
+        request, rid, tuple(ids), finish, rows, prompt, time.monotonic(), role,
+        routed_experts_shape,
+    )  # fmt: skip
+
+
+def _empty(key: str, value: Any, request: ClientRequest, k: int) -> Any:
+    """A decode server's prompt logprob field: empty (the flat ones as for no row)."""
+    if type(value) is list:
+        return []
+    empty = encode_flat_top_logprobs(
+        [], side="input", top_logprobs_num=k, b64=request.return_flat_raw_top_logprobs_b64
+    )
+    return empty[key]
+
+
+def _routed_experts(plan: AnswerPlan, made: int) -> str:
+    """The rows of positions ``[routed_experts_start_len, prompt + made - 1)``: each
+    expert a function of the token at its position, the position, its layer and rank
+    (a decode server's prompt rows are zeros)."""
+    assert plan.routed_experts_shape is not None
+    layers, top_k = plan.routed_experts_shape
+    sequence = (*prompt_ids(plan.request), *plan.output_ids[:made])
+    prompt = len(sequence) - made
+    rows = [
+        [
+            [
+                0 if plan.role == "decode" and at < prompt
+                else (sequence[at] * 5 + at * 3 + layer * 7 + rank * 11) % EXPERTS
+                for rank in range(top_k)
+            ]
+            for layer in range(layers)
+        ]
+        for at in range(plan.request.routed_experts_start_len, len(sequence) - 1)
+    ]  # fmt: skip
+    return encode_routed_experts(rows)
 
 
 def prompt_ids(request: ClientRequest) -> tuple[int, ...]:
@@ -235,7 +295,9 @@ def _logprob_fields(plan: AnswerPlan, span: Span, unary: bool) -> dict[str, Any]
             fields["output_top_logprobs"] = top
     if rows.asked is not None:
         fields["input_token_ids_logprobs"] = prompt["input_token_ids_logprobs"]
-        fields["output_token_ids_logprobs"] = [rows.asked_row(i) for i in outputs]
+        fields["output_token_ids_logprobs"] = [
+            None if plan.role == "decode" and i == 0 else rows.asked_row(i) for i in outputs
+        ]
     return fields
 
 
@@ -253,7 +315,11 @@ def _meta_info(plan: AnswerPlan, span: Span, unary: bool) -> dict[str, Any]:
     meta.update(reasoning_tokens=0, completion_tokens=span.end, cached_tokens=0)
     if finished:
         meta["weight_versions"] = [{"version": "default", "start": 0, "end": span.end}]
-    meta.update(cached_tokens_details=None, dp_rank=None)
+    meta["cached_tokens_details"] = None
+    asked = plan.request.return_routed_experts and plan.routed_experts_shape is not None
+    if finished and asked:
+        meta["routed_experts"] = _routed_experts(plan, span.end)
+    meta["dp_rank"] = None
     if finished:
         meta["e2e_latency"] = time.monotonic() - plan.started
     if span.first or unary:

@@ -25,7 +25,7 @@ from sglang_envelope.request.deployment import Deployment
 from sglang_envelope.request.limits import DEFAULT_MAX_BODY_BYTES
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.sse import SSE_DONE
-from sglang_envelope.testing.answers import ABORTED, Span, answer_object, plan_answer
+from sglang_envelope.testing.answers import ABORTED, Role, Span, answer_object, plan_answer
 from sglang_envelope.testing.control import Pause, loads_body, serve_control
 from sglang_envelope.testing.many import Ending, Generation, plan_many, serve_many
 from sglang_envelope.testing.requests import (
@@ -88,6 +88,16 @@ def _check_options(options: dict[str, Any]) -> None:
         )
     if type(options["incremental"]) is not bool or type(options["fail_message"]) is not str:
         raise EnvelopeError("incremental must be a bool and fail_message a str")
+    if options["disaggregation_mode"] not in ("null", "prefill", "decode"):
+        raise EnvelopeError(
+            "disaggregation_mode must be 'null', 'prefill' or 'decode', "
+            f"got {options['disaggregation_mode']!r}"
+        )
+    shape = options["routed_experts_shape"]
+    if shape is not None and not (
+        type(shape) is tuple and len(shape) == 2 and all(type(n) is int and n >= 1 for n in shape)
+    ):
+        raise EnvelopeError(f"routed_experts_shape must be None or (layers, top_k), got {shape!r}")
 
 
 class FakeEngine:
@@ -105,6 +115,12 @@ class FakeEngine:
     - `vocab_size`, `context_length`, `dp_size`: the model and server it
       pretends to be (SGLang's checks of ``input_ids``, lengths, ``routed_dp_rank``).
     - `max_body_bytes`: a larger body is refused (413) without being read further.
+    - `disaggregation_mode`: ``"prefill"`` or ``"decode"`` makes it one server of a
+      prefill/decode pair, answering as that role does (`testing.answers`); the two
+      fakes of a pair do not talk to each other.
+    - `routed_experts_shape`: ``(num_hidden_layers, num_experts_per_tok)`` makes it a
+      Mixture-of-Experts model served with ``--enable-return-routed-experts``: it
+      answers ``return_routed_experts`` with made-up routed experts of that shape.
 
     Counts for tests: `requests` (each ``/generate`` body, refused or served),
     `aborts` (each ``/abort_request`` body, decoded), `outcomes` (how each
@@ -121,6 +137,7 @@ class FakeEngine:
         "context_length",
         "default_max_new_tokens",
         "deployment",
+        "disaggregation_mode",
         "disconnects",
         "dp_size",
         "fail_after",
@@ -131,6 +148,7 @@ class FakeEngine:
         "max_body_bytes",
         "outcomes",
         "requests",
+        "routed_experts_shape",
         "tokens_per_frame",
         "vocab_size",
     )
@@ -150,6 +168,8 @@ class FakeEngine:
         dp_size: int = 1,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_recorded: int = 10_000,
+        disaggregation_mode: Role = "null",
+        routed_experts_shape: tuple[int, int] | None = None,
     ) -> None:
         _check_options(dict(locals()))
         self.incremental = incremental
@@ -163,10 +183,14 @@ class FakeEngine:
         self.context_length = context_length
         self.dp_size = dp_size
         self.max_body_bytes = max_body_bytes
-        #: What SGLang's checks after dispatch read, as `Deployment.from_server_info` gives it.
-        self.deployment = Deployment.from_server_info(
-            _ENCODE(self.server_info()), model_config=_ENCODE({"vocab_size": vocab_size})
+        self.disaggregation_mode: Role = disaggregation_mode
+        self.routed_experts_shape = routed_experts_shape
+        #: What SGLang's checks after dispatch read, as `Deployment.from_server_info` gives
+        #: it; without the flag SGLang answers without routed experts (no refusal of its own).
+        described = Deployment.from_server_info(
+            _ENCODE(self.server_info()), model_config=_ENCODE(self.model_config())
         )
+        self.deployment = msgspec.structs.replace(described, enable_return_routed_experts=None)
         self.requests: collections.deque[bytes] = collections.deque(maxlen=max_recorded)
         self.aborts: collections.deque[Any] = collections.deque(maxlen=max_recorded)
         self.outcomes: collections.deque[Outcome] = collections.deque(maxlen=max_recorded)
@@ -187,8 +211,20 @@ class FakeEngine:
     def server_info(self) -> dict[str, Any]:
         """The body of ``GET /get_server_info``: the keys the library reads, as SGLang has them."""
         return server_info(
-            context_length=self.context_length, dp_size=self.dp_size, incremental=self.incremental
+            context_length=self.context_length,
+            dp_size=self.dp_size,
+            incremental=self.incremental,
+            disaggregation_mode=self.disaggregation_mode,
+            routed_experts=self.routed_experts_shape is not None,
         )
+
+    def model_config(self) -> dict[str, Any]:
+        """The keys of the fake model's ``config.json`` the library reads."""
+        config: dict[str, Any] = {"vocab_size": self.vocab_size}
+        if self.routed_experts_shape is not None:
+            layers, top_k = self.routed_experts_shape
+            config.update(num_hidden_layers=layers, num_experts_per_tok=top_k)
+        return config
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -271,6 +307,8 @@ class FakeEngine:
             vocab_size=self.vocab_size,
             context_length=self.context_length,
             default_max_new_tokens=self.default_max_new_tokens,
+            role=self.disaggregation_mode,
+            routed_experts_shape=self.routed_experts_shape,
         )
         generation = Generation(plan)
         self._running[rid] = generation

@@ -101,6 +101,8 @@ def plan_many(engine: _Engine, sequences: Sequences) -> list[AnswerPlan]:
             context_length=engine.context_length,
             default_max_new_tokens=engine.default_max_new_tokens,
             seed=index % n if sampled[index // n] else 0,
+            role=engine.disaggregation_mode,
+            routed_experts_shape=engine.routed_experts_shape,
         )
         for index, rid in enumerate(sequences.rids)
     ]

@@ -58,6 +58,7 @@ SERVER_INFO: Final[Mapping[str, Any]] = {
     "incremental_streaming_output": False,
     "speculative_algorithm": None,
     "disaggregation_mode": "null",
+    "enable_return_routed_experts": False,
     "weight_version": "default",
     "status": "ready",
     "max_total_num_tokens": 4096,
@@ -66,13 +67,22 @@ SERVER_INFO: Final[Mapping[str, Any]] = {
 }
 
 
-def server_info(*, context_length: int, dp_size: int, incremental: bool) -> dict[str, Any]:
+def server_info(
+    *,
+    context_length: int,
+    dp_size: int,
+    incremental: bool,
+    disaggregation_mode: str = "null",
+    routed_experts: bool = False,
+) -> dict[str, Any]:
     """The fake's ``/get_server_info`` body (`SERVER_INFO` with its own settings)."""
     info = dict(SERVER_INFO)
     info.update(
         context_length=context_length,
         dp_size=dp_size,
         incremental_streaming_output=incremental,
+        disaggregation_mode=disaggregation_mode,
+        enable_return_routed_experts=routed_experts,
         # SGLang keeps room for the decode tokens a request may still need.
         max_req_input_len=max(1, context_length - 6),
     )
