@@ -178,9 +178,14 @@ def test_only_prompt_side_keys_change_and_inputs_are_untouched(
     }
 
     def untouched(meta: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in meta.items() if k not in PROMPT_KEYS and k != UNAVAILABLE_MARKER}
+        changed = (*PROMPT_KEYS, UNAVAILABLE_MARKER, "output_token_ids_logprobs")
+        return {k: v for k, v in meta.items() if k not in changed}
 
     assert untouched(merged["meta_info"]) == untouched(decode["meta_info"])
+    asked = [merged, decode, prefill]
+    outputs = [r["meta_info"].get("output_token_ids_logprobs") for r in asked]
+    if outputs[0] != outputs[1]:  # only a null first entry, filled in from the prefill's
+        assert outputs[1][0] is None and outputs[0] == [outputs[2][0], *outputs[1][1:]]
     for key in PROMPT_KEYS & merged["meta_info"].keys():
         assert merged["meta_info"][key] in (
             decode["meta_info"].get(key),

@@ -258,6 +258,10 @@ def test_engine_request_follows_the_role_table(
         with pytest.raises(RequestRejected, match="logprob_start_len="):  # the ids sent
             build()
         return
+    if body.get("return_routed_experts") and body.get("routed_experts_start_len", 0) > len(ids):
+        with pytest.raises(RequestRejected, match="routed_experts_start_len="):  # likewise
+            build()
+        return
     engine = build()
     out = engine.to_dict()
     assert out == msgspec.json.decode(engine.to_json())

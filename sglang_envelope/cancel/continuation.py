@@ -32,6 +32,21 @@ CONTINUABLE = ("abort", "length")
 _CONSTRAINTS = ("json_schema", "regex", "ebnf", "structural_tag", "choice")
 
 
+def _continuable_meta(response: object) -> Mapping[str, Any]:
+    """The `meta_info` of a response whose generation can be continued: `EnvelopeError`
+    naming the field for anything else."""
+    if not isinstance(response, Mapping):
+        raise EnvelopeError(
+            "response: expected one response object (as aggregate_sse and parse_unary "
+            f"return), got {type(response).__name__}"
+        )
+    meta = response.get("meta_info")
+    if not isinstance(meta, Mapping):
+        raise EnvelopeError(f"meta_info: expected an object, got {show_value(meta)}")
+    _finish_type(meta)
+    return meta
+
+
 def _finish_type(meta: Mapping[str, Any]) -> str:
     finish = meta.get("finish_reason")
     if not isinstance(finish, Mapping) or type(finish.get("type")) is not str:
@@ -123,11 +138,9 @@ def continuation_request(
     ``sampling_params.max_new_tokens`` lowered by the tokens made (an unset
     one counts as `default_max_new_tokens`, SGLang's 128; a null one stays
     null), ``min_new_tokens`` lowered likewise (not below 0), and every other
-    field kept, but ``routed_experts_start_len``: with ``return_routed_experts``,
-    the continuation asks for the rows from the first part's last position on
-    (the prompt's length plus the tokens made, less one), which the first part's
-    rows stop before, so that `join_routed_experts` of the two parts' strings
-    is the uninterrupted generation's. It is made as a `ClientRequest` is, so every rule of
+    field kept but ``routed_experts_start_len``, which becomes the first part's
+    last position (its rows stop before it): `join_routed_experts` of the parts'
+    strings is the whole generation's. It is made as a `ClientRequest` is, so every rule of
     `request.target` is checked (`RequestRejected` for a broken one, such as
     ``too_many_input_ids``).
 
@@ -143,11 +156,6 @@ def continuation_request(
     answer; its continuation is that sample's alone (no ``n``), under the rid
     the sample was answered under (``meta_info.id``).
     """
-    if not isinstance(response, Mapping):
-        raise EnvelopeError(
-            "response: expected one response object (as aggregate_sse and parse_unary "
-            f"return), got {type(response).__name__}"
-        )
     if not isinstance(request, ClientRequest):
         raise EnvelopeError(f"request must be a ClientRequest, got {type(request).__name__}")
     prompt = _token_prompt(request)
@@ -155,10 +163,7 @@ def continuation_request(
         raise EnvelopeError(
             f"default_max_new_tokens must be an int >= 0, got {show_value(default_max_new_tokens)}"
         )
-    meta = response.get("meta_info")
-    if not isinstance(meta, Mapping):
-        raise EnvelopeError(f"meta_info: expected an object, got {show_value(meta)}")
-    _finish_type(meta)
+    meta = _continuable_meta(response)
     ids = _output_ids(response, meta)
     given = request.sampling_params
     params = SamplingParams() if given is UNSET or given is None else given

@@ -139,21 +139,7 @@ def merge_prefill(
     decode_meta = response_meta(decode_response, "decode_response")
     start = _start_len(routed_experts_start_len)
     width = None if routed_experts_shape is None else _shape_width(routed_experts_shape)
-    meta = dict(decode_meta)
-    copied = False
-    for logprob_keys, described_by in PROMPT_LOGPROB_GROUPS:
-        if _group_holds_data(meta, logprob_keys, described_by) or not _group_holds_data(
-            prefill_meta, logprob_keys, described_by
-        ):
-            continue
-        for key in logprob_keys + described_by:
-            if key in prefill_meta:  # in place where decode has the key: SGLang's order
-                meta[key] = prefill_meta[key]
-            else:
-                meta.pop(key, None)
-        copied = True
-    if copied:
-        meta.pop(UNAVAILABLE_MARKER, None)
+    meta = _with_prompt_logprobs(prefill_meta, decode_meta)
     first = _first_asked_output(prefill_meta, meta)
     if first is not None:
         meta[ASKED_OUTPUT] = [first, *meta[ASKED_OUTPUT][1:]]
@@ -175,6 +161,30 @@ def merge_prefill_logprobs(
         stacklevel=2,
     )
     return merge_prefill(prefill_response, decode_response)
+
+
+def _with_prompt_logprobs(
+    prefill_meta: dict[str, Any], decode_meta: dict[str, Any]
+) -> dict[str, Any]:
+    """A copy of `decode_meta` with the prefill's groups of prompt logprobs where the
+    decode's hold no data (in place, SGLang's key order), and without the
+    `UNAVAILABLE_MARKER` once a group was copied."""
+    meta = dict(decode_meta)
+    copied = False
+    for logprob_keys, described_by in PROMPT_LOGPROB_GROUPS:
+        if _group_holds_data(meta, logprob_keys, described_by) or not _group_holds_data(
+            prefill_meta, logprob_keys, described_by
+        ):
+            continue
+        for key in logprob_keys + described_by:
+            if key in prefill_meta:  # in place where decode has the key: SGLang's order
+                meta[key] = prefill_meta[key]
+            else:
+                meta.pop(key, None)
+        copied = True
+    if copied:
+        meta.pop(UNAVAILABLE_MARKER, None)
+    return meta
 
 
 def _first_asked_output(prefill_meta: dict[str, Any], decode_meta: dict[str, Any]) -> Any:
