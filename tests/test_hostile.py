@@ -46,7 +46,10 @@ from sglang_envelope import (
     decode_client_request,
     decode_envelope,
     decode_flat_top_logprobs,
+    decode_routed_experts,
     encode_envelope,
+    encode_routed_experts,
+    join_routed_experts,
     merge_prefill,
     parse_unary,
     to_worker_envelope,
@@ -289,6 +292,21 @@ def check_merge_prefill(kind: str, cli: Cli) -> None:
                 assert type(outcome["meta_info"]) is dict
 
 
+def check_routed_experts(kind: str, cli: Cli) -> None:
+    prompt = {"prompt_tokens": 1, "routed_experts": "AAAAAAAAAAAAAAAAAAAAAA=="}
+    for hostile in HOSTILE_VALUES[kind]:
+        value = hostile.value
+        outcome = survive(partial(decode_routed_experts, value, layers=2, top_k=2))
+        expect(outcome, list, refused=type(value) is not str)
+        expect(survive(partial(join_routed_experts, [value])), str, refused=type(value) is not str)
+        expect(survive(partial(encode_routed_experts, [[[value]]])), str, refused=False)
+        legs = {**RESPONSE, "meta_info": {**prompt, "routed_experts": value}}
+        plain = {**RESPONSE, "meta_info": prompt}
+        for prefill, decode in ((legs, plain), (plain, legs), (legs, legs)):
+            outcome = survive(partial(merge_prefill, prefill, decode, routed_experts_shape=(1, 1)))
+            expect(outcome, dict, refused=False)
+
+
 def check_cli_normalize(kind: str, cli: Cli) -> None:
     for document in hostile_documents("request", kind):
         code, _ = cli(["normalize", "--vocab-size", "none", "--role", "aggregated"], document)
@@ -325,6 +343,7 @@ ENTRY_POINTS: dict[str, tuple[Callable[[str, Cli], None], bool]] = {
     "parse_unary": (check_parse_unary, False),
     "decode_flat_top_logprobs": (check_decode_flat_top_logprobs, True),
     "merge_prefill": (check_merge_prefill, True),
+    "routed experts": (check_routed_experts, True),
     "cli normalize": (check_cli_normalize, False),
     "cli aggregate": (check_cli_aggregate, False),
     "cli flat": (check_cli_flat, False),
