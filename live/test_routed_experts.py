@@ -153,8 +153,8 @@ def test_a_continuation_after_an_abort_joins_into_the_uninterrupted_rows(
             url = f"{moe_server.url}/generate"
             chunks: list[bytes] = []
             stream = {**body, "rid": "cut", "stream": True}
-            async with http.stream("POST", url, json=stream) as answer:
-                async for chunk in answer.aiter_bytes():
+            async with http.stream("POST", url, json=stream) as reply:
+                async for chunk in reply.aiter_bytes():
                     chunks.append(chunk)
                     if len(chunks) == 3:
                         await http.post(f"{moe_server.url}/abort_request", json={"rid": "cut"})

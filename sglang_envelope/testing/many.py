@@ -22,7 +22,7 @@ from sglang_envelope.request.checks import SAMPLING_EPS, effective_temperature
 from sglang_envelope.request.deployment import Deployment
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.sse import SSE_DONE
-from sglang_envelope.testing.answers import AnswerPlan, Span, answer_object, plan_answer
+from sglang_envelope.testing.answers import AnswerPlan, Role, Span, answer_object, plan_answer
 from sglang_envelope.testing.requests import Receive, Send, Sequences, check_generate
 from sglang_envelope.testing.server import JSON, answer, body_chunk, stream_start
 
@@ -59,6 +59,8 @@ class _Engine(Protocol):
     vocab_size: int
     context_length: int
     default_max_new_tokens: int
+    disaggregation_mode: Role
+    routed_experts_shape: tuple[int, int] | None
     incremental: bool
     fail_after: int | None
     fail_message: str
