@@ -63,7 +63,8 @@ def test_role_table_matches_the_code() -> None:
 
 def targets_table() -> list[list[str]]:
     """The per-target table of docs/contract.md, as the compiled contracts have it."""
-    from sglang_envelope import KNOWN_RELEASES, Target
+    from sglang_envelope import Target
+    from sglang_envelope.contract import KNOWN_RELEASES
     from sglang_envelope.request.contract import contract_for
 
     templated = [rule.code for rule in RULES if rule.template is not None]
