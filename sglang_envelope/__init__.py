@@ -190,8 +190,10 @@ def _moved(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     # `from sglang_envelope import name` looks the name up twice: first in the import
-    # system (importlib's _handle_fromlist), then in the importing code. Warn only there.
-    if sys._getframe(1).f_globals.get("__name__") != "importlib._bootstrap":
+    # system (importlib's _handle_fromlist), then in the importing code. Warn only there;
+    # the import system's frames are told apart as the warnings module does.
+    caller = sys._getframe(1).f_code.co_filename
+    if not ("importlib" in caller and "_bootstrap" in caller):
         warnings.warn(
             f"importing {name} from sglang_envelope is deprecated: import it from {module}"
             " (the top-level name goes in the next release)",
