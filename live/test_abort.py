@@ -23,7 +23,8 @@ from live.flow import (
     watched,
 )
 from live.servers import LiveServer
-from sglang_envelope import AbortOutcome, EngineRequest, plan_abort, run_abort
+from sglang_envelope import EngineRequest, plan_abort, run_abort
+from sglang_envelope.types import AbortOutcome
 
 LONG = {"max_new_tokens": 900, "ignore_eos": True, "temperature": 0}
 #: How long an abort may take to end the generation, from the first abort posted.

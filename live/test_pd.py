@@ -43,11 +43,11 @@ from sglang_envelope import (
     decode_envelope,
     encode_envelope,
     finalize_response,
-    merge_prefill,
     plan_abort,
     run_abort,
     to_worker_envelope,
 )
+from sglang_envelope.pair import merge_prefill
 
 PROMPT = [5, 6, 7, 9, 10, 11, 12, 13]
 GREEDY = {"temperature": 0, "max_new_tokens": 10}

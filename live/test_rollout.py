@@ -16,14 +16,12 @@ import msgspec
 
 from live.flow import client, sender
 from live.servers import LiveServer
-from sglang_envelope import (
+from sglang_envelope import aggregate_sse, decode_client_request, parse_unary
+from sglang_envelope.rollout import (
     DrainPolicy,
     WeightVersionSpan,
-    aggregate_sse,
     continuation_request,
-    decode_client_request,
     engine_idle,
-    parse_unary,
     plan_abort_all,
     plan_continue,
     plan_drain,

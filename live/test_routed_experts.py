@@ -22,19 +22,16 @@ from live.pd import PdPair
 from live.servers import LiveServer
 from sglang_envelope import (
     Deployment,
-    PrefillServer,
     RequestRejected,
     Service,
     aggregate_sse,
-    continuation_request,
     decode_client_request,
-    decode_routed_experts,
-    encode_routed_experts,
-    join_routed_experts,
-    merge_prefill,
     parse_unary,
 )
 from sglang_envelope.adapters.httpx import HttpxTransport
+from sglang_envelope.pair import PrefillServer, merge_prefill
+from sglang_envelope.rollout import continuation_request
+from sglang_envelope.routed import decode_routed_experts, encode_routed_experts, join_routed_experts
 
 GREEDY = {"max_new_tokens": 5, "temperature": 0}
 #: The pair computes with a KV cache it received: the same tokens and experts, logprobs

@@ -21,8 +21,9 @@ import pytest
 from live.pd import PdPair
 from live.proxy import recording
 from live.servers import LiveServer
-from sglang_envelope import Deployment, EngineReply, PrefillServer, Routing, Service
+from sglang_envelope import Deployment, EngineReply, Routing, Service
 from sglang_envelope.adapters.httpx import HttpxTransport
+from sglang_envelope.pair import PrefillServer
 from tests.apps import APPS, running_app
 
 VOCAB = 320

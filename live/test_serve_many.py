@@ -23,8 +23,9 @@ from live.pd import PdPair
 from live.proxy import recording
 from live.servers import LiveServer
 from live.test_choices import BODIES, TOLERANCE
-from sglang_envelope import Deployment, PrefillServer, Service, aggregate_sse, parse_unary
+from sglang_envelope import Deployment, Service, aggregate_sse, parse_unary
 from sglang_envelope.adapters.httpx import HttpxTransport
+from sglang_envelope.pair import PrefillServer
 
 SERVERS = pytest.mark.parametrize("any_server", ["server", "incremental_server"], indirect=True)
 LONG = {"max_new_tokens": 1000, "ignore_eos": True, "temperature": 0}

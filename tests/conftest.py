@@ -7,6 +7,7 @@ SGLANG_ENVELOPE_FUZZ_EXAMPLES sets the fuzz profile's examples a test
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # 50 examples a property in the default run (a test that needs more says so); the long
@@ -19,3 +20,10 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("SGLANG_ENVELOPE_HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The library's own code, tests and docs take no name from the place it moved from.
+    config.addinivalue_line(
+        "filterwarnings", "error:importing .* from sglang_envelope is deprecated:DeprecationWarning"
+    )

@@ -19,11 +19,11 @@ from sglang_envelope import (
     EngineRequest,
     Role,
     SamplingParams,
-    WeightVersionSpan,
     build_engine_request,
     decode_client_request,
     to_worker_envelope,
 )
+from sglang_envelope.rollout import WeightVersionSpan
 
 # --- request side ---
 
@@ -780,8 +780,8 @@ import math  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import NamedTuple  # noqa: E402
 
-from sglang_envelope import SSE_DONE  # noqa: E402
 from sglang_envelope.cli.demo import DEMO_SSE_TRANSCRIPT, SEED_REQUEST, demo_unary_body  # noqa: E402
+from sglang_envelope.stream import SSE_DONE  # noqa: E402
 
 HOSTILE_KINDS: tuple[str, ...] = (
     "random_bytes",

@@ -13,13 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_envelope import (
-    AbortPlan,
     AbortPolicy,
     Bootstrap,
     EngineRequest,
     EnvelopeError,
     Role,
-    RoleName,
     build_engine_request,
     decode_client_request,
     plan_abort,
@@ -27,6 +25,7 @@ from sglang_envelope import (
 )
 from sglang_envelope.cancel.plan import ABORT_RULES
 from sglang_envelope.request.engine import EngineBody
+from sglang_envelope.types import AbortPlan, RoleName
 from tests.strategies import DEPLOYMENT, abort_policies, engine_requests_to_abort
 
 

@@ -15,19 +15,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_envelope import (
-    SSE_DONE,
     EngineError,
     EnvelopeError,
     GenerateResponse,
     LimitExceeded,
     ResponseError,
-    StreamAggregator,
-    aggregate_frames,
     aggregate_sse,
-    encode_sse,
     parse_unary,
 )
 from sglang_envelope.response.aggregate import DELTA_FIELDS
+from sglang_envelope.stream import SSE_DONE, StreamAggregator, aggregate_frames, encode_sse
 from tests.strategies import (
     chunkings,
     cumulative_splits,

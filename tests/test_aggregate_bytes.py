@@ -13,10 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglang_envelope import (
+from sglang_envelope import EnvelopeError, aggregate_sse
+from sglang_envelope.stream import (
     SSE_DONE,
-    EnvelopeError,
-    aggregate_sse,
     aggregate_sse_bytes,
     aggregate_sse_bytes_async,
     encode_sse,

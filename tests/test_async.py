@@ -11,14 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglang_envelope import (
-    EnvelopeError,
-    SseDecoder,
-    aggregate_sse,
-    aggregate_sse_async,
-    aiter_frames,
-    encode_sse,
-)
+from sglang_envelope import EnvelopeError, aggregate_sse, aggregate_sse_async
+from sglang_envelope.stream import SseDecoder, aiter_frames, encode_sse
 from tests.strategies import chunkings, sglang_generations, sse_transcripts, stream_events
 
 Verdict = tuple[str, Any]

@@ -14,19 +14,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_envelope import (
-    SSE_DONE,
-    ChoicesAggregator,
     EngineError,
     EnvelopeError,
     ResponseError,
-    aggregate_frames,
     aggregate_sse,
     aggregate_sse_async,
-    encode_sse,
     parse_unary,
     relay_sse,
     relay_sse_async,
 )
+from sglang_envelope.stream import SSE_DONE, ChoicesAggregator, aggregate_frames, encode_sse
 from tests.strategies import (
     chunkings,
     cumulative_splits,

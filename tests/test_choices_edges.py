@@ -8,16 +8,8 @@ from typing import Any
 
 import pytest
 
-from sglang_envelope import (
-    SSE_DONE,
-    ChoicesAggregator,
-    EngineError,
-    EnvelopeError,
-    ResponseError,
-    encode_sse,
-    parse_unary,
-    relay_sse,
-)
+from sglang_envelope import EngineError, EnvelopeError, ResponseError, parse_unary, relay_sse
+from sglang_envelope.stream import SSE_DONE, ChoicesAggregator, encode_sse
 
 STOP = {"type": "stop"}
 

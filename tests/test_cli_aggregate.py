@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sglang_envelope import SSE_DONE, encode_sse
+from sglang_envelope.stream import SSE_DONE, encode_sse
 from tests import test_cli
 
 STOP = {"type": "stop", "matched": 2}

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from sglang_envelope import SSE_DONE, encode_sse
 from sglang_envelope.cli.demo import DEMO_SSE_TRANSCRIPT, SEED_REQUEST, demo_unary_body
 from sglang_envelope.cli.main import EXIT_BROKEN_PIPE, main
+from sglang_envelope.stream import SSE_DONE, encode_sse
 from tests.test_cli import BOOTSTRAP, run, write
 
 NORMALIZE = ("normalize", "--vocab-size", "151936", "--role")

@@ -15,9 +15,9 @@ from sglang_envelope import (
     RequestRejected,
     SamplingParams,
     Target,
-    continuation_request,
     decode_client_request,
 )
+from sglang_envelope.rollout import continuation_request
 from tests.strategies import continuable
 
 ABORTED = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}

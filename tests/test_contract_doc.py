@@ -18,12 +18,18 @@ from sglang_envelope.request.rules import (
 CONTRACT = Path(__file__).resolve().parent.parent / "docs" / "contract.md"
 
 
-def _table(name: str) -> list[list[str]]:
-    text = CONTRACT.read_text(encoding="utf-8")
-    match = re.search(rf"<!-- {name}:start -->\n(.*?)<!-- {name}:end -->", text, re.DOTALL)
-    assert match is not None, f"docs/contract.md has no {name} table"
+def marked_rows(page: Path, name: str) -> list[list[str]]:
+    """The cells of each row of the table between `<!-- name:start -->` and `<!-- name:end -->`."""
+    text = page.read_text(encoding="utf-8")
+    marker = re.escape(name)
+    match = re.search(rf"<!-- {marker}:start -->\n(.*?)<!-- {marker}:end -->", text, re.DOTALL)
+    assert match is not None, f"{page.name} has no {name} table"
     rows = match[1].strip().splitlines()[2:]  # skip the header and the rule line
-    return [[cell.strip().strip("`") for cell in row.strip("|").split(" | ")] for row in rows]
+    return [[cell.strip() for cell in row.strip("|").split(" | ")] for row in rows]
+
+
+def _table(name: str) -> list[list[str]]:
+    return [[cell.strip("`") for cell in row] for row in marked_rows(CONTRACT, name)]
 
 
 def test_rules_table_matches_the_code() -> None:
@@ -63,7 +69,8 @@ def test_role_table_matches_the_code() -> None:
 
 def targets_table() -> list[list[str]]:
     """The per-target table of docs/contract.md, as the compiled contracts have it."""
-    from sglang_envelope import KNOWN_RELEASES, Target
+    from sglang_envelope import Target
+    from sglang_envelope.contract import KNOWN_RELEASES
     from sglang_envelope.request.contract import contract_for
 
     templated = [rule.code for rule in RULES if rule.template is not None]

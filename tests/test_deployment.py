@@ -15,7 +15,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_envelope import (
-    DEPLOYMENT_RULES,
     Bootstrap,
     Deployment,
     EnvelopeError,
@@ -26,6 +25,7 @@ from sglang_envelope import (
     decode_client_request,
     to_worker_envelope,
 )
+from sglang_envelope.contract import DEPLOYMENT_RULES
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SERVER_INFO = (FIXTURES / "live_server_info.json").read_bytes()

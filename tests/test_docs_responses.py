@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from sglang_envelope import SseDecoder
+from sglang_envelope.stream import SseDecoder
 from tests.strategies import SGLANG_ANSWERS
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "responses.md"

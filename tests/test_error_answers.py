@@ -28,15 +28,15 @@ from live.record_refusals import (
 from sglang_envelope import (
     EngineError,
     EnvelopeError,
-    ErrorAnswer,
     RequestRejected,
     decode_client_request,
-    error_event,
     error_response,
     stream_requested,
 )
 from sglang_envelope.errors.answers import REFUSAL_LAYERS, refusal_layer
 from sglang_envelope.errors.exceptions import RejectionCode
+from sglang_envelope.stream import error_event
+from sglang_envelope.types import ErrorAnswer
 
 FIXTURE = Path(__file__).parent / "fixtures" / "live_refusals.jsonl"
 LINES: list[dict[str, Any]] = [json.loads(line) for line in FIXTURE.read_text().splitlines()]

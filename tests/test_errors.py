@@ -16,23 +16,22 @@ from hypothesis import strategies as st
 
 import sglang_envelope
 from sglang_envelope import (
-    SSE_DONE,
     EngineError,
     EnvelopeError,
     LimitExceeded,
-    RejectionCode,
     RequestRejected,
     ResponseError,
     UpstreamError,
     aggregate_sse,
     decode_client_request,
-    error_event,
     error_response,
     parse_unary,
 )
 from sglang_envelope.errors.answers import ERROR_STATUSES, FIELD_LAYERS, REFUSAL_LAYERS
 from sglang_envelope.request.deployment import DEPLOYMENT_RULES
 from sglang_envelope.request.rules import RULES
+from sglang_envelope.stream import SSE_DONE, error_event
+from sglang_envelope.types import RejectionCode
 from tests.strategies import error_statuses, error_texts
 
 FIXTURE = Path(__file__).parent / "fixtures" / "error_shapes.jsonl"

@@ -18,9 +18,9 @@ from sglang_envelope import (
     build_engine_request,
     decode_client_request,
     finalize_response,
-    merge_prefill,
     to_worker_envelope,
 )
+from sglang_envelope.pair import merge_prefill
 from sglang_envelope.request.envelope import _is_utf8
 from sglang_envelope.response.merge import PROMPT_LOGPROB_GROUPS, UNAVAILABLE_MARKER
 from tests.strategies import (

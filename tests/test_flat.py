@@ -19,12 +19,10 @@ import pytest
 from hypothesis import assume, given
 
 import sglang_envelope.response.flat as _flat
-from sglang_envelope import (
+from sglang_envelope import EnvelopeError, LimitExceeded, ResponseError
+from sglang_envelope.flat import (
     DEFAULT_MAX_NESTED_POSITIONS,
-    EnvelopeError,
     FlatTopLogprobs,
-    LimitExceeded,
-    ResponseError,
     decode_flat_top_logprobs,
     encode_flat_top_logprobs,
 )

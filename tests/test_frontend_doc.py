@@ -18,7 +18,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from sglang_envelope import AbortPolicy, Bootstrap, Role, aggregate_frames, encode_flat_top_logprobs
+from sglang_envelope import AbortPolicy, Bootstrap, Role
+from sglang_envelope.flat import encode_flat_top_logprobs
+from sglang_envelope.stream import aggregate_frames
 from tests.test_docs import run_blocks
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "pieces.md"

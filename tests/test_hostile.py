@@ -24,38 +24,35 @@ from hypothesis import strategies as st
 
 import sglang_envelope.cli.flat as _cli_flat
 from sglang_envelope import (
-    DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_INPUT_IDS,
-    DEFAULT_MAX_NESTED_POSITIONS,
     Bootstrap,
     ClientRequest,
     EngineError,
     EngineRequest,
     EnvelopeError,
-    FlatTopLogprobs,
     LimitExceeded,
     RequestRejected,
-    RoleName,
     Routing,
-    SseDecoder,
-    StreamAggregator,
     WorkerEnvelope,
-    aggregate_frames,
     aggregate_sse,
     build_engine_request,
     decode_client_request,
     decode_envelope,
-    decode_flat_top_logprobs,
-    decode_routed_experts,
     encode_envelope,
-    encode_routed_experts,
-    join_routed_experts,
-    merge_prefill,
     parse_unary,
     to_worker_envelope,
 )
 from sglang_envelope.cli.demo import DEMO_SSE_TRANSCRIPT, SEED_REQUEST, demo_unary_body
 from sglang_envelope.cli.main import main
+from sglang_envelope.flat import (
+    DEFAULT_MAX_NESTED_POSITIONS,
+    FlatTopLogprobs,
+    decode_flat_top_logprobs,
+)
+from sglang_envelope.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_INPUT_IDS
+from sglang_envelope.pair import merge_prefill
+from sglang_envelope.routed import decode_routed_experts, encode_routed_experts, join_routed_experts
+from sglang_envelope.stream import SseDecoder, StreamAggregator, aggregate_frames
+from sglang_envelope.types import RoleName
 from tests.strategies import (
     ABSENT,
     DEPLOYMENT,

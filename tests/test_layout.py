@@ -10,7 +10,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "sglang_envelope"
 
-#: Which folders each folder may import from (besides itself).
+#: Which folders each folder may import from (besides itself). "" is the top level: the
+#: package itself and its namespaces (`rollout.py`, `stream.py`, ...), the public faces over
+#: the folders; a namespace imports no other namespace, nor the package.
 ALLOWED = {
     "errors": set(),
     "releases": {"errors"},
@@ -21,6 +23,7 @@ ALLOWED = {
     "adapters": {"errors", "serve"},
     "cli": {"errors", "releases", "request", "response", "cancel", ""},
     "testing": {"errors", "releases", "request", "response", "cancel"},
+    "": {"errors", "releases", "request", "response", "cancel", "serve"},
 }
 
 
@@ -29,23 +32,51 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+MODULES = {module_name(p) for p in PACKAGE.rglob("*.py")}
+
+
 def imports_of(path: Path) -> set[str]:
-    """Every library module `path` imports, wherever the import sits (TYPE_CHECKING too)."""
+    """Every library module `path` imports, wherever the import sits (TYPE_CHECKING too).
+
+    `from sglang_envelope import rollout` imports the module `sglang_envelope.rollout`;
+    `from sglang_envelope import Service` imports the package itself.
+    """
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                found.add(submodule if submodule in MODULES else node.module)
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-    return {name for name in found if name.startswith("sglang_envelope.")}
+    return {name for name in found if name.split(".")[0] == "sglang_envelope"}
 
 
 GRAPH = {module_name(p): imports_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
 
 
+def folder_of(name: str) -> str:
+    """The folder a module is in; "" for the package itself and its top-level modules."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in ALLOWED else ""
+
+
+#: The namespaces: the package's top-level modules but its entry point.
+NAMESPACES = sorted(
+    name
+    for name in GRAPH
+    if name.count(".") == 1 and folder_of(name) == "" and name != "sglang_envelope.__main__"
+)
+
+
 def test_the_graph_is_read() -> None:
     assert "sglang_envelope.request.engine" in GRAPH
     assert "sglang_envelope.request.types" in GRAPH["sglang_envelope.request.engine"]
+    assert {"sglang_envelope.rollout", "sglang_envelope.errors.exceptions"} <= GRAPH[
+        "sglang_envelope"
+    ]
+    assert "sglang_envelope" in GRAPH["sglang_envelope.cli.main"]
+    assert {"sglang_envelope.rollout", "sglang_envelope.stream"} <= set(NAMESPACES)
 
 
 def test_no_import_cycles() -> None:
@@ -64,13 +95,31 @@ def test_no_import_cycles() -> None:
         visit(name, ())
 
 
-@pytest.mark.parametrize("name", sorted(n for n in GRAPH if n.count(".") == 2))
+@pytest.mark.parametrize("name", sorted(n for n in GRAPH if n.count(".") == 2) + NAMESPACES)
 def test_folders_import_only_downward(name: str) -> None:
-    folder = name.split(".")[1]
+    folder = folder_of(name)
     for target in GRAPH[name]:
-        parts = target.split(".")
-        other = parts[1] if len(parts) > 2 else ""
-        assert other == folder or other in ALLOWED[folder], f"{name} imports {target}"
+        other = folder_of(target)
+        same = other == folder != ""
+        assert same or other in ALLOWED[folder], f"{name} imports {target}"
+
+
+@pytest.mark.parametrize("name", NAMESPACES)
+def test_a_namespace_is_a_thin_public_face(name: str) -> None:
+    """A docstring, imports from the folders, and `__all__`: exactly the names it imports."""
+    path = PACKAGE / f"{name.split('.')[1]}.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    assert ast.get_docstring(tree)
+    imported: list[str] = []
+    listed: list[str] = []
+    for node in tree.body[1:]:
+        if isinstance(node, ast.ImportFrom):
+            imported += [alias.asname or alias.name for alias in node.names]
+        else:
+            assert isinstance(node, ast.Assign), f"{name}: {ast.dump(node)[:60]}"
+            assert [ast.unparse(t) for t in node.targets] == ["__all__"]
+            listed = ast.literal_eval(node.value)
+    assert sorted(imported) == sorted(listed), name
 
 
 def test_the_package_map_lists_every_module() -> None:

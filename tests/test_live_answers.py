@@ -15,7 +15,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from sglang_envelope import aggregate_sse, aggregate_sse_bytes, parse_unary
+from sglang_envelope import aggregate_sse, parse_unary
+from sglang_envelope.stream import aggregate_sse_bytes
 
 FIXTURE = Path(__file__).parent / "fixtures" / "live_answers.jsonl"
 CASES = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines()]

@@ -15,15 +15,8 @@ from typing import Any
 
 import pytest
 
-from sglang_envelope import (
-    GenerateResponse,
-    ResponseError,
-    SseDecoder,
-    StreamAggregator,
-    aggregate_sse,
-    aggregate_sse_async,
-    aiter_frames,
-)
+from sglang_envelope import GenerateResponse, ResponseError, aggregate_sse, aggregate_sse_async
+from sglang_envelope.stream import SseDecoder, StreamAggregator, aiter_frames
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sse_responses.jsonl"
 

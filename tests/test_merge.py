@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglang_envelope import EnvelopeError, ResponseError, merge_prefill
+from sglang_envelope import EnvelopeError, ResponseError
+from sglang_envelope.pair import merge_prefill
 from sglang_envelope.response.merge import (
     PROMPT_LOGPROB_GROUPS,
     UNAVAILABLE_MARKER,

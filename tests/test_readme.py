@@ -12,7 +12,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from sglang_envelope import SSE_DONE, Bootstrap, Deployment, encode_sse
+from sglang_envelope import Bootstrap, Deployment
+from sglang_envelope.stream import SSE_DONE, encode_sse
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 SEED = (

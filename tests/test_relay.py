@@ -16,17 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglang_envelope import (
-    SSE_DONE,
     EngineError,
     EnvelopeError,
     ResponseError,
-    SseDecoder,
-    StreamAggregator,
     aggregate_sse,
-    encode_sse,
     relay_sse,
     relay_sse_async,
 )
+from sglang_envelope.stream import SSE_DONE, SseDecoder, StreamAggregator, encode_sse
 from tests.strategies import (
     HOSTILE_KINDS,
     SGLANG_ANSWERS,

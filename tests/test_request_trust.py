@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from sglang_envelope import (
     Bootstrap,
     ClientRequest,
-    EngineBody,
     EngineRequest,
     EnvelopeError,
     RequestRejected,
@@ -37,6 +36,7 @@ from sglang_envelope import (
 )
 from sglang_envelope.cli.main import main
 from sglang_envelope.request.owners import NULL_AS_ABSENT, OWNED_BOOLEANS
+from sglang_envelope.types import EngineBody
 from tests.strategies import DEPLOYMENT, hand_built_fields, hostile_python_values
 
 FIXTURE = Path(__file__).parent / "fixtures" / "request_conformance.jsonl"

@@ -13,19 +13,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglang_envelope import (
+from sglang_envelope import EnvelopeError, LimitExceeded, ResponseError, Target
+from sglang_envelope.cancel import rollout
+from sglang_envelope.rollout import (
     AbortAllPlan,
-    AbortPlan,
     ContinuePlan,
     DrainOutcome,
     DrainPlan,
     DrainPolicy,
     EngineLoad,
-    EnvelopeError,
-    LimitExceeded,
     PausePlan,
-    ResponseError,
-    Target,
     WeightVersionSpan,
     engine_idle,
     plan_abort_all,
@@ -35,7 +32,7 @@ from sglang_envelope import (
     read_loads,
     run_drain,
 )
-from sglang_envelope.cancel import rollout
+from sglang_envelope.types import AbortPlan
 from tests.strategies import loads_answers, weight_version_spans
 
 T = TypeVar("T")

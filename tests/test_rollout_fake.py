@@ -11,14 +11,11 @@ from typing import Any, TypeVar
 import httpx
 import msgspec
 
-from sglang_envelope import (
-    ClientRequest,
+from sglang_envelope import ClientRequest, aggregate_sse, decode_client_request, parse_unary
+from sglang_envelope.rollout import (
     DrainPolicy,
-    aggregate_sse,
     continuation_request,
-    decode_client_request,
     engine_idle,
-    parse_unary,
     plan_abort_all,
     plan_continue,
     plan_drain,

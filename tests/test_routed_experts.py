@@ -17,13 +17,11 @@ from sglang_envelope import (
     EnvelopeError,
     LimitExceeded,
     ResponseError,
-    continuation_request,
     decode_client_request,
-    decode_routed_experts,
-    encode_routed_experts,
-    join_routed_experts,
-    merge_prefill,
 )
+from sglang_envelope.pair import merge_prefill
+from sglang_envelope.rollout import continuation_request
+from sglang_envelope.routed import decode_routed_experts, encode_routed_experts, join_routed_experts
 
 FIXTURE = Path(__file__).parent / "fixtures" / "moe_pair_answers.jsonl"
 PAIRS = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines()]

@@ -24,10 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglang_envelope import (
-    AbortOutcome,
-    AbortPlan,
     AbortPolicy,
-    AbortSend,
     Bootstrap,
     EnvelopeError,
     Role,
@@ -37,6 +34,7 @@ from sglang_envelope import (
     run_abort,
     to_worker_envelope,
 )
+from sglang_envelope.types import AbortOutcome, AbortPlan, AbortSend
 from tests.strategies import DEPLOYMENT, abort_statuses, run_abort_delays
 
 MAX_REQUESTS = 32

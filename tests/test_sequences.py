@@ -15,13 +15,13 @@ from sglang_envelope import (
     EnvelopeError,
     RequestRejected,
     Role,
-    Sequences,
     build_engine_request,
     decode_client_request,
     decode_sequences,
     to_worker_envelope,
 )
 from sglang_envelope.request.types import request_json
+from sglang_envelope.types import Sequences
 from tests.strategies import DEPLOYMENT, HOSTILE_BODIES, client_requests, json_values
 
 Body = dict[str, Any]

@@ -10,16 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_envelope import (
-    EnvelopeError,
-    PrefillServer,
-    SseDecoder,
-    Target,
-    aggregate_sse,
-    decode_client_request,
-    encode_sse,
-)
+from sglang_envelope import EnvelopeError, Target, aggregate_sse, decode_client_request
+from sglang_envelope.pair import PrefillServer
 from sglang_envelope.serve.many import indexed_events
+from sglang_envelope.stream import SseDecoder, encode_sse
 from tests.serve_fakes import (
     DEPLOYMENT,
     DONE,

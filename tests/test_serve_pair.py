@@ -8,7 +8,8 @@ from typing import Any
 
 import msgspec
 
-from sglang_envelope import PrefillServer, Service
+from sglang_envelope import Service
+from sglang_envelope.pair import PrefillServer
 from tests.serve_fakes import (
     DEPLOYMENT,
     DONE,

@@ -17,20 +17,22 @@ from typing import Any
 import pytest
 
 from sglang_envelope import (
-    SSE_DONE,
     EngineError,
     EnvelopeError,
     LimitExceeded,
     ResponseError,
-    aggregate_frames,
     aggregate_sse,
     aggregate_sse_async,
+    relay_sse,
+    relay_sse_async,
+)
+from sglang_envelope.stream import (
+    SSE_DONE,
+    aggregate_frames,
     aggregate_sse_bytes,
     aggregate_sse_bytes_async,
     aiter_frames,
     encode_sse,
-    relay_sse,
-    relay_sse_async,
 )
 
 FRAMES = [

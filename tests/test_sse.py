@@ -11,14 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sglang_envelope import (
-    SSE_DONE,
-    EnvelopeError,
-    LimitExceeded,
-    ResponseError,
-    SseDecoder,
-    encode_sse,
-)
+from sglang_envelope import EnvelopeError, LimitExceeded, ResponseError
+from sglang_envelope.stream import SSE_DONE, SseDecoder, encode_sse
 from tests.strategies import chunkings, json_values, sse_transcripts
 
 FIXTURES = Path(__file__).parent / "fixtures" / "sse_responses.jsonl"

@@ -9,13 +9,10 @@ import pytest
 from msgspec import Raw
 
 from sglang_envelope import (
-    SSE_DONE,
     EnvelopeError,
     LimitExceeded,
     ResponseError,
     aggregate_sse,
-    aggregate_sse_bytes,
-    encode_sse,
     parse_unary,
     relay_sse,
 )
@@ -23,6 +20,7 @@ from sglang_envelope.response.core import StreamCore
 from sglang_envelope.response.delta_cut import cut_deltas
 from sglang_envelope.response.sse import Payload
 from sglang_envelope.response.stores import DeltaStore
+from sglang_envelope.stream import SSE_DONE, aggregate_sse_bytes, encode_sse
 
 
 def frame(text: str, ids: list[Any], finish: Any = None, **meta: Any) -> dict[str, Any]:

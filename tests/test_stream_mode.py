@@ -11,17 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_envelope import (
-    SSE_DONE,
     EngineError,
     EnvelopeError,
     ResponseError,
-    StreamAggregator,
-    aggregate_frames,
     aggregate_sse,
-    encode_sse,
     parse_unary,
     relay_sse,
 )
+from sglang_envelope.stream import SSE_DONE, StreamAggregator, aggregate_frames, encode_sse
 from tests.strategies import SGLANG_ANSWERS, chunkings, sglang_generations, sse_transcripts
 
 

@@ -12,18 +12,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_envelope import (
-    SSE_DONE,
     EngineError,
     EnvelopeError,
     GenerateResponse,
     LimitExceeded,
-    SseDecoder,
-    StreamAggregator,
     aggregate_sse,
-    encode_sse,
     parse_unary,
 )
 from sglang_envelope.response.views import MAX_LEARNED_KEYS, MiddleReader
+from sglang_envelope.stream import SSE_DONE, SseDecoder, StreamAggregator, encode_sse
 from tests.strategies import SKIPPED_VALUES, chunkings, nested_lists, stream_events
 
 Verdict = tuple[str, Any]

@@ -27,11 +27,11 @@ from sglang_envelope import (
     EngineError,
     EnvelopeError,
     aggregate_sse,
-    decode_flat_top_logprobs,
     error_response,
     parse_unary,
     relay_sse,
 )
+from sglang_envelope.flat import decode_flat_top_logprobs
 from sglang_envelope.testing import FakeEngine, token_text
 from sglang_envelope.testing.answers import ABORTED
 

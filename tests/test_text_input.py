@@ -24,7 +24,6 @@ from sglang_envelope import (
     Role,
     Target,
     build_engine_request,
-    continuation_request,
     decode_client_request,
     decode_envelope,
     decode_sequences,
@@ -32,6 +31,7 @@ from sglang_envelope import (
     to_worker_envelope,
 )
 from sglang_envelope.releases.target import KNOWN_RELEASES
+from sglang_envelope.rollout import continuation_request
 
 FIXTURE = Path(__file__).parent / "fixtures" / "text_conformance.jsonl"
 CASES = [c for c in map(json.loads, FIXTURE.read_text().splitlines()) if "meta" not in c]

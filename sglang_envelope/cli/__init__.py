@@ -1,4 +1,5 @@
 """The `sglang-envelope` command line and its demo data.
 
-The public names are imported from `sglang_envelope`; these modules are its layout.
+The public names are imported from `sglang_envelope` and its namespaces (docs/api.md);
+these modules are its layout.
 """

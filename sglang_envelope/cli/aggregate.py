@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sglang_envelope import DEFAULT_MAX_BYTES, EnvelopeError, aggregate_sse, parse_unary
+from sglang_envelope import EnvelopeError, aggregate_sse, parse_unary
 from sglang_envelope.cli.common import (
     CHUNK,
     EXIT_OK,
@@ -18,6 +18,7 @@ from sglang_envelope.cli.common import (
     read,
     read_up_to,
 )
+from sglang_envelope.limits import DEFAULT_MAX_BYTES
 
 __all__ = ["add_aggregate", "cmd_aggregate"]
 

@@ -6,13 +6,7 @@ import argparse
 
 import msgspec
 
-from sglang_envelope import (
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_NESTED_POSITIONS,
-    LimitExceeded,
-    ResponseError,
-    decode_flat_top_logprobs,
-)
+from sglang_envelope import LimitExceeded, ResponseError
 from sglang_envelope.cli.common import (
     EXIT_OK,
     Commands,
@@ -22,6 +16,8 @@ from sglang_envelope.cli.common import (
     emit,
     read_bounded,
 )
+from sglang_envelope.flat import DEFAULT_MAX_NESTED_POSITIONS, decode_flat_top_logprobs
+from sglang_envelope.limits import DEFAULT_MAX_BYTES
 
 __all__ = ["FLAT_MAX_BYTES", "add_flat", "cmd_flat"]
 

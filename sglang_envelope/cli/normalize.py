@@ -6,7 +6,6 @@ import argparse
 import uuid
 
 from sglang_envelope import (
-    DEFAULT_MAX_BODY_BYTES,
     Bootstrap,
     Deployment,
     EnvelopeError,
@@ -27,6 +26,7 @@ from sglang_envelope.cli.common import (
     read_bounded,
     utf8,
 )
+from sglang_envelope.limits import DEFAULT_MAX_BODY_BYTES
 from sglang_envelope.releases.target import (
     KNOWN_RELEASES,
     TRANSPORTS,

@@ -1,4 +1,5 @@
 """The library's exceptions, and refusals answered as SGLang answers them.
 
-The public names are imported from `sglang_envelope`; these modules are its layout.
+The public names are imported from `sglang_envelope` and its namespaces (docs/api.md);
+these modules are its layout.
 """

@@ -1,4 +1,5 @@
 """Which SGLang release and transport a request is for, and each release's request tables.
 
-The public names are imported from `sglang_envelope`; these modules are its layout.
+The public names are imported from `sglang_envelope` and its namespaces (docs/api.md);
+these modules are its layout.
 """

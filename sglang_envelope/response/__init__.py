@@ -1,4 +1,5 @@
 """The response side: SGLang's SSE frames and bodies, aggregated or relayed for the client.
 
-The public names are imported from `sglang_envelope`; these modules are its layout.
+The public names are imported from `sglang_envelope` and its namespaces (docs/api.md);
+these modules are its layout.
 """

@@ -35,32 +35,32 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from sglang_envelope import (
-    DEFAULT_MAX_INPUT_IDS,
-    DEFAULT_MAX_JSON_ITEMS,
-    SSE_DONE,
     Bootstrap,
     Deployment,
     RequestRejected,
     Role,
-    SseDecoder,
-    StreamAggregator,
     Target,
     WorkerEnvelope,
     aggregate_sse,
-    aggregate_sse_bytes,
     build_engine_request,
     decode_client_request,
     decode_envelope,
-    decode_flat_top_logprobs,
     encode_envelope,
-    encode_flat_top_logprobs,
-    encode_sse,
-    header_overrides,
     parse_unary,
     relay_sse,
     to_worker_envelope,
 )
+from sglang_envelope.flat import decode_flat_top_logprobs, encode_flat_top_logprobs
+from sglang_envelope.limits import DEFAULT_MAX_INPUT_IDS, DEFAULT_MAX_JSON_ITEMS
+from sglang_envelope.overrides import header_overrides
 from sglang_envelope.serve.many import indexed_events
+from sglang_envelope.stream import (
+    SSE_DONE,
+    SseDecoder,
+    StreamAggregator,
+    aggregate_sse_bytes,
+    encode_sse,
+)
 
 CHUNK = 64 * 1024
 
