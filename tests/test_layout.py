@@ -88,13 +88,13 @@ def test_the_package_map_lists_every_module() -> None:
 GENERATED = {"sglang_envelope.releases.tables", "sglang_envelope.request.generated"}
 
 
-def test_modules_stay_under_400_lines_and_functions_under_60() -> None:
+def test_modules_have_at_most_600_lines_and_functions_at_most_60() -> None:
     too_long = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if module_name(path) in GENERATED:
             continue
         source = path.read_text(encoding="utf-8")
-        if len(source.splitlines()) >= 400:
+        if len(source.splitlines()) > 600:
             too_long.append(f"{module_name(path)}: {len(source.splitlines())} lines")
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
