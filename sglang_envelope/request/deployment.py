@@ -218,8 +218,7 @@ def _total_too_long(d: Deployment, body: Any) -> dict[str, object] | None:
     new = None if tokens is None else _sampling(body, "max_new_tokens")
     if tokens is None or new is None or new + tokens <= (d.context_length or 0):
         return None
-    return {"total": new + tokens, "tokens": tokens, "new": new,
-            "context_length": d.context_length}  # fmt: skip
+    return {"total": new + tokens, "tokens": tokens, "new": new, "context_length": d.context_length}
 
 
 def _logprob_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:

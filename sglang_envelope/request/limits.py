@@ -235,9 +235,18 @@ REQUEST_RAW_FIELDS = (
 #: The media fields held as JSON bytes: checked only for a target with input="text".
 TEXT_RAW_FIELDS = tuple(
     RawField(name, None, Any, objects_only=name.endswith(("_config", "_kwargs")))
-    for name in ("image_data", "video_data", "audio_data", "mm_hashes", "mm_content_hashes",
-                 "video_config", "modalities", "images_config", "mm_processor_kwargs")
-)  # fmt: skip
+    for name in (
+        "image_data",
+        "video_data",
+        "audio_data",
+        "mm_hashes",
+        "mm_content_hashes",
+        "video_config",
+        "modalities",
+        "images_config",
+        "mm_processor_kwargs",
+    )
+)
 SAMPLING_RAW_FIELDS = (
     RawField("stop", _str_or_array, str | tuple[str, ...] | None),
     RawField("stop_token_ids", _int_array, tuple[int, ...] | None),

@@ -100,9 +100,15 @@ _WATERMARK_MESSAGES = (
     "watermark key must contain only hex digits",
     "watermark context_window must be a positive integer",
 )
-_WATERMARK_CODES = ("watermark_not_object", "watermark_unknown_key",
-    "watermark_enabled_not_bool", "watermark_key_not_text", "watermark_key_length",
-    "watermark_key_not_hex", "watermark_context_window")  # fmt: skip
+_WATERMARK_CODES = (
+    "watermark_not_object",
+    "watermark_unknown_key",
+    "watermark_enabled_not_bool",
+    "watermark_key_not_text",
+    "watermark_key_length",
+    "watermark_key_not_hex",
+    "watermark_context_window",
+)
 _RESOLVE = (
     ("watermark_key_when_disabled", "request watermark key cannot be combined with enabled=false"),
     ("watermark_sets_nothing", "request watermark must set enabled or key"),
@@ -332,10 +338,19 @@ TARGET_RULES = frozenset(
 )
 #: Rules `decode_sequences` enforces on a body of many sequences, before its prompts.
 SEQUENCE_RULES = frozenset(
-    ("empty_batch", "batch_text_and_input_ids", "too_many_prompts", "batch_too_large",
-     "per_item_list", "not_in_batch", "rid_list_length", "duplicate_rids",
-     "batch_n_below_one", "too_many_sequences")
-)  # fmt: skip
+    (
+        "empty_batch",
+        "batch_text_and_input_ids",
+        "too_many_prompts",
+        "batch_too_large",
+        "per_item_list",
+        "not_in_batch",
+        "rid_list_length",
+        "duplicate_rids",
+        "batch_n_below_one",
+        "too_many_sequences",
+    )
+)
 #: Rules `build_engine_request` enforces for a role.
 ENGINE_RULES = frozenset(("parallel_sampling",))
 
@@ -343,12 +358,14 @@ ENGINE_RULES = frozenset(("parallel_sampling",))
 #: rule above makes, and why. Checks that need the deployment (`Check.needs`) stay
 #: with SGLang too; docs/contract.md lists them.
 SGLANG_CHECKS_LEFT: Mapping[str, str] = {
-    "sampling_seed must be an integer, got {sampling_seed_type}.":
-        "the typed decode refuses a sampling_seed that is not an integer",
-    "return_sampling_mask only supports DisallowedTokensLogitsProcessor among custom "
-    "logit processors.":
-        "it needs the custom logit processor deserialised, which only SGLang does",
-}  # fmt: skip
+    "sampling_seed must be an integer, got {sampling_seed_type}.": (
+        "the typed decode refuses a sampling_seed that is not an integer"
+    ),
+    (
+        "return_sampling_mask only supports DisallowedTokensLogitsProcessor among custom "
+        "logit processors."
+    ): "it needs the custom logit processor deserialised, which only SGLang does",
+}
 
 
 def reject(code: str, **facts: object) -> RequestRejected:

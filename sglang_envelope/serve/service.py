@@ -89,9 +89,18 @@ class Service:
     """One SGLang server (or prefill/decode pair), served to clients."""
 
     __slots__ = (
-        "_aborts", "_client_incremental", "_deployment", "_new_rid", "_overrides", "_poll_s",
-        "_prefill", "_routing", "_target", "_transport", "max_bytes",
-    )  # fmt: skip
+        "_aborts",
+        "_client_incremental",
+        "_deployment",
+        "_new_rid",
+        "_overrides",
+        "_poll_s",
+        "_prefill",
+        "_routing",
+        "_target",
+        "_transport",
+        "max_bytes",
+    )
 
     def __init__(
         self,
@@ -168,10 +177,13 @@ class Service:
         if isinstance(request, tuple):  # a batch: one request a sequence
             return await self._many(request, disconnected, routing, prefill_dp_rank)
         return await self.answer(
-            envelope, client_rid=request.rid or envelope.rid,
+            envelope,
+            client_rid=request.rid or envelope.rid,
             body=body if type(body) is bytes else None,
-            disconnected=disconnected, routing=routing, prefill_dp_rank=prefill_dp_rank,
-        )  # fmt: skip
+            disconnected=disconnected,
+            routing=routing,
+            prefill_dp_rank=prefill_dp_rank,
+        )
 
     async def generate_envelope(
         self,
@@ -193,9 +205,13 @@ class Service:
             return refused(exc, envelope_stream_requested(wire))
         body = request_bytes(wire) if self._overrides else None
         return await self.answer(
-            owned, client_rid=client_rid, body=body, disconnected=disconnected,
-            routing=routing, prefill_dp_rank=prefill_dp_rank,
-        )  # fmt: skip
+            owned,
+            client_rid=client_rid,
+            body=body,
+            disconnected=disconnected,
+            routing=routing,
+            prefill_dp_rank=prefill_dp_rank,
+        )
 
     async def answer(
         self,
@@ -250,14 +266,20 @@ class Service:
         return await self._unary(main, client_rid, disconnected, prefill)
 
     async def _many(
-        self, samples: tuple[ClientRequest, ...], disconnected: Disconnected | None,
-        routing: Routing | None, prefill_dp_rank: int | None,
-    ) -> Answer:  # fmt: skip
+        self,
+        samples: tuple[ClientRequest, ...],
+        disconnected: Disconnected | None,
+        routing: Routing | None,
+        prefill_dp_rank: int | None,
+    ) -> Answer:
         def one(envelope: WorkerEnvelope, client_rid: str) -> Awaitable[Answer]:
             return self.answer(
-                envelope, client_rid=client_rid, disconnected=disconnected, routing=routing,
+                envelope,
+                client_rid=client_rid,
+                disconnected=disconnected,
+                routing=routing,
                 prefill_dp_rank=prefill_dp_rank,
-            )  # fmt: skip
+            )
 
         return await fan_out(one, samples, self._new_rid)
 
@@ -281,13 +303,20 @@ class Service:
         return [(self._build(envelope, role, bootstrap, routing), to) for role, to in legs]
 
     def _build(
-        self, envelope: WorkerEnvelope, role: Role, bootstrap: Bootstrap | None,
+        self,
+        envelope: WorkerEnvelope,
+        role: Role,
+        bootstrap: Bootstrap | None,
         routing: Routing | None,
-    ) -> EngineRequest:  # fmt: skip
+    ) -> EngineRequest:
         return build_engine_request(
-            envelope, input_ids=envelope.request.input_ids, role=role,
-            deployment=self._deployment, bootstrap=bootstrap, routing=routing,
-        )  # fmt: skip
+            envelope,
+            input_ids=envelope.request.input_ids,
+            role=role,
+            deployment=self._deployment,
+            bootstrap=bootstrap,
+            routing=routing,
+        )
 
     def _read_prefill(self, leg: Leg, main: Leg) -> PrefillLeg:
         """Read the prefill's answer to its end; its failure aborts the decode leg at once."""

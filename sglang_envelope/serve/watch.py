@@ -57,9 +57,16 @@ class WatchedReply:
     """
 
     __slots__ = (
-        "_decoder", "_pump", "_queue", "_released", "aborting", "attached", "finished",
-        "first_output", "reply",
-    )  # fmt: skip
+        "_decoder",
+        "_pump",
+        "_queue",
+        "_released",
+        "aborting",
+        "attached",
+        "finished",
+        "first_output",
+        "reply",
+    )
 
     def __init__(self, *, streamed: bool) -> None:
         #: SGLang's answer, once its head has arrived (`attach`).
