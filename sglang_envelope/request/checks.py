@@ -59,13 +59,19 @@ def priority_out_of_range(r: RequestFields) -> dict[str, object] | None:
 
 
 def mode_without_mask(r: RequestFields) -> dict[str, object] | None:
-    return {} if r.sampling_logprobs_mode is not None and not r.return_sampling_mask else None
+    return (
+        {}
+        if r.sampling_logprobs_mode is not None and not r.return_sampling_mask
+        else None
+    )
 
 
 def watermark_in_both(r: RequestFields) -> dict[str, object] | None:
     params = r.sampling_params
     inner = None if params is None or params is UNSET else params.watermark
-    return {} if is_given(r.watermark) and inner is not None and inner is not UNSET else None
+    return (
+        {} if is_given(r.watermark) and inner is not None and inner is not UNSET else None
+    )
 
 
 WATERMARK_KEYS = frozenset(("enabled", "key", "context_window"))
@@ -73,14 +79,19 @@ HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def watermark_problem(value: Any) -> str | None:
-    """SGLang's `normalize_watermark_request` verdict on a watermark: its message, or None."""
+    """SGLang's `normalize_watermark_request` verdict on a watermark: its message, or
+    None when it accepts it."""
     if value is None:
         return None
     if not isinstance(value, dict):
         return "watermark must be an object"
     if set(value) - WATERMARK_KEYS:
         return "watermark contains unknown fields"
-    enabled, key, window = value.get("enabled"), value.get("key"), value.get("context_window")
+    enabled, key, window = (
+        value.get("enabled"),
+        value.get("key"),
+        value.get("context_window"),
+    )
     if enabled is not None and type(enabled) is not bool:
         return "watermark enabled must be a boolean"
     if key is not None:
@@ -96,8 +107,11 @@ def watermark_problem(value: Any) -> str | None:
     return None
 
 
-def watermark_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, object] | None]:
-    """The check that the watermark (`inner`: in `sampling_params`) breaks with `message`."""
+def watermark_is(
+    message: str, *, inner: bool
+) -> Callable[[Any], dict[str, object] | None]:
+    """The check that the watermark breaks with `message`
+    (`inner`: the one in `sampling_params`)."""
 
     def check(value: Any) -> dict[str, object] | None:
         mark = value.watermark
@@ -110,9 +124,9 @@ def watermark_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, obje
 
 
 def resolve_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, object] | None]:
-    """The check that `resolve_watermark_request` refuses the watermark (`inner`: the one in
-    `sampling_params`; a request with both is refused before) with `message`, once
-    `SamplingParams` has accepted it."""
+    """The check that `resolve_watermark_request` refuses the watermark (`inner`: the
+    one in `sampling_params`; a request with both is refused before) with `message`,
+    once `SamplingParams` has accepted it."""
 
     def check(value: Any) -> dict[str, object] | None:
         mark = value.watermark
@@ -188,7 +202,7 @@ def bad_temperature(p: SamplingParams) -> dict[str, object] | None:
 
 
 def outside(name: str, low: float, high: float, *, open_low: bool = False) -> Any:
-    """The range check of `name`, whose default (None, or left out) is inside the range."""
+    """The range check of `name`, whose default (None, or left out) is in the range."""
     read = operator.attrgetter(name)
 
     def check(p: SamplingParams) -> dict[str, object] | None:
@@ -210,7 +224,9 @@ def bad_top_k(p: SamplingParams) -> dict[str, object] | None:
 
 def max_negative(p: SamplingParams) -> dict[str, object] | None:
     high = p.max_new_tokens
-    return None if high is UNSET or high is None or high >= 0 else {"max_new_tokens": high}
+    return (
+        None if high is UNSET or high is None or high >= 0 else {"max_new_tokens": high}
+    )
 
 
 #: The smallest repetition penalty whose division of float32 logits stays finite for any
@@ -242,7 +258,9 @@ def bias_overflows(p: SamplingParams) -> dict[str, object] | None:
 
 
 def stop_regex_invalid(p: SamplingParams) -> dict[str, object] | None:
-    for pattern in stop_list(p.stop_regex) or ():  # at most 32 of 256 bytes, checked before
+    for pattern in (
+        stop_list(p.stop_regex) or ()
+    ):  # at most 32 of 256 bytes, checked before
         try:
             re.compile(pattern)
         except (re.error, RecursionError, OverflowError) as error:
@@ -270,13 +288,19 @@ def min_over_max(p: SamplingParams) -> dict[str, object] | None:
 def seed_out_of_range(p: SamplingParams) -> dict[str, object] | None:
     seed = param_value(p.sampling_seed, None)
     return (
-        {"sampling_seed": seed} if seed is not None and not INT64[0] <= seed <= INT64[1] else None
+        {"sampling_seed": seed}
+        if seed is not None and not INT64[0] <= seed <= INT64[1]
+        else None
     )
 
 
 def start_below_minus_one(r: RequestFields) -> dict[str, object] | None:
     start = r.logprob_start_len
-    return {"start": start} if r.return_logprob and start is not None and start < -1 else None
+    return (
+        {"start": start}
+        if r.return_logprob and start is not None and start < -1
+        else None
+    )
 
 
 def logprobs_past_prompt(r: Any) -> dict[str, object] | None:

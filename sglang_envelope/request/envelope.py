@@ -59,7 +59,9 @@ def check_rid(rid: object, name: str = "rid") -> None:
     request on the server.
     """
     if type(rid) is not str or not rid or not (rid.isascii() or _is_utf8(rid)):
-        raise EnvelopeError(f"{name} must be a non-empty UTF-8 string, got {show_value(rid)}")
+        raise EnvelopeError(
+            f"{name} must be a non-empty UTF-8 string, got {show_value(rid)}"
+        )
 
 
 class WorkerEnvelope(msgspec.Struct, frozen=True, kw_only=True):
@@ -120,11 +122,17 @@ def encode_envelope(envelope: WorkerEnvelope) -> bytes:
     Raises `EnvelopeError` when `envelope` is not a `WorkerEnvelope`.
     """
     if type(envelope) is not WorkerEnvelope:
-        raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")
+        raise EnvelopeError(
+            f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}"
+        )
     request = envelope.request
     if request.passed_fields is NO_PASSED_FIELDS and request.target is DEFAULT_TARGET:
-        return _encoder.encode(envelope)  # the request's own two fields left out as defaults
-    return _encoder.encode(_WireEnvelope(envelope.rid, msgspec.Raw(request_json(request))))
+        return _encoder.encode(
+            envelope
+        )  # the request's own two fields left out as defaults
+    return _encoder.encode(
+        _WireEnvelope(envelope.rid, msgspec.Raw(request_json(request)))
+    )
 
 
 def _envelope_error(error: Exception, data: Any) -> Exception:

@@ -20,7 +20,10 @@ import msgspec
 from msgspec import Raw
 
 from sglang_envelope.errors.exceptions import EnvelopeError
-from sglang_envelope.request.decode_errors import DECODE_ERRORS, translate_validation_error
+from sglang_envelope.request.decode_errors import (
+    DECODE_ERRORS,
+    translate_validation_error,
+)
 from sglang_envelope.request.rules import reject
 
 __all__ = [
@@ -64,7 +67,7 @@ DEFAULT_LIMITS = Limits()
 
 
 def check_bound(name: str, bound: object, *, optional: bool = False) -> None:
-    """Raise `EnvelopeError` unless `bound` is an integer >= 0 (or None, when `optional`)."""
+    """Raise `EnvelopeError` unless `bound` is an int >= 0 (or None, when `optional`)."""
     if optional and bound is None:
         return
     if type(bound) is not int or bound < 0:
@@ -73,7 +76,8 @@ def check_bound(name: str, bound: object, *, optional: bool = False) -> None:
 
 
 def make_limits(*bounds: Any) -> Limits:
-    """The `Limits` for these bounds, in `Limits` order; checked (`EnvelopeError` naming one)."""
+    """The `Limits` of these bounds, in `Limits` order; checked, an `EnvelopeError`
+    naming a bad one."""
     if bounds == DEFAULT_LIMITS:  # the common call: the defaults need no checking
         return DEFAULT_LIMITS
     for name, bound in zip(Limits._fields, bounds, strict=True):

@@ -29,7 +29,9 @@ def _check_int(where: str, value: object, low: int, high: int) -> None:
 
 def _check_text(where: str, value: object) -> None:
     if type(value) is not str or not value or not _is_utf8(value):
-        raise EnvelopeError(f"{where} must be a non-empty UTF-8 string, got {show_value(value)}")
+        raise EnvelopeError(
+            f"{where} must be a non-empty UTF-8 string, got {show_value(value)}"
+        )
 
 
 class Bootstrap(msgspec.Struct, frozen=True):
@@ -60,7 +62,9 @@ def _frozen_labels(where: str, value: object) -> Mapping[str, str] | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        raise EnvelopeError(f"{where} must be a mapping of str to str, got {type(value).__name__}")
+        raise EnvelopeError(
+            f"{where} must be a mapping of str to str, got {type(value).__name__}"
+        )
     copy = dict(value)
     for key, item in copy.items():
         for what, text in (("key", key), ("value", item)):

@@ -29,7 +29,8 @@ _ELEMENTS: Final = msgspec.json.Decoder(list[Raw])
 def cut_deltas(
     fields: dict[str, Any], sent: dict[str, Any], deltas: dict[str, list[BytesLike]]
 ) -> dict[str, Any]:
-    """Put into `deltas` each field's JSON past what `sent` holds; return what `fields` holds.
+    """Put into `deltas` each field's JSON past what `sent` holds;
+    return what `fields` holds.
 
     What a frame holds is, per delta field, its text's JSON inside the quotes
     or its list's JSON elements. A list's delta is its elements past those

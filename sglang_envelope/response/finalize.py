@@ -33,7 +33,8 @@ UNAVAILABLE_REASON: Final = "disaggregated_decode"
 def finalize_response(
     response: dict[str, Any], *, engine: EngineRequest, client_rid: str
 ) -> dict[str, Any]:
-    """`response` as the client expects it: its own rid, and a note for missing prompt logprobs.
+    """`response` as the client expects it: its own rid, and a note for missing
+    prompt logprobs.
 
     `response` is SGLang's final answer to `engine` (from `parse_unary`,
     `aggregate_sse` or `merge_prefill_logprobs`). ``meta_info.id`` becomes
@@ -48,7 +49,9 @@ def finalize_response(
     ``meta_info`` object.
     """
     if not isinstance(engine, EngineRequest):
-        raise EnvelopeError(f"engine must be an EngineRequest, got {type(engine).__name__}")
+        raise EnvelopeError(
+            f"engine must be an EngineRequest, got {type(engine).__name__}"
+        )
     if not isinstance(client_rid, str) or not client_rid or not _is_utf8(client_rid):
         raise EnvelopeError(
             f"client_rid must be a non-empty UTF-8 string, got {show_value(client_rid)}"

@@ -136,7 +136,9 @@ def _group_holds_data(
     if any(_holds_data(meta.get(key)) for key in logprob_keys):
         return True
     return any(
-        POSITION_COUNTS[key](meta.get(key)) > 0 for key in described_by if key in POSITION_COUNTS
+        POSITION_COUNTS[key](meta.get(key)) > 0
+        for key in described_by
+        if key in POSITION_COUNTS
     )
 
 

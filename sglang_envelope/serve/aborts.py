@@ -72,7 +72,7 @@ class Aborts:
         return len(self._tasks)
 
     async def wait(self) -> None:
-        """Until every abort under way has ended (each is bounded by its plan's deadline)."""
+        """Until every abort under way has ended (each bounded by its plan's deadline)."""
         import asyncio
 
         while self._tasks:
@@ -111,7 +111,7 @@ class Aborts:
 
 
 async def _drain(leg: Leg) -> None:
-    """Read the leg's answer to its end, once it has come (nothing, when it never does)."""
+    """Read the leg's answer to its end once it has come (nothing if it never does)."""
     try:
         await leg.sending
     except Exception:  # not sent: nothing to read

@@ -1,4 +1,4 @@
-"""The serving loop: a client's body in, the client's answer out, over the caller's transport.
+"""The serving loop: a client's body in, its answer out, over the caller's transport.
 
 `Service` is made once, at a server's start, with the caller's `Transport` to
 SGLang and the SGLang server's `Deployment`. `Service.generate` takes a
@@ -42,7 +42,11 @@ from sglang_envelope.errors.exceptions import (
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.deployment import Deployment
 from sglang_envelope.request.engine import EngineRequest, Role, build_engine_request
-from sglang_envelope.request.envelope import WorkerEnvelope, decode_envelope, to_worker_envelope
+from sglang_envelope.request.envelope import (
+    WorkerEnvelope,
+    decode_envelope,
+    to_worker_envelope,
+)
 from sglang_envelope.request.overrides import header_overrides
 from sglang_envelope.request.routing import Bootstrap, Routing
 from sglang_envelope.request.types import ClientRequest
@@ -193,7 +197,7 @@ class Service:
         routing: Routing | None = None,
         prefill_dp_rank: int | None = None,
     ) -> Answer:
-        """The answer to a worker envelope off the wire (`encode_envelope`), checked again.
+        """The answer to a worker envelope off the wire (`encode_envelope`), checked anew.
 
         The client gets back its own rid, or the frontend's when it sent none.
         """
@@ -232,9 +236,13 @@ class Service:
         import asyncio
 
         try:
-            samples = samples_of(envelope.request, client_rid)  # n > 1: one request a sample
+            samples = samples_of(
+                envelope.request, client_rid
+            )  # n > 1: one request a sample
             if samples is None:
-                engines = self._engine_requests(envelope, routing or self._routing, prefill_dp_rank)
+                engines = self._engine_requests(
+                    envelope, routing or self._routing, prefill_dp_rank
+                )
         except EnvelopeError as exc:
             return refused(exc, envelope.stream)
         if samples is not None:
@@ -247,7 +255,9 @@ class Service:
         except BaseException:  # cancelled (aiohttp cancels a handler whose client left)
             self._settle_all(legs)
             raise
-        failed = [] if gone else [e for e in sending.result() if isinstance(e, BaseException)]
+        failed = (
+            [] if gone else [e for e in sending.result() if isinstance(e, BaseException)]
+        )
         failure = failed[0] if failed else None
         if gone or failure is not None:  # a leg not sent: the other is aborted
             self._settle_all(legs)
@@ -286,21 +296,29 @@ class Service:
     def _wire(
         self, engine: EngineRequest, request: ClientRequest, body: bytes | None
     ) -> tuple[bytes, Mapping[str, str]] | None:
-        """The client's own body and SGLang's override headers, when they can carry `engine`."""
+        """The client's own body and SGLang's override headers,
+        when they can carry `engine`."""
         if not self._overrides or body is None:
             return None
         headers = header_overrides(engine, request)
         return None if headers is None else (body, headers)
 
     def _engine_requests(
-        self, envelope: WorkerEnvelope, routing: Routing | None, prefill_dp_rank: int | None
+        self,
+        envelope: WorkerEnvelope,
+        routing: Routing | None,
+        prefill_dp_rank: int | None,
     ) -> list[tuple[EngineRequest, Transport]]:
         """The engine requests to send, with their transports: the prefill leg first."""
         if self._prefill is None:
-            return [(self._build(envelope, Role.AGGREGATED, None, routing), self._transport)]
+            return [
+                (self._build(envelope, Role.AGGREGATED, None, routing), self._transport)
+            ]
         bootstrap = self._prefill.bootstrap(prefill_dp_rank)
         legs = ((Role.PREFILL, self._prefill.transport), (Role.DECODE, self._transport))
-        return [(self._build(envelope, role, bootstrap, routing), to) for role, to in legs]
+        return [
+            (self._build(envelope, role, bootstrap, routing), to) for role, to in legs
+        ]
 
     def _build(
         self,
@@ -319,7 +337,8 @@ class Service:
         )
 
     def _read_prefill(self, leg: Leg, main: Leg) -> PrefillLeg:
-        """Read the prefill's answer to its end; its failure aborts the decode leg at once."""
+        """Read the prefill's answer to its end;
+        its failure aborts the decode leg at once."""
         import asyncio
 
         reading = asyncio.ensure_future(leg.response(self._deployment, self.max_bytes))
@@ -329,8 +348,12 @@ class Service:
             import asyncio
 
             failed = not task.cancelled() and task.exception() is not None
-            if failed and not main.watched.finished.is_set():  # its reader reads it to the end
-                self._aborts.start(main, asyncio.ensure_future(main.watched.finished.wait()))
+            if (
+                failed and not main.watched.finished.is_set()
+            ):  # its reader reads it to the end
+                self._aborts.start(
+                    main, asyncio.ensure_future(main.watched.finished.wait())
+                )
 
         reading.add_done_callback(ended)
         return prefill
@@ -338,7 +361,7 @@ class Service:
     async def _refused_by_engine(
         self, main: Leg, prefill: PrefillLeg | None, stream: bool
     ) -> Answer:
-        """SGLang's error answer (not 200), in the client's mode; the other leg aborted."""
+        """SGLang's error answer (not 200) in the client's mode; the other leg aborted."""
         try:
             await main.response(self._deployment, self.max_bytes)  # raises SGLang's error
             error: EnvelopeError = ResponseError(f"SGLang answered {main.status}")
@@ -371,7 +394,8 @@ class Service:
     ) -> AsyncGenerator[bytes, None]:
         """SGLang's stream, relayed in the client's mode under the client's rid."""
         engine_id, client_id = id_bytes(main.engine, client_rid)
-        merge = prefill is not None and main.engine.body.return_logprob is True
+        # The pair's prefill leg, when its prompt logprobs go into the decode frames.
+        merging = prefill if main.engine.body.return_logprob is True else None
         try:
             async for out in relay_sse_async(
                 main.watched,
@@ -381,8 +405,8 @@ class Service:
             ):
                 if prefill is not None and prefill.failure() is not None:
                     raise prefill.failure()  # type: ignore[misc]
-                if merge:
-                    out = await with_prompt_logprobs(out, prefill)  # type: ignore[arg-type]
+                if merging is not None:
+                    out = await with_prompt_logprobs(out, merging)
                 yield out.replace(engine_id, client_id)
             await read_past_done(main.watched)
         except UpstreamError as error:  # the connection broke mid-answer

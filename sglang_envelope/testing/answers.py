@@ -1,4 +1,4 @@
-"""The fake engine's answers: made-up tokens, in the shapes SGLang 0.5.23's /generate writes.
+"""The fake engine's answers: made-up tokens, in the shapes SGLang 0.5.23 writes.
 
 Pure functions of a checked `ClientRequest`: `plan_answer` decides the whole
 output (token ids, and why it ends) from the prompt, and `answer_object` gives
@@ -39,9 +39,11 @@ __all__ = [
     "token_text",
 ]
 
-#: Ids below this are the model's special tokens (``<s>``, ``</s>``, ``<pad>``): never made.
+#: Ids below this are the model's special tokens (``<s>``, ``</s>``, ``<pad>``),
+#: never made.
 FIRST_ID: Final = 3
-#: The finish reason of a running request aborted by ``/abort_request`` (``FINISH_ABORT()``).
+#: The finish reason of a running request aborted by ``/abort_request``
+#: (``FINISH_ABORT()``).
 ABORTED: Final[dict[str, Any]] = {
     "type": "abort",
     "message": "Aborted",
@@ -75,7 +77,10 @@ class _Rows(NamedTuple):
         ]
 
     def asked_row(self, position: int) -> list[list[Any]]:
-        return [self.entry(_logprob(token_id, position), token_id) for token_id in self.asked or ()]
+        return [
+            self.entry(_logprob(token_id, position), token_id)
+            for token_id in self.asked or ()
+        ]
 
 
 class AnswerPlan(NamedTuple):
@@ -95,7 +100,8 @@ class AnswerPlan(NamedTuple):
 
 
 class Span(NamedTuple):
-    """What one answer object covers: output ids ``[start, end)`` of the plan (``start`` is
+    """What one answer object covers: output ids ``[start, end)`` of the plan
+    (``start`` is
     0 for a cumulative frame and a unary body), and the finish reason once finished."""
 
     start: int
@@ -183,7 +189,11 @@ def _rows(request: ClientRequest, vocab_size: int) -> _Rows:
     raw, asked = request.token_ids_logprob, None
     if raw is not UNSET:
         value = _decode(raw)  # checked and bounded when the request was decoded
-        asked = [item for item in value if type(item) is int] if isinstance(value, list) else []
+        asked = (
+            [item for item in value if type(item) is int]
+            if isinstance(value, list)
+            else []
+        )
     k = min(request.top_logprobs_num or 0, vocab_size)
     return _Rows(bool(request.return_text_in_logprobs), vocab_size, k, asked)
 
@@ -194,16 +204,22 @@ def _prompt_fields(request: ClientRequest, rows: _Rows) -> dict[str, Any]:
     inputs = range(0) if start is None or start < 0 else range(start, len(prompt))
     fields: dict[str, Any] = {
         "input_token_logprobs": [
-            rows.entry(None if at == inputs.start else _logprob(prompt[at], at), prompt[at])
+            rows.entry(
+                None if at == inputs.start else _logprob(prompt[at], at), prompt[at]
+            )
             for at in inputs
         ]
     }
     if rows.k > 0:
-        top: list[Any] = [None if at == inputs.start else rows.top(prompt[at], at) for at in inputs]
+        top: list[Any] = [
+            None if at == inputs.start else rows.top(prompt[at], at) for at in inputs
+        ]
         if request.return_flat_raw_top_logprobs:
             b64 = request.return_flat_raw_top_logprobs_b64
             fields.update(
-                encode_flat_top_logprobs(top, side="input", top_logprobs_num=rows.k, b64=b64)
+                encode_flat_top_logprobs(
+                    top, side="input", top_logprobs_num=rows.k, b64=b64
+                )
             )
         else:
             fields["input_top_logprobs"] = top
@@ -220,16 +236,24 @@ def _logprob_fields(plan: AnswerPlan, span: Span, unary: bool) -> dict[str, Any]
     outputs, out_ids = range(span.start, span.end), plan.output_ids
     fields: dict[str, Any] = {
         "input_token_logprobs": prompt["input_token_logprobs"],
-        "output_token_logprobs": [rows.entry(_logprob(out_ids[i], i), out_ids[i]) for i in outputs],
+        "output_token_logprobs": [
+            rows.entry(_logprob(out_ids[i], i), out_ids[i]) for i in outputs
+        ],
         "output_token_logprobs_length": span.end,
     }
     if rows.k > 0:
         fields.update((key, value) for key, value in prompt.items() if "_top_" in key)
         top = [rows.top(out_ids[i], i) for i in outputs]
-        if request.return_flat_raw_output_top_logprobs and unary and span.finish is not None:
+        if (
+            request.return_flat_raw_output_top_logprobs
+            and unary
+            and span.finish is not None
+        ):
             b64 = request.return_flat_raw_top_logprobs_b64
             fields.update(
-                encode_flat_top_logprobs(top, side="output", top_logprobs_num=rows.k, b64=b64)
+                encode_flat_top_logprobs(
+                    top, side="output", top_logprobs_num=rows.k, b64=b64
+                )
             )
         else:
             fields["output_top_logprobs"] = top

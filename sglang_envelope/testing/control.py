@@ -86,7 +86,7 @@ def parse_pause(body: bytes) -> str | ValueError:
 
 
 def parse_continue(body: bytes) -> ValueError | None:
-    """None for a body ``/continue_generation`` takes, else why SGLang's parse refuses it."""
+    """None for a body ``/continue_generation`` takes, else why SGLang refuses it."""
     read = _read(body, _ContinueReq)
     return None if isinstance(read, _ContinueReq) else read
 
@@ -146,9 +146,14 @@ class _Haltable(Protocol):
 
 
 async def serve_control(
-    scope: Message, receive: Receive, send: Send, running: Mapping[str, _Haltable], pause: Pause
+    scope: Message,
+    receive: Receive,
+    send: Send,
+    running: Mapping[str, _Haltable],
+    pause: Pause,
 ) -> None:
-    """``POST /pause_generation`` or ``POST /continue_generation``, on the fake's generations."""
+    """``POST /pause_generation`` or ``POST /continue_generation``,
+    on the fake's generations."""
     try:
         body = await read_body(receive, scope["headers"], 65536)
     except ClientGone:

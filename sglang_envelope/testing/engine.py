@@ -68,7 +68,12 @@ class Outcome(NamedTuple):
 
 
 def _check_options(options: dict[str, Any]) -> None:
-    for name in ("default_max_new_tokens", "tokens_per_frame", "vocab_size", "context_length"):
+    for name in (
+        "default_max_new_tokens",
+        "tokens_per_frame",
+        "vocab_size",
+        "context_length",
+    ):
         value = options[name]
         low = 4 if name == "vocab_size" else 0 if name == "default_max_new_tokens" else 1
         if type(value) is not int or value < low:
@@ -78,7 +83,9 @@ def _check_options(options: dict[str, Any]) -> None:
             raise EnvelopeError(f"{name} must be an int >= 1, got {options[name]!r}")
     delay = options["frame_delay"]
     if type(delay) not in (int, float) or not 0 <= delay <= 60:
-        raise EnvelopeError(f"frame_delay must be a number of seconds in [0, 60], got {delay!r}")
+        raise EnvelopeError(
+            f"frame_delay must be a number of seconds in [0, 60], got {delay!r}"
+        )
     fail_after = options["fail_after"]
     if fail_after is not None and (type(fail_after) is not int or fail_after < 0):
         raise EnvelopeError(f"fail_after must be None or an int >= 0, got {fail_after!r}")
@@ -86,14 +93,18 @@ def _check_options(options: dict[str, Any]) -> None:
         raise EnvelopeError(
             f"fail_status must be an HTTP error status, got {options['fail_status']!r}"
         )
-    if type(options["incremental"]) is not bool or type(options["fail_message"]) is not str:
+    if (
+        type(options["incremental"]) is not bool
+        or type(options["fail_message"]) is not str
+    ):
         raise EnvelopeError("incremental must be a bool and fail_message a str")
 
 
 class FakeEngine:
-    """A fake SGLang 0.5.23 server: an ASGI 3 app (``await engine(scope, receive, send)``).
+    """A fake SGLang 0.5.23 server, an ASGI 3 app: ``await engine(scope, receive, send)``.
 
-    - `incremental`: the server's ``--incremental-streaming-output`` (default: cumulative).
+    - `incremental`: the server's ``--incremental-streaming-output``
+      (default: cumulative).
     - `default_max_new_tokens`: the output length when a request sets none
       (SGLang's is 128); a null ``max_new_tokens`` runs to the context length.
     - `frame_delay`: seconds between tokens (both modes), so a test can abort or
@@ -163,7 +174,8 @@ class FakeEngine:
         self.context_length = context_length
         self.dp_size = dp_size
         self.max_body_bytes = max_body_bytes
-        #: What SGLang's checks after dispatch read, as `Deployment.from_server_info` gives it.
+        #: What SGLang's checks after dispatch read,
+        #: as `Deployment.from_server_info` gives it.
         self.deployment = Deployment.from_server_info(
             _ENCODE(self.server_info()), model_config=_ENCODE({"vocab_size": vocab_size})
         )
@@ -181,13 +193,17 @@ class FakeEngine:
 
     @property
     def paused(self) -> bool:
-        """Whether generation is paused (``/pause_generation`` without ``/continue_generation``)."""
+        """Whether generation is paused
+        (``/pause_generation`` without ``/continue_generation``)."""
         return self._pause.paused
 
     def server_info(self) -> dict[str, Any]:
-        """The body of ``GET /get_server_info``: the keys the library reads, as SGLang has them."""
+        """The body of ``GET /get_server_info``:
+        the keys the library reads, as SGLang has them."""
         return server_info(
-            context_length=self.context_length, dp_size=self.dp_size, incremental=self.incremental
+            context_length=self.context_length,
+            dp_size=self.dp_size,
+            incremental=self.incremental,
         )
 
     async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
@@ -208,7 +224,9 @@ class FakeEngine:
             await answer(send, 200, None, b"")
         elif route == ("GET", "/v1/loads"):
             body = loads_body(
-                running=self.running, dp_size=self.dp_size, query=scope.get("query_string", b"")
+                running=self.running,
+                dp_size=self.dp_size,
+                query=scope.get("query_string", b""),
             )
             await answer(send, 200, JSON, body)
         elif route in (("POST", "/pause_generation"), ("POST", "/continue_generation")):
@@ -251,7 +269,9 @@ class FakeEngine:
                 self._running.update((g.plan.rid, g) for g in generations)
             else:
                 one = body if many is None else many.prompts[0]
-                generation = self._start(check_generate(one, self.deployment, self.max_body_bytes))
+                generation = self._start(
+                    check_generate(one, self.deployment, self.max_body_bytes)
+                )
         except (RequestRejected, EngineError) as error:
             refusal = error_response(error, stream=stream)
             await answer(send, *refusal)
@@ -289,7 +309,7 @@ class FakeEngine:
                 del self._running[generation.plan.rid]
 
     async def _watch(self, generations: list[Generation], receive: Receive) -> None:
-        """End a request's generations when its client goes away, as SGLang's server does."""
+        """End a request's generations when its client goes away, as SGLang does."""
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":

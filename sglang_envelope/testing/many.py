@@ -1,4 +1,4 @@
-"""The fake engine's requests for many sequences: a batch, ``sampling_params.n`` > 1, or both.
+"""The fake engine's requests for many sequences: a batch, ``n`` > 1 samples, or both.
 
 As SGLang 0.5.23 serves them (``TokenizerManager._handle_batch_request``):
 every sequence (index ``i * n + j``: prompt ``i``, sample ``j``) is a
@@ -75,7 +75,8 @@ class _Engine(Protocol):
 
 
 def _sampled(request: ClientRequest) -> bool:
-    """Whether samples of the request differ: SGLang samples above its smallest temperature."""
+    """Whether samples of the request differ:
+    SGLang samples above its smallest temperature."""
     params = request.sampling_params
     if params is None or isinstance(params, msgspec.UnsetType):
         return True  # SGLang's default temperature is 1.0
@@ -86,7 +87,8 @@ def plan_many(engine: _Engine, sequences: Sequences) -> list[AnswerPlan]:
     """The answer of each sequence, once every prompt's body is checked;
     raises as SGLang refuses one, or for a rid a running generation has."""
     requests = [
-        check_generate(body, engine.deployment, engine.max_body_bytes) for body in sequences.prompts
+        check_generate(body, engine.deployment, engine.max_body_bytes)
+        for body in sequences.prompts
     ]
     for rid in sequences.rids:
         if rid in engine._running:
@@ -141,7 +143,9 @@ async def _stream(engine: _Engine, generations: list[Generation], send: Send) ->
             for _, generation in live:
                 engine._record(generation, "error")
             return
-        steps = await asyncio.gather(*(engine._step(generation) for _, generation in live))
+        steps = await asyncio.gather(
+            *(engine._step(generation) for _, generation in live)
+        )
         frames += 1
         chunks, going, gone = [], [], False
         for (index, generation), step in zip(live, steps, strict=True):
@@ -159,11 +163,13 @@ async def _stream(engine: _Engine, generations: list[Generation], send: Send) ->
                 engine._record(generation, "disconnect")
             return
         live = going
-        await body_chunk(send, b"".join(chunks) + (b"" if live else SSE_DONE), more=bool(live))
+        await body_chunk(
+            send, b"".join(chunks) + (b"" if live else SSE_DONE), more=bool(live)
+        )
 
 
 async def _to_end(engine: _Engine, generation: Generation) -> Span | Ending:
-    """Run one generation of a unary request to its end: its last span, or how it ended."""
+    """Run one generation of a unary request to its end: its last span, or its ending."""
     frames = 0
     while True:
         if engine.fail_after is not None and frames >= engine.fail_after:
@@ -180,7 +186,9 @@ async def _to_end(engine: _Engine, generation: Generation) -> Span | Ending:
 
 
 async def _unary(engine: _Engine, generations: list[Generation], send: Send) -> None:
-    ends = await asyncio.gather(*(_to_end(engine, generation) for generation in generations))
+    ends = await asyncio.gather(
+        *(_to_end(engine, generation) for generation in generations)
+    )
     if "error" in ends:
         error = EngineError(engine.fail_message, engine.fail_status)
         await answer(send, *error_response(error, stream=False))

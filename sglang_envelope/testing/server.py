@@ -1,4 +1,4 @@
-"""The fake engine's HTTP side: responses, ``/abort_request``'s rules, ``/get_server_info``.
+"""The fake engine's HTTP side: responses, ``/abort_request``'s rules, server info.
 
 ``/abort_request`` follows SGLang 0.5.23 with one tokenizer worker
 (``TokenizerManager.abort_request``, then ``Scheduler.abort_request``): an
@@ -41,8 +41,9 @@ NOT_JSON_MESSAGE: Final = (
 )
 _ENCODE = msgspec.json.Encoder().encode
 
-#: ``GET /get_server_info`` keys a live 0.5.23 server (``tests/fixtures/live_server_info.json``)
-#: writes, with its values; `server_info` sets the ones the fake's options decide.
+#: ``GET /get_server_info`` keys a live 0.5.23 server
+#: (``tests/fixtures/live_server_info.json``) writes, with its values; `server_info` sets
+#: the ones the fake's options decide.
 SERVER_INFO: Final[Mapping[str, Any]] = {
     "model_path": "fake-sglang-model",
     "tokenizer_path": "fake-sglang-model",
@@ -66,7 +67,9 @@ SERVER_INFO: Final[Mapping[str, Any]] = {
 }
 
 
-def server_info(*, context_length: int, dp_size: int, incremental: bool) -> dict[str, Any]:
+def server_info(
+    *, context_length: int, dp_size: int, incremental: bool
+) -> dict[str, Any]:
     """The fake's ``/get_server_info`` body (`SERVER_INFO` with its own settings)."""
     info = dict(SERVER_INFO)
     info.update(
@@ -141,12 +144,16 @@ def pydantic_error(message: str) -> tuple[int, str, bytes]:
     return 400, JSON, _ENCODE({**body, "code": 400})
 
 
-def parse_abort(body: bytes | Exception, is_json: bool) -> AbortBody | tuple[int, str, bytes]:
+def parse_abort(
+    body: bytes | Exception, is_json: bool
+) -> AbortBody | tuple[int, str, bytes]:
     """The abort `body` asks for, or the 400 answer SGLang's parse gives a bad one."""
     if isinstance(body, Exception):
         return pydantic_error(str(body))
     if not is_json:
-        return pydantic_error("abort_request body must be sent as Content-Type: application/json")
+        return pydantic_error(
+            "abort_request body must be sent as Content-Type: application/json"
+        )
     try:
         value = msgspec.json.decode(body)
         read = msgspec.convert(value, _AbortReq)
@@ -160,7 +167,8 @@ class _Abortable(Protocol):
 
 
 def abort_order(running: Mapping[str, Any], abort: AbortBody) -> Iterator[Any]:
-    """The running generations an abort ends (`running`: rid -> generation), by SGLang's rules."""
+    """The running generations an abort ends, by SGLang's rules
+    (`running`: rid -> generation)."""
     if abort.abort_all:
         yield from list(running.values())
         return
