@@ -72,13 +72,21 @@ def error_json(error: Exception) -> dict[str, Any]:
     """The `{"error": {...}}` object printed for a failure; `type` names its kind."""
     facts: dict[str, Any]
     if isinstance(error, RequestRejected):
-        facts = {"type": "request_rejected", "code": error.code, "field": error.field}
-        facts["message"] = error.message
+        facts = {
+            "type": "request_rejected",
+            "code": error.code,
+            "field": error.field,
+            "message": error.message,
+        }
     elif isinstance(error, EngineError):
         facts = {"type": "engine_error", "code": error.code, "message": error.message}
     elif isinstance(error, LimitExceeded):
-        facts = {"type": "limit_exceeded", "bound": error.bound, "limit": error.limit}
-        facts["message"] = str(error)
+        facts = {
+            "type": "limit_exceeded",
+            "bound": error.bound,
+            "limit": error.limit,
+            "message": str(error),
+        }
     elif isinstance(error, ResponseError):
         facts = {"type": "response_error", "message": str(error)}
     elif isinstance(error, Unreadable):

@@ -43,7 +43,8 @@ def n_null(p: SamplingParams) -> dict[str, object] | None:
 def n_over_beam_width(p: SamplingParams) -> dict[str, object] | None:
     # A beam request (beam_width > 1) returns n of its beams: SGLang's scheduler
     # refuses more (beam_search/coordinator.py, validate_and_init).
-    width, n = param_value(p.beam_width, None), param_value(p.n, 1)
+    width = param_value(p.beam_width, None)
+    n = param_value(p.n, 1)
     return {"n": n, "beam_width": width} if width is not None and 1 < width < n else None
 
 
@@ -87,11 +88,9 @@ def watermark_problem(value: Any) -> str | None:
         return "watermark must be an object"
     if set(value) - WATERMARK_KEYS:
         return "watermark contains unknown fields"
-    enabled, key, window = (
-        value.get("enabled"),
-        value.get("key"),
-        value.get("context_window"),
-    )
+    enabled = value.get("enabled")
+    key = value.get("key")
+    window = value.get("context_window")
     if enabled is not None and type(enabled) is not bool:
         return "watermark enabled must be a boolean"
     if key is not None:
@@ -135,7 +134,8 @@ def resolve_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, object
         plain = msgspec.to_builtins(mark) if inner else msgspec.json.decode(mark)
         if not isinstance(plain, dict) or watermark_problem(plain) is not None:
             return None
-        enabled, key = plain.get("enabled"), plain.get("key")
+        enabled = plain.get("enabled")
+        key = plain.get("key")
         found = (
             "request watermark key cannot be combined with enabled=false"
             if enabled is False and key is not None
@@ -307,7 +307,8 @@ def logprobs_past_prompt(r: Any) -> dict[str, object] | None:
     """SGLang's scheduler's check of a request (or an engine body, which has the same
     fields) that asks for logprobs from past its prompt. A text prompt (no `input_ids`)
     is left to SGLang, which counts its tokens once it has tokenized it."""
-    start, ids = r.logprob_start_len, r.input_ids
+    start = r.logprob_start_len
+    ids = r.input_ids
     if not r.return_logprob or start is None or ids is None or start <= len(ids):
         return None
     return {"start": start, "tokens": len(ids)}

@@ -127,7 +127,8 @@ def _scope_source(
     lines: list[str] = []
     previous: tuple[int, ...] | None = None
     for k, entry in enumerate(checks.rules):
-        namespace[f"e{tag}{k}"], namespace[f"c{tag}{k}"] = entry, entry[3]
+        namespace[f"e{tag}{k}"] = entry
+        namespace[f"c{tag}{k}"] = entry[3]
         indices = entry[4]
         tests = []
         for i in indices:
@@ -156,7 +157,8 @@ def _compile(
     bounded by the limits the function is given), then the request's rules, then those
     of its `sampling_params` when it has them."""
     namespace: dict[str, Any] = {"_rejected": _rejected, "UNSET": UNSET}
-    raw_request, raw_sampling = _RAW_CHECKS[False], _RAW_CHECKS[True]
+    raw_request = _RAW_CHECKS[False]
+    raw_sampling = _RAW_CHECKS[True]
     if text:  # a target that takes text also takes the media fields
         raw_request += _TEXT_RAW_CHECKS
     lines = ["def check(v, limits):", "    unset = UNSET", "    if True:"]
@@ -179,7 +181,9 @@ def _names(when: str | tuple[str, ...] | None) -> tuple[str, ...]:
 
 
 def _rejected(entry: _Entry, facts: dict[str, object]) -> RequestRejected:
-    code, field, message = entry[0], entry[1], entry[2]
+    code = entry[0]
+    field = entry[1]
+    message = entry[2]
     return RequestRejected(
         code, None if field is None else field.format(**facts), message.format(**facts)
     )
@@ -260,7 +264,9 @@ def _release(target: Target) -> str:
 
 def _sampling_refusal(target: Target, key: str) -> tuple[str, dict[str, object]] | None:
     """Why the target refuses typed `sampling_params.key`, or None when it takes it."""
-    tables, gate, release = target.tables, target.gate, _release(target)
+    tables = target.tables
+    gate = target.gate
+    release = _release(target)
     if gate is not None and key not in gate.sampling_keys:
         return "unknown_sampling_param", {
             "key": key,
@@ -397,7 +403,8 @@ def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | Non
     installed = target.installed_fields
     if installed is None:
         return frozenset(), frozenset()
-    typed_top, typed_sampling = set(_DEFAULTS[False]), set(_DEFAULTS[True])
+    typed_top = set(_DEFAULTS[False])
+    typed_sampling = set(_DEFAULTS[True])
     top = frozenset(installed.generate_req_input_fields) - typed_top - set(FIELD_OWNERS)
     return top, frozenset(installed.sampling_params_fields) - typed_sampling
 

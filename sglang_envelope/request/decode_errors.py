@@ -129,7 +129,8 @@ def translate_validation_error(
         return reject("not_json", detail=str(error))
     match = _AT.match(str(error))
     assert match is not None  # the pattern matches any text
-    what, path = match["what"], _joined(prefix, match["path"])
+    what = match["what"]
+    path = _joined(prefix, match["path"])
     if match["key"]:
         return reject(
             "invalid_value", path=path or "body", detail=f"keys must be strings; {what}"

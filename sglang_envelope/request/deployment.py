@@ -199,7 +199,8 @@ def _thinking_without_strict(d: Deployment, body: Any) -> dict[str, object] | No
 
 
 def _rank_outside(d: Deployment, body: Any) -> dict[str, object] | None:
-    rank, ranks = body.routed_dp_rank, d.dp_size
+    rank = body.routed_dp_rank
+    ranks = d.dp_size
     if rank is None or ranks is None or (ranks <= 1 and rank == 0) or 0 <= rank < ranks:
         return None
     return {"rank": rank, "dp_size": ranks}
@@ -402,5 +403,5 @@ def check_engine_body(deployment: Deployment, body: Any) -> None:
     for check, rule in _CHECKS:
         facts = check(deployment, body)
         if facts is not None:
-            code, field, message = rule.code, rule.field, rule.message
-            raise RequestRejected(code, field.format(**facts), message.format(**facts))
+            field = rule.field.format(**facts)
+            raise RequestRejected(rule.code, field, rule.message.format(**facts))

@@ -115,7 +115,8 @@ _PREFILL_SAMPLING = PREFILL_SAMPLING_OVERRIDES | dict.fromkeys(
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
-_astuple, _force_setattr = msgspec.structs.astuple, msgspec.structs.force_setattr
+_astuple = msgspec.structs.astuple
+_force_setattr = msgspec.structs.force_setattr
 _replace = msgspec.structs.replace
 
 

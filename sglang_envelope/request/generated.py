@@ -46,7 +46,9 @@ def shortcut_test(holds: Holds, var: str) -> str:
         return " or ".join(read)
     if holds.kind == "nonempty":
         return f"{read[0]} != ()"
-    low, high = float(holds.low), float(holds.high)  # finite: their repr is Python
+    # Finite: their repr is Python.
+    low = float(holds.low)
+    high = float(holds.high)
     if holds.kind == "at_least":
         return f"{read[0]} is None or {read[0]} >= {low!r}"
     below = "<" if holds.open_low else "<="

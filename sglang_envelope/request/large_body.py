@@ -47,7 +47,8 @@ class _Counted:
     __slots__ = ("count", "items")
 
     def __init__(self, items: Iterator[int], count: int) -> None:
-        self.items, self.count = items, count
+        self.items = items
+        self.count = count
 
     def __iter__(self) -> Iterator[int]:
         return self.items
@@ -66,7 +67,8 @@ def int_chunks(
     before), a list of them a chunk cut at a comma, each read by `decoder` (token ids
     by default); `ValueError` when a chunk is not what `decoder` reads (a cut inside a
     string or an inner array makes one that is not JSON)."""
-    position, last = start + 1, end - 1  # past "[", and at "]"
+    position = start + 1  # past "["
+    last = end - 1  # at "]"
     while True:
         cut = body.find(b",", min(position + CHUNK_BYTES, last), last)
         final = cut < 0

@@ -89,7 +89,12 @@ def make_limits(*bounds: Any) -> Limits:
 #: string, an opening bracket, a closing one, a comma, a colon, or a scalar. No group
 #: repeats, so matching keeps no state per character.
 _TOKENS = re.compile(rb'("[^"]*")|([\[{])|([\]}])|(,)|(:)|([^ \t\n\r"\[\]{},:]+)')
-_STR, _OPEN, _CLOSE, _COMMA, _COLON, _SCALAR = 1, 2, 3, 4, 5, 6
+_STR = 1
+_OPEN = 2
+_CLOSE = 3
+_COMMA = 4
+_COLON = 5
+_SCALAR = 6
 #: msgspec, SGLang's JSON reader, refuses integers longer than this.
 _MAX_INT_DIGITS = 4300
 #: What a JSON value's first byte says it is.
@@ -148,7 +153,8 @@ def _scan(data: bytes, path: str, limits: Limits, shape: _Shape) -> bool:
     """
     depth = items = 0
     after_colon = False
-    max_depth, max_items = limits.max_json_depth, limits.max_json_items
+    max_depth = limits.max_json_depth
+    max_items = limits.max_json_items
     for token in _tokens(data):
         which = token.lastindex
         if which == _STR:

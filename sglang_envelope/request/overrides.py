@@ -70,7 +70,8 @@ def header_overrides(
         or engine.passed != request.passed_fields
     ):
         return None
-    body, headers = engine.body, engine.headers
+    body = engine.body
+    headers = engine.headers
     for name in body.__struct_fields__:
         value = getattr(body, name)
         start = getattr(request, name) if name in _CLIENT_FIELDS else _DEFAULTS[name]

@@ -94,7 +94,8 @@ def samples_per_prompt(request: RequestFields) -> int:
     params = request.sampling_params
     if not isinstance(params, SamplingParams):
         return 1
-    n, width = params.n, params.beam_width
+    n = params.n
+    width = params.beam_width
     if not isinstance(n, int) or n <= 1 or (isinstance(width, int) and width > 1):
         return 1
     return n

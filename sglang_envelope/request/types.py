@@ -198,7 +198,8 @@ def _decoded(body: bytes, target: Target) -> ClientRequest:
 def _check_made(request: ClientRequest) -> ClientRequest:
     """The request made by hand, checked as the client body it stands for (its passed
     keys included) for its target, and decoded into private copies."""
-    target, passed = request.target, request.passed_fields
+    target = request.target
+    passed = request.passed_fields
     contract_of(target)  # EnvelopeError when it is not a Target
     if not is_passed_fields(passed):
         raise EnvelopeError("passed_fields must be a PassedFields of (str, JSON) pairs")
@@ -303,12 +304,10 @@ def decode_with_limits(
     data: object, limits: Limits, contract: Contract = _DEFAULT_CONTRACT
 ) -> ClientRequest:
     """`decode_client_request` with its bounds and target already checked."""
-    max_body_bytes, max_input_ids, _, _, max_token_id = (
-        limits  # a field read costs a call
-    )
     passed = NO_PASSED_FIELDS
     # The usual body, bytes within the bound for a target that passes no key, needs no
     # more than this test.
+    max_body_bytes = limits.max_body_bytes
     if type(data) is bytes and len(data) <= max_body_bytes and not contract.splits:
         body: Any = data
     else:
@@ -321,7 +320,7 @@ def decode_with_limits(
             _check_input_ids(wire.input_ids, limits)
     else:
         wire = _typed_decode(body, contract)
-        if len(wire.input_ids) > max_input_ids or max_token_id is not None:
+        if len(wire.input_ids) > limits.max_input_ids or limits.max_token_id is not None:
             _check_input_ids(wire.input_ids, limits)
     contract.check(wire, limits)  # the raw fields' bounds, then the rules
     return _from_checked(wire, contract.target, passed)

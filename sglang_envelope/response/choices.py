@@ -126,7 +126,8 @@ class ChoicesAggregator:
         index = choice_index(frame, self._choices)
         core = self._cores.get(index)
         if core is None:
-            core = self._cores[index] = StreamCore(self._incremental, DeltaStore())
+            core = StreamCore(self._incremental, DeltaStore())
+        self._cores[index] = core
         rest = dict(frame)
         del rest["index"]
         try:

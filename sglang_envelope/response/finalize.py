@@ -77,7 +77,8 @@ def _asks_prompt_logprobs(engine: EngineRequest) -> bool:
     is SGLang's to know (it tokenizes it): no prompt logprobs are counted on.
     """
     body = engine.body
-    start, ids = body.logprob_start_len, body.input_ids
+    start = body.logprob_start_len
+    ids = body.input_ids
     if ids is None or not body.return_logprob:
         return False
     return type(start) is int and 0 <= start < len(ids)

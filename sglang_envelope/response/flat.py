@@ -33,8 +33,13 @@ from sglang_envelope.errors.exceptions import (
     show_value,
 )
 
-__all__ = ["DEFAULT_MAX_NESTED_POSITIONS", "MAX_POSITIONS", "FlatTopLogprobs"]
-__all__ += ["decode_flat_top_logprobs", "encode_flat_top_logprobs"]
+__all__ = [
+    "DEFAULT_MAX_NESTED_POSITIONS",
+    "MAX_POSITIONS",
+    "FlatTopLogprobs",
+    "decode_flat_top_logprobs",
+    "encode_flat_top_logprobs",
+]
 
 Side = Literal["input", "output"]
 NestedRows = list[list[tuple[float, int, None]] | None]
@@ -65,12 +70,11 @@ _KEYS = {
     }
     for side in ("input", "output")
 }
-_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
-_SEQUENCES, _NUMBERS, _INTS = (
-    frozenset({list, tuple}),
-    frozenset({float, int}),
-    frozenset({int}),
-)
+_INT32_MIN = -(1 << 31)
+_INT32_MAX = (1 << 31) - 1
+_SEQUENCES = frozenset({list, tuple})
+_NUMBERS = frozenset({float, int})
+_INTS = frozenset({int})
 _SWAP = sys.byteorder == "big"  # the wire is little-endian
 if array("f").itemsize != 4 or array("i").itemsize != 4:  # pragma: no cover
     raise ImportError("sglang_envelope needs 4-byte C float and int")

@@ -24,8 +24,8 @@ __all__ = [
     "SseReader",
     "check_bound",
     "event_payloads",
+    "too_big",
 ]
-__all__ += ["too_big"]
 
 DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
 """The default bound on a whole stream or body: 64 MiB."""

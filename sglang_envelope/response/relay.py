@@ -235,10 +235,10 @@ class _Relay:
                 payloads = payloads[:-1] if self._sends_as_received() else []
         try:
             out = self._output(payloads, kept)
-        except (
-            ResponseError
-        ) as exc:  # no delta: the stream's own error, if any, comes first
-            out, error = b"", error or exc
+        except ResponseError as exc:  # no delta
+            # The stream's own error, if any, comes first.
+            out = b""
+            error = error or exc
         if error is None:
             return out
         self.ended = True
@@ -415,5 +415,6 @@ def _as_received(payloads: Sequence[Payload]) -> bytes:
     parts[1::2] = payloads
     if bytearray in set(map(type, payloads)):  # rare: an event of several data lines
         parts[1::2] = [one_line(payload) for payload in payloads]
-    parts[0], parts[-1] = b"data: ", b"\n\n"
+    parts[0] = b"data: "
+    parts[-1] = b"\n\n"
     return b"".join(parts)

@@ -110,7 +110,8 @@ class ChoicesRelay:
         index = choice_index(frame, self._choices)
         relay = self._relays.get(index)
         if relay is None:
-            relay = self._relays[index] = self._make()
+            relay = self._make()
+        self._relays[index] = relay
         rest = dict(frame)
         del rest["index"]
         sent = relay.feed(encode_sse(rest))

@@ -25,8 +25,16 @@ from typing import Any, Protocol
 
 from sglang_envelope.errors.exceptions import EnvelopeError
 
-__all__ = ["aclose_source", "afeed_all", "close_source", "feed_all", "open_async_source"]
-__all__ += ["open_source", "relay_chunks", "relay_chunks_async"]
+__all__ = [
+    "aclose_source",
+    "afeed_all",
+    "close_source",
+    "feed_all",
+    "open_async_source",
+    "open_source",
+    "relay_chunks",
+    "relay_chunks_async",
+]
 
 
 def open_source(items: Iterable[Any], what: str) -> Iterator[Any]:

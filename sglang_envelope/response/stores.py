@@ -35,14 +35,13 @@ __all__ = [
     "JsonStore",
     "splice",
     "splice_parts",
+    "written",
 ]
-__all__ += ["written"]
 
 _ENCODE: Final = msgspec.json.Encoder().encode
 _PATHS: Final = tuple(path for path, _ in DELTA_FIELDS)
-_TEXT: Final = (
-    "text"  # the one string field of DELTA_FIELDS: its pieces join without commas
-)
+#: The one string field of DELTA_FIELDS: its pieces join without commas.
+_TEXT: Final = "text"
 _CLOSING: Final = {path: b'"' if kind is str else b"]" for path, kind in DELTA_FIELDS}
 _MARK: Final = b"\x00"  # never in msgspec's JSON output, which escapes control characters
 _MARKS: Final = {
@@ -258,7 +257,8 @@ class BufferStore(JsonStore):
 
     def add_raw(self, view: Any, fields: dict[str, Any]) -> None:
         """Add a middle frame's deltas as their JSON came; call it after `end_chunk`."""
-        meta, raw_meta = view.meta_info, fields["meta_info"]
+        meta = view.meta_info
+        raw_meta = fields["meta_info"]
         for path, key, in_meta, _ in DELTA_ROWS:
             json = (raw_meta if in_meta else fields).get(key)
             if json is None:
@@ -344,10 +344,12 @@ def splice_parts(
 ) -> list[BytesLike]:
     """The parts `splice` joins (for `written`)."""
     if owned:
-        top, meta = frame, frame["meta_info"]
+        top = frame
+        meta = frame["meta_info"]
     else:
         top = dict(frame)
-        meta = top["meta_info"] = dict(frame["meta_info"])
+        meta = dict(frame["meta_info"])
+        top["meta_info"] = meta
     for path in values:
         in_meta, key = _PLACES[path]
         (meta if in_meta else top)[key] = _MARKS[path]

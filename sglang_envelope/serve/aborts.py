@@ -81,7 +81,8 @@ class Aborts:
     async def _abort(self, leg: Leg, reading: asyncio.Future[Any] | None) -> None:
         import asyncio
 
-        engine, watched = leg.engine, leg.watched
+        engine = leg.engine
+        watched = leg.watched
         plan = plan_abort(
             engine, first_token_seen=watched.first_output.is_set(), policy=self._policy
         )

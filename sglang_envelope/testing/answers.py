@@ -160,14 +160,16 @@ def plan_answer(
     count = room if limit is None else min(limit, room)
     # Each id is a function of the sequence before it (its sum and length), as a model's
     # next token is: a continuation (the prompt with the output so far) goes on alike.
-    total, length = sum(given), len(given)
+    total = sum(given)
+    length = len(given)
     span = vocab_size - FIRST_ID
     stops = _stop_ids(request)
     ids: list[int] = []
     finish: dict[str, Any] = {"type": "length", "length": count}
     for _ in range(count):
         token = FIRST_ID + (total * 31 + 7 * length * (length + 1) + 101 * seed) % span
-        total, length = total + token, length + 1
+        total += token
+        length += 1
         ids.append(token)
         if token in stops:
             finish = {"type": "stop", "matched": token}
@@ -186,7 +188,8 @@ def prompt_ids(request: ClientRequest) -> tuple[int, ...]:
 
 
 def _rows(request: ClientRequest, vocab_size: int) -> _Rows:
-    raw, asked = request.token_ids_logprob, None
+    raw = request.token_ids_logprob
+    asked = None
     if raw is not UNSET:
         value = _decode(raw)  # checked and bounded when the request was decoded
         asked = (
@@ -200,7 +203,8 @@ def _rows(request: ClientRequest, vocab_size: int) -> _Rows:
 
 def _prompt_fields(request: ClientRequest, rows: _Rows) -> dict[str, Any]:
     """The prompt's logprob fields, the same in every frame: made once a request."""
-    start, prompt = request.logprob_start_len, prompt_ids(request)
+    start = request.logprob_start_len
+    prompt = prompt_ids(request)
     inputs = range(0) if start is None or start < 0 else range(start, len(prompt))
     fields: dict[str, Any] = {
         "input_token_logprobs": [
@@ -232,8 +236,11 @@ def _prompt_fields(request: ClientRequest, rows: _Rows) -> dict[str, Any]:
 
 def _logprob_fields(plan: AnswerPlan, span: Span, unary: bool) -> dict[str, Any]:
     """SGLang's logprob block of ``meta_info`` (``add_logprob_to_meta_info``)."""
-    request, rows, prompt = plan.request, plan.rows, plan.prompt_fields
-    outputs, out_ids = range(span.start, span.end), plan.output_ids
+    request = plan.request
+    rows = plan.rows
+    prompt = plan.prompt_fields
+    outputs = range(span.start, span.end)
+    out_ids = plan.output_ids
     fields: dict[str, Any] = {
         "input_token_logprobs": prompt["input_token_logprobs"],
         "output_token_logprobs": [

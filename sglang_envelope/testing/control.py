@@ -119,8 +119,12 @@ def loads_body(*, running: int, dp_size: int, query: bytes) -> bytes:
     now = datetime.now(timezone.utc)
     loads = []
     for rank in range(dp_size):
-        load = {**_CORE, "timestamp": now.timestamp(), "dp_rank": rank}
-        load["num_running_reqs"] = running if rank == 0 else 0
+        load = {
+            **_CORE,
+            "timestamp": now.timestamp(),
+            "dp_rank": rank,
+            "num_running_reqs": running if rank == 0 else 0,
+        }
         if not core_only:
             load["queues"] = {
                 "waiting": 0,

@@ -328,7 +328,8 @@ class FakeEngine:
             await asyncio.sleep(0)
         if generation.stop is None:  # held while paused, until continued or stopped
             await self._pause.wait(generation.stopped)
-        plan, start = generation.plan, generation.made
+        plan = generation.plan
+        start = generation.made
         if generation.stop == "disconnect":
             return "disconnect"
         total = len(plan.output_ids)

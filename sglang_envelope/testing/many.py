@@ -147,7 +147,9 @@ async def _stream(engine: _Engine, generations: list[Generation], send: Send) ->
             *(engine._step(generation) for _, generation in live)
         )
         frames += 1
-        chunks, going, gone = [], [], False
+        chunks = []
+        going = []
+        gone = False
         for (index, generation), step in zip(live, steps, strict=True):
             if not isinstance(step, Span):
                 engine._record(generation, step)

@@ -115,9 +115,16 @@ async def stream_start(send: Send) -> None:
 
 async def not_found(send: Send, path: str, method: str) -> None:
     """FastAPI's 404 or 405 for a route the fake does not serve."""
-    routes = {"/generate": "POST", "/abort_request": "POST", "/get_server_info": "GET"}
-    routes.update({"/server_info": "GET", "/health": "GET", "/v1/loads": "GET"})
-    routes.update({"/pause_generation": "POST", "/continue_generation": "POST"})
+    routes = {
+        "/generate": "POST",
+        "/abort_request": "POST",
+        "/get_server_info": "GET",
+        "/server_info": "GET",
+        "/health": "GET",
+        "/v1/loads": "GET",
+        "/pause_generation": "POST",
+        "/continue_generation": "POST",
+    }
     if path in routes and routes[path] != method:
         await answer(send, 405, JSON, b'{"detail":"Method Not Allowed"}')
     else:
