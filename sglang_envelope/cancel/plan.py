@@ -47,7 +47,9 @@ DEFAULT_FIRST_TOKEN_WAIT_S = 5.0
 DEFAULT_DEADLINE_S = 10.0
 
 
-def _check_seconds(name: str, value: object) -> None:
+def check_seconds(name: str, value: object) -> None:
+    """Raise `EnvelopeError` naming `name` unless `value` is a finite number of seconds
+    >= 0 (a plan's, or a rollout control's)."""
     # show_value, not repr: a hostile value may be nested too deep to show, or an int
     # too long.
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -70,7 +72,7 @@ def _check_delays(delays: object) -> None:
             f"retry_delays_s: expected a tuple of seconds, got {show_value(delays)}"
         )
     for index, delay in enumerate(delays):
-        _check_seconds(f"retry_delays_s[{index}]", delay)
+        check_seconds(f"retry_delays_s[{index}]", delay)
 
 
 def _schedule_total(wait: float, delays: tuple[float, ...]) -> float:
@@ -101,8 +103,8 @@ class AbortPolicy(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _check_delays(self.retry_delays_s)
-        _check_seconds("first_token_wait_s", self.first_token_wait_s)
-        _check_seconds("deadline_s", self.deadline_s)
+        check_seconds("first_token_wait_s", self.first_token_wait_s)
+        check_seconds("deadline_s", self.deadline_s)
 
 
 class AbortPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -138,14 +140,14 @@ class AbortPlan(msgspec.Struct, frozen=True, kw_only=True):
                 "wait_for_first_token: expected a bool, "
                 f"got {type(self.wait_for_first_token).__name__}"
             )
-        _check_seconds("first_token_wait_s", self.first_token_wait_s)
+        check_seconds("first_token_wait_s", self.first_token_wait_s)
         if not self.wait_for_first_token and self.first_token_wait_s != 0:
             raise EnvelopeError(
                 "first_token_wait_s: expected 0.0 in a plan that does not wait for the "
                 f"first token, got {show_value(self.first_token_wait_s)}"
             )
         _check_delays(self.retry_delays_s)
-        _check_seconds("deadline_s", self.deadline_s)
+        check_seconds("deadline_s", self.deadline_s)
         end = _schedule_total(self.first_token_wait_s, self.retry_delays_s)
         if not end <= float(self.deadline_s):
             raise EnvelopeError(

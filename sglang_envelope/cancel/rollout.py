@@ -23,7 +23,7 @@ from typing import Any, Literal, NamedTuple
 
 import msgspec
 
-from sglang_envelope.cancel.plan import _check_seconds
+from sglang_envelope.cancel.plan import check_seconds
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.releases.target import Target
 
@@ -312,12 +312,12 @@ class DrainPolicy(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _check_drain_times(retry_every_s: object, deadline_s: object) -> None:
-    _check_seconds("retry_every_s", retry_every_s)
+    check_seconds("retry_every_s", retry_every_s)
     if not float(retry_every_s) > 0:  # type: ignore[arg-type]  # checked: a number
         raise EnvelopeError(
             f"retry_every_s: expected more than 0 seconds, got {retry_every_s!r}"
         )
-    _check_seconds("deadline_s", deadline_s)
+    check_seconds("deadline_s", deadline_s)
 
 
 class DrainPlan(msgspec.Struct, frozen=True, kw_only=True):

@@ -43,7 +43,7 @@ from sglang_envelope.request.types import (
 __all__ = ["WorkerEnvelope", "decode_envelope", "encode_envelope", "to_worker_envelope"]
 
 
-def _is_utf8(text: str) -> bool:
+def is_utf8(text: str) -> bool:
     """False for text with lone surrogates, which JSON on the wire cannot carry."""
     try:
         text.encode("utf-8")
@@ -58,7 +58,7 @@ def check_rid(rid: object, name: str = "rid") -> None:
     SGLang aborts requests by rid prefix, so an empty id would match every
     request on the server.
     """
-    if type(rid) is not str or not rid or not (rid.isascii() or _is_utf8(rid)):
+    if type(rid) is not str or not rid or not (rid.isascii() or is_utf8(rid)):
         raise EnvelopeError(
             f"{name} must be a non-empty UTF-8 string, got {show_value(rid)}"
         )
@@ -177,7 +177,7 @@ def decode_envelope(
         wire = _wire_decoder.decode(wire_bytes)
     except DECODE_ERRORS as error:
         raise _envelope_error(error, wire_bytes) from None
-    if not _is_utf8(wire.rid):
+    if not is_utf8(wire.rid):
         raise reject("invalid_envelope", detail="rid must be valid UTF-8")
     request = decode_with_limits(wire.request, limits, contract)
     return WorkerEnvelope(rid=wire.rid, request=request)

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.request.engine import EngineRequest, Role
-from sglang_envelope.request.envelope import _is_utf8
+from sglang_envelope.request.envelope import is_utf8
 from sglang_envelope.response.merge import UNAVAILABLE_MARKER, _meta, has_prompt_logprobs
 
 __all__ = ["UNAVAILABLE_REASON", "finalize_response"]
@@ -52,7 +52,7 @@ def finalize_response(
         raise EnvelopeError(
             f"engine must be an EngineRequest, got {type(engine).__name__}"
         )
-    if not isinstance(client_rid, str) or not client_rid or not _is_utf8(client_rid):
+    if not isinstance(client_rid, str) or not client_rid or not is_utf8(client_rid):
         raise EnvelopeError(
             f"client_rid must be a non-empty UTF-8 string, got {show_value(client_rid)}"
         )

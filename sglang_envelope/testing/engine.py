@@ -27,7 +27,13 @@ from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.sse import SSE_DONE
 from sglang_envelope.testing.answers import ABORTED, Span, answer_object, plan_answer
 from sglang_envelope.testing.control import Pause, loads_body, serve_control
-from sglang_envelope.testing.many import Ending, Generation, plan_many, serve_many
+from sglang_envelope.testing.many import (
+    Ending,
+    Generation,
+    plan_many,
+    serve_many,
+    span_ending,
+)
 from sglang_envelope.testing.requests import (
     ClientGone,
     Message,
@@ -123,6 +129,10 @@ class FakeEngine:
     `running` (generations still running). A request for many sequences
     (``n`` > 1, a batch) is one generation a sequence. The records keep the last
     `max_recorded` items.
+
+    `is_running`, `forget`, `end_on_disconnect`, `next_step` and `record_outcome`
+    are the steps of serving generations, which ``testing/many.py`` drives for a
+    request of many sequences; a test has no need of them.
     """
 
     __slots__ = (
@@ -283,7 +293,7 @@ class FakeEngine:
 
     def _start(self, request: ClientRequest) -> Generation:
         rid = request.rid or uuid.uuid4().hex
-        if rid in self._running:
+        if self.is_running(rid):
             raise EngineError(f"Duplicate request ID detected: {rid}", 400)
         plan = plan_answer(
             request,
@@ -297,7 +307,7 @@ class FakeEngine:
         return generation
 
     async def _serve(self, generation: Generation, receive: Receive, send: Send) -> None:
-        watcher = asyncio.ensure_future(self._watch([generation], receive))
+        watcher = asyncio.ensure_future(self.end_on_disconnect([generation], receive))
         try:
             if generation.plan.request.stream:
                 await self._stream(generation, send)
@@ -305,10 +315,20 @@ class FakeEngine:
                 await self._unary(generation, send)
         finally:
             watcher.cancel()
-            if self._running.get(generation.plan.rid) is generation:
-                del self._running[generation.plan.rid]
+            self.forget(generation)
 
-    async def _watch(self, generations: list[Generation], receive: Receive) -> None:
+    def is_running(self, rid: str) -> bool:
+        """Whether a generation is running under `rid` (SGLang refuses a second one)."""
+        return rid in self._running
+
+    def forget(self, generation: Generation) -> None:
+        """Drop `generation` from the running ones, unless another has taken its rid."""
+        if self._running.get(generation.plan.rid) is generation:
+            del self._running[generation.plan.rid]
+
+    async def end_on_disconnect(
+        self, generations: list[Generation], receive: Receive
+    ) -> None:
         """End a request's generations when its client goes away, as SGLang does."""
         while True:
             message = await receive()
@@ -319,7 +339,7 @@ class FakeEngine:
                     generation.halt("disconnect")
                 return
 
-    async def _step(self, generation: Generation) -> Span | Ending:
+    async def next_step(self, generation: Generation) -> Span | Ending:
         """Make the next frame's tokens (after the delay): their span, or how it ended."""
         if self.frame_delay > 0 and generation.stop is None:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -340,13 +360,9 @@ class FakeEngine:
         finish = plan.finish if generation.made == total else None
         return Span(start, generation.made, finish, start == 0)
 
-    def _record(self, generation: Generation, ending: Ending) -> None:
+    def record_outcome(self, generation: Generation, ending: Ending) -> None:
+        """Count how `generation` ended (`outcomes`)."""
         self.outcomes.append(Outcome(generation.plan.rid, ending, generation.made))
-
-    def _ending(self, span: Span) -> Ending:
-        assert span.finish is not None
-        kind: Ending = span.finish["type"]
-        return kind
 
     async def _stream(self, generation: Generation, send: Send) -> None:
         await stream_start(send)
@@ -355,18 +371,18 @@ class FakeEngine:
             if self.fail_after is not None and frames >= self.fail_after:
                 frame = error_event(EngineError(self.fail_message, self.fail_status))
                 await body_chunk(send, frame + SSE_DONE, more=False)
-                self._record(generation, "error")
+                self.record_outcome(generation, "error")
                 return
-            step = await self._step(generation)
+            step = await self.next_step(generation)
             if not isinstance(step, Span):
-                self._record(generation, step)
+                self.record_outcome(generation, step)
                 return
             shown = step if self.incremental else step._replace(start=0)
             data = _ENCODE(answer_object(generation.plan, shown, unary=False))
             frames += 1
             if step.finish is not None:
                 await body_chunk(send, b"data: " + data + b"\n\n" + SSE_DONE, more=False)
-                self._record(generation, self._ending(step))
+                self.record_outcome(generation, span_ending(step))
                 return
             await body_chunk(send, b"data: " + data + b"\n\n", more=True)
 
@@ -376,15 +392,15 @@ class FakeEngine:
             if self.fail_after is not None and frames >= self.fail_after:
                 error = EngineError(self.fail_message, self.fail_status)
                 await answer(send, *error_response(error, stream=False))
-                self._record(generation, "error")
+                self.record_outcome(generation, "error")
                 return
-            step = await self._step(generation)
+            step = await self.next_step(generation)
             if not isinstance(step, Span):
-                self._record(generation, step)
+                self.record_outcome(generation, step)
                 return
             frames += 1
             if step.finish is not None:
                 body = answer_object(generation.plan, step._replace(start=0), unary=True)
                 await answer(send, 200, JSON, _ENCODE(body))
-                self._record(generation, self._ending(step))
+                self.record_outcome(generation, span_ending(step))
                 return

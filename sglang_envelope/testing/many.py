@@ -26,7 +26,7 @@ from sglang_envelope.testing.answers import AnswerPlan, Span, answer_object, pla
 from sglang_envelope.testing.requests import Receive, Send, Sequences, check_generate
 from sglang_envelope.testing.server import JSON, answer, body_chunk, stream_start
 
-__all__ = ["Ending", "Generation", "plan_many", "serve_many"]
+__all__ = ["Ending", "Generation", "plan_many", "serve_many", "span_ending"]
 
 _ENCODE: Final = msgspec.json.Encoder().encode
 #: How one generation ends.
@@ -51,6 +51,13 @@ class Generation:
             self.stopped.set()
 
 
+def span_ending(span: Span) -> Ending:
+    """How the generation of a finished `span` ended: its finish reason's type."""
+    assert span.finish is not None
+    kind: Ending = span.finish["type"]
+    return kind
+
+
 class _Engine(Protocol):
     """What the many-sequence serving reads of `FakeEngine`."""
 
@@ -63,15 +70,18 @@ class _Engine(Protocol):
     fail_after: int | None
     fail_message: str
     fail_status: int
-    _running: dict[str, Generation]
 
-    async def _watch(self, generations: list[Generation], receive: Receive) -> None: ...
+    def is_running(self, rid: str) -> bool: ...
 
-    async def _step(self, generation: Generation) -> Span | Ending: ...
+    def forget(self, generation: Generation) -> None: ...
 
-    def _record(self, generation: Generation, ending: Ending) -> None: ...
+    async def end_on_disconnect(
+        self, generations: list[Generation], receive: Receive
+    ) -> None: ...
 
-    def _ending(self, span: Span) -> Ending: ...
+    async def next_step(self, generation: Generation) -> Span | Ending: ...
+
+    def record_outcome(self, generation: Generation, ending: Ending) -> None: ...
 
 
 def _sampled(request: ClientRequest) -> bool:
@@ -91,7 +101,7 @@ def plan_many(engine: _Engine, sequences: Sequences) -> list[AnswerPlan]:
         for body in sequences.prompts
     ]
     for rid in sequences.rids:
-        if rid in engine._running:
+        if engine.is_running(rid):
             raise EngineError(f"Duplicate request ID detected: {rid}", 400)
     n = sequences.n
     sampled = [_sampled(request) for request in requests]
@@ -112,7 +122,7 @@ async def serve_many(
     engine: _Engine, generations: list[Generation], receive: Receive, send: Send
 ) -> None:
     """Answer the request of `generations` (a stream or an array), and end them."""
-    watcher = asyncio.ensure_future(engine._watch(generations, receive))
+    watcher = asyncio.ensure_future(engine.end_on_disconnect(generations, receive))
     try:
         if generations[0].plan.request.stream:
             await _stream(engine, generations, send)
@@ -121,8 +131,7 @@ async def serve_many(
     finally:
         watcher.cancel()
         for generation in generations:
-            if engine._running.get(generation.plan.rid) is generation:
-                del engine._running[generation.plan.rid]
+            engine.forget(generation)
 
 
 def _frame(engine: _Engine, generation: Generation, step: Span, index: int) -> bytes:
@@ -141,10 +150,10 @@ async def _stream(engine: _Engine, generations: list[Generation], send: Send) ->
             error = error_event(EngineError(engine.fail_message, engine.fail_status))
             await body_chunk(send, error + SSE_DONE, more=False)
             for _, generation in live:
-                engine._record(generation, "error")
+                engine.record_outcome(generation, "error")
             return
         steps = await asyncio.gather(
-            *(engine._step(generation) for _, generation in live)
+            *(engine.next_step(generation) for _, generation in live)
         )
         frames += 1
         chunks = []
@@ -152,17 +161,17 @@ async def _stream(engine: _Engine, generations: list[Generation], send: Send) ->
         gone = False
         for (index, generation), step in zip(live, steps, strict=True):
             if not isinstance(step, Span):
-                engine._record(generation, step)
+                engine.record_outcome(generation, step)
                 gone = True
                 continue
             chunks.append(_frame(engine, generation, step, index))
             if step.finish is None:
                 going.append((index, generation))
             else:
-                engine._record(generation, engine._ending(step))
+                engine.record_outcome(generation, span_ending(step))
         if gone:  # the client went away: nothing more is sent
             for _, generation in going:
-                engine._record(generation, "disconnect")
+                engine.record_outcome(generation, "disconnect")
             return
         live = going
         await body_chunk(
@@ -175,15 +184,15 @@ async def _to_end(engine: _Engine, generation: Generation) -> Span | Ending:
     frames = 0
     while True:
         if engine.fail_after is not None and frames >= engine.fail_after:
-            engine._record(generation, "error")
+            engine.record_outcome(generation, "error")
             return "error"
-        step = await engine._step(generation)
+        step = await engine.next_step(generation)
         if not isinstance(step, Span):
-            engine._record(generation, step)
+            engine.record_outcome(generation, step)
             return step
         frames += 1
         if step.finish is not None:
-            engine._record(generation, engine._ending(step))
+            engine.record_outcome(generation, span_ending(step))
             return step
 
 
