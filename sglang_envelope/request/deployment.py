@@ -276,16 +276,12 @@ def _processor_off(d: Deployment, body: Any) -> dict[str, object] | None:
     return {} if asked and d.enable_custom_logit_processor is False else None
 
 
-def _stop_list(body: Any, name: str) -> list[str]:
-    value = _json(_sampling(body, name))
-    return [value] if isinstance(value, str) else list(value or ())
-
-
 def _needs_tokenizer(name: str) -> Callable[[Deployment, Any], dict[str, object] | None]:
     def check(d: Deployment, body: Any) -> dict[str, object] | None:
         if d.skip_tokenizer_init is not True:
             return None
-        stops = _stop_list(body, name)
+        value = _json(_sampling(body, name))
+        stops = [value] if isinstance(value, str) else list(value or ())
         return {"stops": repr(stops)} if stops else None
 
     return check

@@ -267,23 +267,22 @@ SAMPLING_RAW_FIELDS = (
 )
 
 
-def _check_raw(field: RawField, raw: Raw, prefix: str, limits: Limits) -> None:
-    path = prefix + field.path
-    if field.shape is None:
-        check_free_form(raw, path, limits, object_only=field.objects_only)
-        return
-    data = bytes(raw)
-    if data == b"null" or field.shape(data, path, limits):
-        _check_utf8(data, path)
-        return
-    try:
-        msgspec.json.decode(data, type=field.typed)
-    except DECODE_ERRORS as error:
-        raise translate_validation_error(error, prefix=path) from None
-
-
 def raw_check(field: RawField, prefix: str) -> Callable[[Raw, Limits], None]:
+    """The check of `field` (at `prefix`, as ``sampling_params.``): its JSON bytes held
+    within a decode's limits, of the shape it takes, or refused as msgspec refuses it."""
+    path = prefix + field.path
+
     def check(raw: Raw, limits: Limits) -> None:
-        _check_raw(field, raw, prefix, limits)
+        if field.shape is None:
+            check_free_form(raw, path, limits, object_only=field.objects_only)
+            return
+        data = bytes(raw)
+        if data == b"null" or field.shape(data, path, limits):
+            _check_utf8(data, path)
+            return
+        try:
+            msgspec.json.decode(data, type=field.typed)
+        except DECODE_ERRORS as error:
+            raise translate_validation_error(error, prefix=path) from None
 
     return check

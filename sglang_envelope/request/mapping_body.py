@@ -29,16 +29,12 @@ _CONTAINERS = (Mapping, list, tuple)
 _JSON_TYPES = (str, int, float, type(None), *_CONTAINERS)
 
 
-def _items(value: Any) -> Any:
-    return value.values() if isinstance(value, Mapping) else value
-
-
 def _containers_in(value: Any) -> list[Any] | None:
     """The containers among a list's items, or a mapping's values; None when JSON cannot
     carry one of `value`'s own keys or items (those inside its containers are theirs)."""
     if isinstance(value, Mapping) and not all(map(isinstance, value, repeat(str))):
         return None
-    items = _items(value)
+    items = value.values() if isinstance(value, Mapping) else value
     kinds = set(map(type, items))
     if not all(issubclass(kind, _JSON_TYPES) for kind in kinds):
         return None

@@ -217,7 +217,8 @@ class _Relay:
         After a failure they end with the error frame and ``[DONE]``, and
         `ended` is true: feed nothing more.
         """
-        if self._passing():
+        # Frames may go out unparsed once the mode is known and is the client's.
+        if not self._core.finished and self._core.incremental is self._client:
             return self._pass(chunk)
         chunk, limit_error = self._reader.bounded(chunk)
         events = self._reader.decoder.feed_sglang_events(chunk)
@@ -243,10 +244,6 @@ class _Relay:
             return out
         self.ended = True
         return out + error_event(error) + SSE_DONE
-
-    def _passing(self) -> bool:
-        """Whether frames may go out unparsed: the mode is known and the client's."""
-        return not self._core.finished and self._core.incremental is self._client
 
     def _pass(self, chunk: BytesLike) -> bytes:
         """`feed` once frames go out unparsed: the frames the bytes cannot vouch for are
