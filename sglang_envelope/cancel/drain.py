@@ -130,9 +130,8 @@ async def run_drain(
 def _check(plan: object, send: object, get_loads: object) -> None:
     if not isinstance(plan, DrainPlan):
         raise EnvelopeError(f"plan must be a DrainPlan, got {type(plan).__name__}")
-    DrainPlan.__post_init__(
-        plan
-    )  # again: msgspec.structs.force_setattr writes frozen plans
+    # Again: msgspec.structs.force_setattr writes frozen plans.
+    DrainPlan.__post_init__(plan)
     for name, function in (("send", send), ("get_loads", get_loads)):
         if not callable(function):
             raise EnvelopeError(

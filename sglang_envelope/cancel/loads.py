@@ -72,10 +72,8 @@ def read_loads(body: bytes, *, max_bytes: int = DEFAULT_MAX_LOADS_BYTES) -> Engi
         )
     try:
         loads = _decoder.decode(body).loads
-    except (
-        msgspec.DecodeError,
-        RecursionError,
-    ) as error:  # ValidationError names the key
+    # A ValidationError names the key.
+    except (msgspec.DecodeError, RecursionError) as error:
         raise ResponseError(
             f"the /v1/loads answer is not SGLang's shape: {error}"
         ) from None

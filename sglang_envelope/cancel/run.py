@@ -153,9 +153,8 @@ def _check(plan: object, send: object, first_token: object, finished: object) ->
 
     if not isinstance(plan, AbortPlan):
         raise EnvelopeError(f"plan must be an AbortPlan, got {type(plan).__name__}")
-    AbortPlan.__post_init__(
-        plan
-    )  # again: msgspec.structs.force_setattr writes frozen plans
+    # Again: msgspec.structs.force_setattr writes frozen plans.
+    AbortPlan.__post_init__(plan)
     if not callable(send):
         raise EnvelopeError(f"send must be an async callable, got {type(send).__name__}")
     for name, event in (("first_token", first_token), ("finished", finished)):

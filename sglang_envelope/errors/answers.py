@@ -78,9 +78,8 @@ _DONE: Final = b"data: [DONE]\n\n"
 #: Exception class -> its answer; a class not listed takes its nearest listed base's.
 ERROR_STATUSES: Final[dict[type[EnvelopeError], ErrorStatus]] = {
     RequestRejected: ErrorStatus(400, SGLANG_ERROR_TYPE),  # 413 for body_too_large
-    EngineError: ErrorStatus(
-        500, SGLANG_ERROR_TYPE
-    ),  # SGLang's own status when it gave one
+    # EngineError: SGLang's own status when it gave one.
+    EngineError: ErrorStatus(500, SGLANG_ERROR_TYPE),
     LimitExceeded: ErrorStatus(502, "limit_exceeded"),
     UpstreamError: ErrorStatus(502, "upstream_error"),  # 504 when it timed out
     ResponseError: ErrorStatus(502, "response_error"),

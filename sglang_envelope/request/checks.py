@@ -258,9 +258,8 @@ def bias_overflows(p: SamplingParams) -> dict[str, object] | None:
 
 
 def stop_regex_invalid(p: SamplingParams) -> dict[str, object] | None:
-    for pattern in (
-        stop_list(p.stop_regex) or ()
-    ):  # at most 32 of 256 bytes, checked before
+    # At most 32 of 256 bytes, checked before.
+    for pattern in stop_list(p.stop_regex) or ():
         try:
             re.compile(pattern)
         except (re.error, RecursionError, OverflowError) as error:

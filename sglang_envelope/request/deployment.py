@@ -137,10 +137,7 @@ def _json_object(data: bytes, name: str) -> dict[str, Any]:
         raise EnvelopeError(f"{name} must be JSON bytes, got {type(data).__name__}")
     try:
         value = msgspec.json.decode(data)
-    except (
-        msgspec.DecodeError,
-        RecursionError,
-    ) as error:  # RecursionError: nested too deep
+    except (msgspec.DecodeError, RecursionError) as error:  # RecursionError: too deep
         raise EnvelopeError(f"{name} is not valid JSON: {error}") from None
     if type(value) is not dict:
         raise EnvelopeError(f"{name} must be a JSON object, got {type(value).__name__}")

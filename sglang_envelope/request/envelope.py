@@ -127,9 +127,8 @@ def encode_envelope(envelope: WorkerEnvelope) -> bytes:
         )
     request = envelope.request
     if request.passed_fields is NO_PASSED_FIELDS and request.target is DEFAULT_TARGET:
-        return _encoder.encode(
-            envelope
-        )  # the request's own two fields left out as defaults
+        # The request's own two fields are left out, as defaults.
+        return _encoder.encode(envelope)
     return _encoder.encode(
         _WireEnvelope(envelope.rid, msgspec.Raw(request_json(request)))
     )

@@ -84,9 +84,8 @@ def _within(body: Mapping[str, Any], limit: int) -> bool | str | None:
     while stack:
         value, children, depth = stack.pop()
         key = id(value)
-        if (
-            children is None
-        ):  # first visit: check it, then walk the containers inside first
+        # First visit: check it, then walk the containers inside first.
+        if children is None:
             if key in sizes:
                 continue
             if key in pending:
@@ -134,9 +133,8 @@ def _first_fault(body: Mapping[str, Any]) -> RequestRejected:
     each linked to the one that holds it, so that only the faulty field's path
     is spelled out.
     """
-    parents: dict[
-        int, tuple[Any, str]
-    ] = {}  # by id(): the container holding it, the step
+    # By id(): the container holding it, and the step.
+    parents: dict[int, tuple[Any, str]] = {}
     seen: set[int] = set()
     stack: list[Any] = [body]
     while stack:
@@ -160,10 +158,8 @@ def _first_fault(body: Mapping[str, Any]) -> RequestRejected:
                 and id(item) not in seen
                 and id(item) not in parents
             ):
-                parents[id(item)] = (
-                    value,
-                    step,
-                )  # the first that holds it, met before it
+                # The first that holds it, met before it.
+                parents[id(item)] = (value, step)
                 children.append(item)
         stack.extend(reversed(children))
     return reject("not_json", detail="the mapping holds a value JSON cannot carry")
@@ -182,11 +178,8 @@ def mapping_json(body: Mapping[str, Any], limit: int) -> bytes:
         raise reject("body_too_large", size=f"over {limit}", limit=limit)
     try:
         data = msgspec.json.encode(body)
-    except (
-        TypeError,
-        ValueError,
-        RecursionError,
-    ) as error:  # UnicodeError is a ValueError
+    # A UnicodeError is a ValueError.
+    except (TypeError, ValueError, RecursionError) as error:
         raise reject("not_json", detail=str(error)) from None
     if len(data) > limit:
         raise reject("body_too_large", size=len(data), limit=limit)

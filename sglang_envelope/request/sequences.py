@@ -167,9 +167,8 @@ def _sample(request: ClientRequest, k: int) -> ClientRequest:
     assert isinstance(params, SamplingParams)  # n > 1 is in it
     rid = None if request.rid is None else f"{request.rid}_{k}"
     one = msgspec.structs.replace(params, n=UNSET)
-    return msgspec.structs.replace(
-        request, rid=rid, sampling_params=one
-    )  # checked when made
+    # Checked when made.
+    return msgspec.structs.replace(request, rid=rid, sampling_params=one)
 
 
 class _Bounds(msgspec.Struct, frozen=True):
@@ -386,9 +385,8 @@ def _batch_n(request: ClientRequest) -> int:
     params = request.sampling_params
     n = params.n if isinstance(params, SamplingParams) else UNSET
     width = params.beam_width if isinstance(params, SamplingParams) else UNSET
-    beam = (
-        isinstance(width, int) and width > 1
-    )  # SGLang makes one sequence of a beam request
+    # SGLang makes one sequence of a beam request.
+    beam = isinstance(width, int) and width > 1
     if isinstance(n, int) and n < 1 and not beam:
         raise reject("batch_n_below_one", n=n)
     return samples_per_prompt(request)

@@ -208,10 +208,8 @@ def _check_made(request: ClientRequest) -> ClientRequest:
         for name in _NOT_JSON:
             plain.pop(name, None)
         if request.input_ids is None and target.input == "tokens":
-            plain = {
-                "input_ids": None,
-                **plain,
-            }  # as a token-input body refuses a null one
+            # First, as a token-input body refuses a null one.
+            plain = {"input_ids": None, **plain}
         top, sampling = msgspec.to_builtins(passed, enc_hook=_raw_to_value)
     except (
         TypeError,

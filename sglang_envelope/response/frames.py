@@ -62,10 +62,7 @@ def decode_json(data: bytes | bytearray | memoryview, what: str) -> Any:
     """Decode JSON bytes; anything malformed is a `ResponseError` naming `what`."""
     try:
         return _DECODER.decode(data)
-    except (
-        msgspec.DecodeError,
-        RecursionError,
-    ) as exc:  # RecursionError: nesting too deep
+    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: too deep
         raise ResponseError(f"{what} is not valid JSON: {exc}") from exc
 
 

@@ -46,9 +46,8 @@ _BOM: Final = b"\xef\xbb\xbf"
 _DONE: Final = b"[DONE]"
 _DATA_PREFIX: Final = b"data: "
 _SGLANG_PREFIX: Final = b"data: {"  # an event as SGLang writes it begins so
-_SLICE: Final = (
-    256 * 1024
-)  # larger chunks are read in slices, to bound the copies split makes
+#: Larger chunks are read in slices, to bound the copies split makes.
+_SLICE: Final = 256 * 1024
 _ENCODER: Final = msgspec.json.Encoder()
 
 
@@ -254,9 +253,8 @@ class SseDecoder:
         self._lines(data, payloads)
 
     def _lines(self, data: bytes, payloads: list[Payload]) -> None:
-        lines: list[Any] = data.split(
-            b"\n"
-        )  # bytes, and a bytearray first if a line was open
+        # Bytes, and a bytearray first if a line was open.
+        lines: list[Any] = data.split(b"\n")
         last = lines.pop()  # the start of the next line, or b"" when data ends with LF
         if not lines:
             self._keep(last)
@@ -330,9 +328,8 @@ class SseDecoder:
                 if data is None:  # the usual single line
                     data = line[at:]
                     continue
-                if not isinstance(
-                    data, bytearray
-                ):  # more lines: one buffer, joined with LF
+                # More lines: one buffer, joined with LF.
+                if not isinstance(data, bytearray):
                     data = bytearray(data)
                 data += b"\n"
                 data += line[at:]
@@ -398,9 +395,8 @@ def _shaped_events(
     first = buffer.find(b"\n", start)  # the first LF: the line before it is complete
     end = buffer.rfind(b"\n") + 1 if first >= 0 else 0  # where the events end
     if (
-        (
-            end and (end - first < 2 or buffer[end - 2] != 10)
-        )  # the last LF is not a blank line
+        # The last LF does not end a blank line.
+        (end and (end - first < 2 or buffer[end - 2] != 10))
         or buffer.find(b"\r", start) >= 0
         or len(buffer) > limit
     ):

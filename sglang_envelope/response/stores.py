@@ -151,9 +151,8 @@ class DeltaStore:
             if path == _TEXT:
                 value: Any = "".join(pieces)
                 if copy:
-                    pieces[:] = [
-                        value
-                    ]  # join each piece once, however often this is called
+                    # Join each piece once, however often this is called.
+                    pieces[:] = [value]
             else:
                 value = pieces.copy() if copy else pieces
             (meta if in_meta else response)[key] = value

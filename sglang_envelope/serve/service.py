@@ -236,9 +236,8 @@ class Service:
         import asyncio
 
         try:
-            samples = samples_of(
-                envelope.request, client_rid
-            )  # n > 1: one request a sample
+            # n > 1: one request a sample.
+            samples = samples_of(envelope.request, client_rid)
             if samples is None:
                 engines = self._engine_requests(
                     envelope, routing or self._routing, prefill_dp_rank
@@ -348,9 +347,8 @@ class Service:
             import asyncio
 
             failed = not task.cancelled() and task.exception() is not None
-            if (
-                failed and not main.watched.finished.is_set()
-            ):  # its reader reads it to the end
+            # Its reader reads it to the end.
+            if failed and not main.watched.finished.is_set():
                 self._aborts.start(
                     main, asyncio.ensure_future(main.watched.finished.wait())
                 )

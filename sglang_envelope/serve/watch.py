@@ -161,9 +161,8 @@ class WatchedReply:
             self._released = True
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
-            while (
-                not self._queue.empty()
-            ):  # a reader still waiting is told the answer ended
+            # A reader still waiting is told the answer ended.
+            while not self._queue.empty():
                 self._queue.get_nowait()
             self._queue.put_nowait(_Failed(ResponseError("SGLang's answer was given up")))
             await self.reply.close()
