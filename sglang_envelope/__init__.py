@@ -44,7 +44,11 @@ from sglang_envelope.request.envelope import (
     to_worker_envelope,
 )
 from sglang_envelope.request.sequences import decode_sequences
-from sglang_envelope.request.types import ClientRequest, SamplingParams, decode_client_request
+from sglang_envelope.request.types import (
+    ClientRequest,
+    SamplingParams,
+    decode_client_request,
+)
 from sglang_envelope.releases.target import Target
 
 # --- response side ---
@@ -187,7 +191,8 @@ _MOVED: dict[str, str] = {
 
 
 def _moved(name: str) -> Any:
-    """A name that moved to a namespace, taken from there; the importing code is warned."""
+    """A name that moved to a namespace, taken from there; the importing code is
+    warned."""
     module = _MOVED.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -197,7 +202,8 @@ def _moved(name: str) -> Any:
     caller = sys._getframe(1).f_code.co_filename
     if not ("importlib" in caller and "_bootstrap" in caller):
         warnings.warn(
-            f"importing {name} from sglang_envelope is deprecated: import it from {module}"
+            f"importing {name} from sglang_envelope is deprecated: "
+            f"import it from {module}"
             " (the top-level name goes in the next release)",
             DeprecationWarning,
             stacklevel=2,
@@ -214,7 +220,9 @@ if TYPE_CHECKING:
     from sglang_envelope.stream import StreamAggregator as StreamAggregator
     from sglang_envelope.stream import aggregate_frames as aggregate_frames
     from sglang_envelope.stream import aggregate_sse_bytes as aggregate_sse_bytes
-    from sglang_envelope.stream import aggregate_sse_bytes_async as aggregate_sse_bytes_async
+    from sglang_envelope.stream import (
+        aggregate_sse_bytes_async as aggregate_sse_bytes_async,
+    )
     from sglang_envelope.stream import aiter_frames as aiter_frames
     from sglang_envelope.stream import encode_sse as encode_sse
     from sglang_envelope.stream import error_event as error_event
@@ -237,7 +245,9 @@ if TYPE_CHECKING:
     from sglang_envelope.rollout import plan_pause as plan_pause
     from sglang_envelope.rollout import read_loads as read_loads
     from sglang_envelope.rollout import run_drain as run_drain
-    from sglang_envelope.flat import DEFAULT_MAX_NESTED_POSITIONS as DEFAULT_MAX_NESTED_POSITIONS
+    from sglang_envelope.flat import (
+        DEFAULT_MAX_NESTED_POSITIONS as DEFAULT_MAX_NESTED_POSITIONS,
+    )
     from sglang_envelope.flat import FlatTopLogprobs as FlatTopLogprobs
     from sglang_envelope.flat import decode_flat_top_logprobs as decode_flat_top_logprobs
     from sglang_envelope.flat import encode_flat_top_logprobs as encode_flat_top_logprobs

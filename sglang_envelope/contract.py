@@ -1,4 +1,5 @@
-"""The contract as data: the SGLang releases it holds for, and the rules checked after dispatch.
+"""The contract as data: the SGLang releases it holds for, and the rules checked after
+dispatch.
 
 `KNOWN_RELEASES` are the releases a `Target` may name; `DEPLOYMENT_RULES` are
 the rules `build_engine_request` applies for a `Deployment`. The request rules

@@ -1,4 +1,5 @@
-"""SGLang's request-header overrides: the client's own body bytes sent as the engine request.
+"""SGLang's request-header overrides: the client's own body bytes sent as the engine
+request.
 
 An SGLang (0.5.22, 0.5.23) run with `SGLANG_ENABLE_REQUEST_HEADER_OVERRIDES=1`
 sets some engine fields from `x-override-*` headers; `header_overrides` gives

@@ -1,4 +1,5 @@
-"""A prefill/decode pair (disaggregated serving): its prefill server, and its merged answer.
+"""A prefill/decode pair (disaggregated serving): its prefill server, and its merged
+answer.
 
 `Service(..., prefill=PrefillServer(...))` serves a pair; a worker that runs
 the legs itself builds them with `build_engine_request` and a `Bootstrap`, and

@@ -1,4 +1,5 @@
-"""RL rollout controls: abort all, drain, pause and continue an engine; continue a generation.
+"""RL rollout controls: abort all, drain, pause and continue an engine; continue a
+generation.
 
 Each control is a plan (the path and the exact body to send, checked when it is
 made) for the SGLang release of its `Target`; `run_drain` carries a drain out

@@ -1,4 +1,5 @@
-"""The routed experts of SGLang's answer (`return_routed_experts`), read, written and joined.
+"""The routed experts of SGLang's answer (`return_routed_experts`), read, written and
+joined.
 
 `decode_routed_experts` reads ``meta_info.routed_experts`` into rows
 (``[position][layer][k]``), `encode_routed_experts` writes rows as SGLang does,

@@ -7,7 +7,10 @@ them, for a serving system that reads or writes SSE itself. See docs/responses.m
 
 from sglang_envelope.errors.answers import error_event
 from sglang_envelope.response.aggregate import StreamAggregator, aggregate_frames
-from sglang_envelope.response.aggregate_bytes import aggregate_sse_bytes, aggregate_sse_bytes_async
+from sglang_envelope.response.aggregate_bytes import (
+    aggregate_sse_bytes,
+    aggregate_sse_bytes_async,
+)
 from sglang_envelope.response.aiter import aiter_frames
 from sglang_envelope.response.choices import ChoicesAggregator
 from sglang_envelope.response.sse import SSE_DONE, SseDecoder, encode_sse

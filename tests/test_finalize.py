@@ -21,7 +21,7 @@ from sglang_envelope import (
     to_worker_envelope,
 )
 from sglang_envelope.pair import merge_prefill
-from sglang_envelope.request.envelope import _is_utf8
+from sglang_envelope.request.envelope import is_utf8
 from sglang_envelope.response.merge import PROMPT_LOGPROB_GROUPS, UNAVAILABLE_MARKER
 from tests.strategies import (
     DEPLOYMENT,
@@ -198,7 +198,7 @@ def test_any_json_raises_only_response_errors(response: Any, role: Role, rid: st
     except ResponseError:
         return
     except EnvelopeError:  # only a rid JSON cannot carry is the caller's mistake
-        assert not _is_utf8(rid)
+        assert not is_utf8(rid)
         return
     assert final["meta_info"]["id"] == rid
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -137,7 +139,7 @@ def test_the_package_map_lists_every_module() -> None:
 GENERATED = {"sglang_envelope.releases.tables", "sglang_envelope.request.generated"}
 
 
-def test_modules_stay_under_600_lines_and_functions_under_60() -> None:
+def test_modules_have_at_most_600_lines_and_functions_at_most_60() -> None:
     too_long = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if module_name(path) in GENERATED:
@@ -151,3 +153,122 @@ def test_modules_stay_under_600_lines_and_functions_under_60() -> None:
                 if lines > 60:
                     too_long.append(f"{module_name(path)}.{node.name}: {lines} lines")
     assert too_long == []
+
+
+SOURCES = {
+    module_name(path): path.read_text(encoding="utf-8") for path in sorted(PACKAGE.rglob("*.py"))
+}
+
+
+#: namedtuple's API, underscored so as not to clash with field names: not private.
+NAMEDTUPLE_API = frozenset(("_replace", "_fields", "_asdict", "_make", "_field_defaults"))
+
+
+def private_reaches(source: str) -> list[tuple[int, str]]:
+    """(line, what) of each use of another object's private member in `source`: an
+    attribute starting with one underscore read off anything but `self` or `cls`, and
+    an underscored name imported from another module."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            name = node.attr
+            if not name.startswith("_") or name.startswith("__") or name in NAMEDTUPLE_API:
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.ImportFrom):
+            found.extend(
+                (node.lineno, f"from {node.module} import {alias.name}")
+                for alias in node.names
+                if alias.name.startswith("_") and not alias.name.startswith("__")
+            )
+    return found
+
+
+def test_the_private_reach_count_finds_each_kind() -> None:
+    source = (
+        "from a import _hidden, shown\n"
+        "class C:\n"
+        "    def f(self, other):\n"
+        "        return self._own, other._theirs, other.__dict__, other._replace()\n"
+    )
+    assert private_reaches(source) == [
+        (1, "from a import _hidden"),
+        (4, "other._theirs"),
+    ]
+
+
+def test_other_objects_private_members_are_reached_at_most_five_times() -> None:
+    reaches = [
+        f"{name}:{line}: {what}"
+        for name, source in SOURCES.items()
+        for line, what in private_reaches(source)
+    ]
+    assert len(reaches) <= 5, "\n".join(reaches)
+
+
+#: Calls that make a table of a literal display (`frozenset((...))`).
+TABLE_MAKERS = frozenset(("frozenset", "tuple", "set", "dict"))
+
+
+def is_data_table(statement: ast.stmt) -> bool:
+    """An assignment of a literal display (a tuple, list, set or dict) or of one made
+    into a frozenset, tuple, set or dict: a table of data, laid out by hand."""
+    if not isinstance(statement, (ast.Assign, ast.AnnAssign)):
+        return False
+    value = statement.value
+    if (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id in TABLE_MAKERS
+        and len(value.args) == 1
+        and not value.keywords
+    ):
+        value = value.args[0]
+    return isinstance(value, (ast.Tuple, ast.List, ast.Set, ast.Dict))
+
+
+def fmt_skips(source: str) -> list[tuple[int, bool]]:
+    """(line, on a data table) of each ``# fmt: skip`` in `source`."""
+    ending: dict[int, ast.stmt] = {}
+    for node in ast.walk(ast.parse(source)):  # outer statements first
+        if isinstance(node, ast.stmt) and node.end_lineno is not None:
+            ending[node.end_lineno] = node  # the innermost, which the comment is on
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    found = []
+    for token in tokens:
+        if token.type == tokenize.COMMENT and "fmt: skip" in token.string:
+            statement = ending.get(token.start[0])  # None: a comment inside one
+            found.append((token.start[0], statement is not None and is_data_table(statement)))
+    return found
+
+
+def test_fmt_skip_is_found_and_judged() -> None:
+    source = (
+        "RULES = frozenset(\n    ('a',  'b')\n)  # fmt: skip\n"
+        "x  =  1  # fmt: skip\n"
+        "if x:\n    TABLE = {1: 2}  # fmt: skip\n"
+    )
+    assert fmt_skips(source) == [(3, True), (4, False), (6, True)]
+
+
+def test_fmt_skip_only_on_data_tables_and_at_most_five() -> None:
+    skips = [
+        (f"{name}:{line}", table)
+        for name, source in SOURCES.items()
+        for line, table in fmt_skips(source)
+    ]
+    assert [where for where, table in skips if not table] == []
+    assert len(skips) <= 5, skips
+
+
+def test_at_most_one_percent_of_lines_are_over_90_characters() -> None:
+    lines = [
+        line
+        for name, source in SOURCES.items()
+        if name not in GENERATED
+        for line in source.splitlines()
+    ]
+    long = [line for line in lines if len(line) > 90]
+    assert len(long) <= len(lines) // 100, f"{len(long)} of {len(lines)} lines"

@@ -244,6 +244,7 @@ def many_sequences(draw: st.DrawFn) -> Body:
     """A body of one prompt or a batch, with an n of 1 to 4 (and the rid forms SGLang has)."""
     body = draw(client_requests())
     body.pop("logprob_start_len", None)  # past a shorter prompt: refused
+    body.pop("routed_experts_start_len", None)  # likewise
     if draw(st.booleans()):
         size = draw(st.integers(1, 4))
         body["input_ids"] = [draw(st.lists(st.integers(0, 1000), min_size=1)) for _ in range(size)]

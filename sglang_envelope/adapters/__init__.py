@@ -1,1 +1,1 @@
-"""Transports to SGLang over real HTTP clients, each importing its client only when used."""
+"""Transports to SGLang over real HTTP clients, each client imported only when used."""

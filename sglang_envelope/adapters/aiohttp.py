@@ -31,16 +31,20 @@ _FAILURES = (aiohttp.ClientError, asyncio.TimeoutError)
 
 def _upstream(error: BaseException) -> UpstreamError:
     if isinstance(error, asyncio.TimeoutError):
-        return UpstreamError(f"SGLang did not answer in time: {type(error).__name__}", 504)
+        return UpstreamError(
+            f"SGLang did not answer in time: {type(error).__name__}", 504
+        )
     return UpstreamError(f"SGLang could not be reached: {type(error).__name__}: {error}")
 
 
 class AiohttpTransport:
-    """SGLang at `base_url`, over `session` (one of its own when None; closed by `aclose`)."""
+    """SGLang at `base_url` over `session` (its own when None, closed by `aclose`)."""
 
     __slots__ = ("_base_url", "_owned", "_session")
 
-    def __init__(self, base_url: str, *, session: aiohttp.ClientSession | None = None) -> None:
+    def __init__(
+        self, base_url: str, *, session: aiohttp.ClientSession | None = None
+    ) -> None:
         self._base_url = base_url.rstrip("/")
         self._owned = session is None
         self._session = session
@@ -53,14 +57,18 @@ class AiohttpTransport:
     async def generate(self, body: bytes, headers: Mapping[str, str]) -> EngineReply:
         url = self._base_url + "/generate"
         try:
-            response = await self._client().post(url, data=body, headers={**_JSON, **headers})
+            response = await self._client().post(
+                url, data=body, headers={**_JSON, **headers}
+            )
         except _FAILURES as error:
             raise _upstream(error) from error
 
         async def close() -> None:
             response.release()
 
-        return EngineReply(response.status, _chunks(response), close, dict(response.headers))
+        return EngineReply(
+            response.status, _chunks(response), close, dict(response.headers)
+        )
 
     async def abort(self, body: bytes) -> int:
         try:

@@ -26,18 +26,22 @@ _JSON = {"content-type": "application/json"}
 
 def _upstream(error: httpx.HTTPError) -> UpstreamError:
     if isinstance(error, httpx.TimeoutException):
-        return UpstreamError(f"SGLang did not answer in time: {type(error).__name__}", 504)
+        return UpstreamError(
+            f"SGLang did not answer in time: {type(error).__name__}", 504
+        )
     return UpstreamError(f"SGLang could not be reached: {type(error).__name__}: {error}")
 
 
 class HttpxTransport:
-    """SGLang at `base_url`, over `client` (one of its own when None; closed by `aclose`)."""
+    """SGLang at `base_url` over `client` (its own when None, closed by `aclose`)."""
 
     __slots__ = ("_client", "_owned")
 
     def __init__(self, base_url: str, *, client: httpx.AsyncClient | None = None) -> None:
         self._owned = client is None
-        self._client = client or httpx.AsyncClient(base_url=base_url, timeout=DEFAULT_TIMEOUT)
+        self._client = client or httpx.AsyncClient(
+            base_url=base_url, timeout=DEFAULT_TIMEOUT
+        )
         if client is not None and not str(client.base_url):
             self._client.base_url = httpx.URL(base_url)
 
@@ -50,12 +54,17 @@ class HttpxTransport:
         except httpx.HTTPError as error:
             raise _upstream(error) from error
         return EngineReply(
-            response.status_code, _chunks(response), response.aclose, dict(response.headers)
+            response.status_code,
+            _chunks(response),
+            response.aclose,
+            dict(response.headers),
         )
 
     async def abort(self, body: bytes) -> int:
         try:
-            response = await self._client.post("/abort_request", content=body, headers=_JSON)
+            response = await self._client.post(
+                "/abort_request", content=body, headers=_JSON
+            )
         except httpx.HTTPError as error:
             raise _upstream(error) from error
         return response.status_code

@@ -52,7 +52,8 @@ def _finish_type(meta: Mapping[str, Any]) -> str:
     if not isinstance(finish, Mapping) or type(finish.get("type")) is not str:
         raise EnvelopeError(
             "meta_info.finish_reason: expected SGLang's finish reason object with a "
-            f"'type', got {show_value(finish)} (a generation still running cannot be continued)"
+            f"'type', got {show_value(finish)} "
+            "(a generation still running cannot be continued)"
         )
     kind: str = finish["type"]
     if kind not in CONTINUABLE:
@@ -63,7 +64,8 @@ def _finish_type(meta: Mapping[str, Any]) -> str:
     status = finish.get("status_code")
     if kind == "abort" and type(status) is int and 400 <= status < 600:
         raise EnvelopeError(
-            f"meta_info.finish_reason.status_code: {status}: SGLang refused or failed the "
+            f"meta_info.finish_reason.status_code: {status}: "
+            "SGLang refused or failed the "
             "request; a continuation would meet the same error"
         )
     return kind
@@ -77,7 +79,9 @@ def _output_ids(response: Mapping[str, Any], meta: Mapping[str, Any]) -> list[in
         )
     for index, token in enumerate(ids):
         if type(token) is not int:
-            raise EnvelopeError(f"output_ids[{index}]: expected an int, got {show_value(token)}")
+            raise EnvelopeError(
+                f"output_ids[{index}]: expected an int, got {show_value(token)}"
+            )
     made = meta.get("completion_tokens")
     if type(made) is int and made != len(ids):
         raise EnvelopeError(
@@ -107,18 +111,25 @@ def _budget(params: SamplingParams, made: int, default: int) -> int | None:
     left = total - made
     if left <= 0:
         raise EnvelopeError(
-            f"sampling_params.max_new_tokens: {total} tokens were asked for and {made} made: "
+            f"sampling_params.max_new_tokens: {total} tokens were asked for "
+            f"and {made} made: "
             "none is left to continue"
         )
     return left
 
 
 def _token_prompt(request: ClientRequest) -> tuple[int, ...]:
-    """The request's prompt ids; `EnvelopeError` for a text prompt."""
+    """The request's prompt ids; `EnvelopeError` for what is not a `ClientRequest`, and
+    for a text prompt."""
+    if not isinstance(request, ClientRequest):
+        raise EnvelopeError(
+            f"request must be a ClientRequest, got {type(request).__name__}"
+        )
     if request.input_ids is None or request.text is not None:
         raise EnvelopeError(
             "text: a request with a text prompt cannot be continued: the continuation "
-            "appends the tokens made to input_ids, and the prompt's ids are SGLang's tokenizer's"
+            "appends the tokens made to input_ids, "
+            "and the prompt's ids are SGLang's tokenizer's"
         )
     return request.input_ids
 
@@ -140,9 +151,9 @@ def continuation_request(
     null), ``min_new_tokens`` lowered likewise (not below 0), and every other
     field kept but ``routed_experts_start_len``, which becomes the first part's
     last position (its rows stop before it): `join_routed_experts` of the parts'
-    strings is the whole generation's. It is made as a `ClientRequest` is, so every rule of
-    `request.target` is checked (`RequestRejected` for a broken one, such as
-    ``too_many_input_ids``).
+    strings is the whole generation's. It is made as a `ClientRequest` is, so
+    every rule of `request.target` is checked (`RequestRejected` for a broken
+    one, such as ``too_many_input_ids``).
 
     Raises `EnvelopeError` naming the field where it cannot be continued: a
     finish reason other than abort or length (or none), an abort SGLang gave
@@ -156,12 +167,11 @@ def continuation_request(
     answer; its continuation is that sample's alone (no ``n``), under the rid
     the sample was answered under (``meta_info.id``).
     """
-    if not isinstance(request, ClientRequest):
-        raise EnvelopeError(f"request must be a ClientRequest, got {type(request).__name__}")
     prompt = _token_prompt(request)
     if type(default_max_new_tokens) is not int or default_max_new_tokens < 0:
         raise EnvelopeError(
-            f"default_max_new_tokens must be an int >= 0, got {show_value(default_max_new_tokens)}"
+            "default_max_new_tokens must be an int >= 0, "
+            f"got {show_value(default_max_new_tokens)}"
         )
     meta = _continuable_meta(response)
     ids = _output_ids(response, meta)
@@ -169,7 +179,8 @@ def continuation_request(
     params = SamplingParams() if given is UNSET or given is None else given
     _check_unconstrained(params)
     changes: dict[str, Any] = {}
-    if samples_per_prompt(request) > 1:  # `response` is one sample: so is its continuation
+    # `response` is one sample of many: so is its continuation.
+    if samples_per_prompt(request) > 1:
         changes["rid"] = _sample_rid(meta)
     if request.return_routed_experts:
         # The first part's rows end before its last position, which had no forward pass.
@@ -178,12 +189,16 @@ def continuation_request(
     return msgspec.structs.replace(
         request,
         input_ids=(*prompt, *ids),
-        sampling_params=_rest_of(params, len(ids), default_max_new_tokens, "rid" in changes),
+        sampling_params=_rest_of(
+            params, len(ids), default_max_new_tokens, "rid" in changes
+        ),
         **changes,
     )
 
 
-def _rest_of(params: SamplingParams, made: int, default: int, one_sample: bool) -> SamplingParams:
+def _rest_of(
+    params: SamplingParams, made: int, default: int, one_sample: bool
+) -> SamplingParams:
     """`params` for what is left after `made` tokens: the budgets lowered (`_budget`), and
     no ``n`` for one sample of many."""
     changes: dict[str, Any] = {"max_new_tokens": _budget(params, made, default)}

@@ -1,4 +1,4 @@
-"""Carrying out a drain plan with the caller's transport: abort all until the engine is idle.
+"""A drain plan run with the caller's transport: abort all until the engine is idle.
 
 `run_drain` follows a `DrainPlan`: post the abort-all body, read the caller's
 ``GET /v1/loads`` answer with `read_loads`, and repeat every `retry_every_s`
@@ -52,7 +52,9 @@ async def _bounded(pending: object, name: str, timeout: float) -> Any:
     import asyncio
 
     if not inspect.isawaitable(pending):
-        raise EnvelopeError(f"{name} must return an awaitable, got {type(pending).__name__}")
+        raise EnvelopeError(
+            f"{name} must return an awaitable, got {type(pending).__name__}"
+        )
     return await asyncio.wait_for(pending, max(timeout, 0.0))
 
 
@@ -63,13 +65,18 @@ async def _round(
     at: float,
     left: Callable[[], float],
 ) -> tuple[DrainRound, bool]:
-    """One abort and one loads read, each given the time left; the round and whether idle."""
+    """One abort and one loads read, each given the time left: the round, and whether
+    the engine is idle."""
     status = await _bounded(send(plan.abort.body), "send", left())
     if type(status) is not int:
-        raise EnvelopeError(f"send must return an HTTP status (an int), got {show_value(status)}")
+        raise EnvelopeError(
+            f"send must return an HTTP status (an int), got {show_value(status)}"
+        )
     body = await _bounded(get_loads(), "get_loads", left())
     if type(body) is not bytes:
-        raise EnvelopeError(f"get_loads must return the answer's bytes, got {type(body).__name__}")
+        raise EnvelopeError(
+            f"get_loads must return the answer's bytes, got {type(body).__name__}"
+        )
     load = read_loads(body)
     done = DrainRound(at_s=at, status=status, running=load.running, waiting=load.waiting)
     return done, load.idle
@@ -80,7 +87,7 @@ async def run_drain(
     send: Callable[[bytes], Awaitable[int]],
     get_loads: Callable[[], Awaitable[bytes]],
 ) -> DrainOutcome:
-    """Carry out `plan`: abort all with `send`, until `get_loads`' answer shows the engine idle.
+    """Carry out `plan`: abort all with `send` until `get_loads` shows the engine idle.
 
     Each round posts ``plan.abort.body`` with `send(body)` (which returns the
     HTTP status of ``POST /abort_request``), then reads ``GET /v1/loads``
@@ -123,7 +130,10 @@ async def run_drain(
 def _check(plan: object, send: object, get_loads: object) -> None:
     if not isinstance(plan, DrainPlan):
         raise EnvelopeError(f"plan must be a DrainPlan, got {type(plan).__name__}")
-    DrainPlan.__post_init__(plan)  # again: msgspec.structs.force_setattr writes frozen plans
+    # Again: msgspec.structs.force_setattr writes frozen plans.
+    DrainPlan.__post_init__(plan)
     for name, function in (("send", send), ("get_loads", get_loads)):
         if not callable(function):
-            raise EnvelopeError(f"{name} must be an async callable, got {type(function).__name__}")
+            raise EnvelopeError(
+                f"{name} must be an async callable, got {type(function).__name__}"
+            )

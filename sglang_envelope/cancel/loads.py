@@ -72,12 +72,17 @@ def read_loads(body: bytes, *, max_bytes: int = DEFAULT_MAX_LOADS_BYTES) -> Engi
         )
     try:
         loads = _decoder.decode(body).loads
-    except (msgspec.DecodeError, RecursionError) as error:  # ValidationError names the key
-        raise ResponseError(f"the /v1/loads answer is not SGLang's shape: {error}") from None
+    # A ValidationError names the key.
+    except (msgspec.DecodeError, RecursionError) as error:
+        raise ResponseError(
+            f"the /v1/loads answer is not SGLang's shape: {error}"
+        ) from None
     for index, load in enumerate(loads):
         for name in ("num_running_reqs", "num_waiting_reqs"):
             if getattr(load, name) < 0:
-                raise ResponseError(f"the /v1/loads answer's loads[{index}].{name} is negative")
+                raise ResponseError(
+                    f"the /v1/loads answer's loads[{index}].{name} is negative"
+                )
     return EngineLoad(
         running=sum(load.num_running_reqs for load in loads),
         waiting=sum(load.num_waiting_reqs for load in loads),

@@ -47,10 +47,15 @@ DEFAULT_FIRST_TOKEN_WAIT_S = 5.0
 DEFAULT_DEADLINE_S = 10.0
 
 
-def _check_seconds(name: str, value: object) -> None:
-    # show_value, not repr: a hostile value may be nested too deep or an int too long to show.
+def check_seconds(name: str, value: object) -> None:
+    """Raise `EnvelopeError` naming `name` unless `value` is a finite number of seconds
+    >= 0 (a plan's, or a rollout control's)."""
+    # show_value, not repr: a hostile value may be nested too deep to show, or an int
+    # too long.
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise EnvelopeError(f"{name}: expected a number of seconds, got {show_value(value)}")
+        raise EnvelopeError(
+            f"{name}: expected a number of seconds, got {show_value(value)}"
+        )
     try:
         seconds = float(value)
     except OverflowError:
@@ -67,7 +72,7 @@ def _check_delays(delays: object) -> None:
             f"retry_delays_s: expected a tuple of seconds, got {show_value(delays)}"
         )
     for index, delay in enumerate(delays):
-        _check_seconds(f"retry_delays_s[{index}]", delay)
+        check_seconds(f"retry_delays_s[{index}]", delay)
 
 
 def _schedule_total(wait: float, delays: tuple[float, ...]) -> float:
@@ -98,8 +103,8 @@ class AbortPolicy(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _check_delays(self.retry_delays_s)
-        _check_seconds("first_token_wait_s", self.first_token_wait_s)
-        _check_seconds("deadline_s", self.deadline_s)
+        check_seconds("first_token_wait_s", self.first_token_wait_s)
+        check_seconds("deadline_s", self.deadline_s)
 
 
 class AbortPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -135,19 +140,20 @@ class AbortPlan(msgspec.Struct, frozen=True, kw_only=True):
                 "wait_for_first_token: expected a bool, "
                 f"got {type(self.wait_for_first_token).__name__}"
             )
-        _check_seconds("first_token_wait_s", self.first_token_wait_s)
+        check_seconds("first_token_wait_s", self.first_token_wait_s)
         if not self.wait_for_first_token and self.first_token_wait_s != 0:
             raise EnvelopeError(
-                "first_token_wait_s: expected 0.0 in a plan that does not wait for the first "
-                f"token, got {show_value(self.first_token_wait_s)}"
+                "first_token_wait_s: expected 0.0 in a plan that does not wait for the "
+                f"first token, got {show_value(self.first_token_wait_s)}"
             )
         _check_delays(self.retry_delays_s)
-        _check_seconds("deadline_s", self.deadline_s)
+        check_seconds("deadline_s", self.deadline_s)
         end = _schedule_total(self.first_token_wait_s, self.retry_delays_s)
         if not end <= float(self.deadline_s):
             raise EnvelopeError(
-                "deadline_s: expected at least first_token_wait_s + sum(retry_delays_s) = "
-                f"{end!r}, got {show_value(self.deadline_s)}"
+                "deadline_s: expected at least "
+                f"first_token_wait_s + sum(retry_delays_s) = {end!r}, "
+                f"got {show_value(self.deadline_s)}"
             )
 
 
@@ -158,7 +164,9 @@ class _AbortBody(msgspec.Struct, forbid_unknown_fields=True):
 
 
 _body_decoder = msgspec.json.Decoder(_AbortBody)
-_BODY_EXPECTED = 'expected the bytes plan_abort builds, {"rid":"..."} with a non-empty rid'
+_BODY_EXPECTED = (
+    'expected the bytes plan_abort builds, {"rid":"..."} with a non-empty rid'
+)
 
 
 def _check_abort_body(body: object) -> None:
@@ -175,9 +183,13 @@ def _check_abort_body(body: object) -> None:
         rid = _body_decoder.decode(body).rid
         check_rid(rid)
     except (msgspec.DecodeError, EnvelopeError) as error:
-        raise EnvelopeError(f"body: {_BODY_EXPECTED}, got {show_value(body)} ({error})") from None
+        raise EnvelopeError(
+            f"body: {_BODY_EXPECTED}, got {show_value(body)} ({error})"
+        ) from None
     if _encoder.encode({"rid": rid}) != body:
-        raise EnvelopeError(f"body: {_BODY_EXPECTED}, got {show_value(body)} (not in that form)")
+        raise EnvelopeError(
+            f"body: {_BODY_EXPECTED}, got {show_value(body)} (not in that form)"
+        )
 
 
 class AbortStep(NamedTuple):
@@ -212,7 +224,9 @@ ABORT_RULES: Mapping[tuple[bool, Role, bool], AbortStep] = {
 }
 
 
-def _trim(delays: tuple[float, ...], *, wait: float, deadline: float) -> tuple[float, ...]:
+def _trim(
+    delays: tuple[float, ...], *, wait: float, deadline: float
+) -> tuple[float, ...]:
     """The longest prefix of `delays` with `wait + sum(prefix) <= deadline`."""
     kept: list[float] = []
     total = 0.0  # equals sum(kept) exactly: the same additions in the same order
@@ -247,7 +261,8 @@ def plan_abort(
     """
     if not isinstance(engine_request, EngineRequest):
         raise EnvelopeError(
-            f"engine_request must be an EngineRequest, got {type(engine_request).__name__}"
+            "engine_request must be an EngineRequest, "
+            f"got {type(engine_request).__name__}"
         )
     if type(first_token_seen) is not bool:
         raise EnvelopeError(
@@ -260,8 +275,8 @@ def plan_abort(
         check_rid(rid)
     elif samples_per_prompt(engine_request.body) > 1:
         raise EnvelopeError(
-            "rid: an n > 1 request's samples run under fresh rids its own does not reach: "
-            "pass each sample's rid (its frames' meta_info.id) as rid="
+            "rid: an n > 1 request's samples run under fresh rids its own does not "
+            "reach: pass each sample's rid (its frames' meta_info.id) as rid="
         )
     else:
         rid = engine_request.body.rid
@@ -272,8 +287,12 @@ def plan_abort(
         )
     step = ABORT_RULES[(engine_request.stream, engine_request.role, first_token_seen)]
     deadline = float(policy.deadline_s)
-    wait = min(float(policy.first_token_wait_s), deadline) if step.wait_for_first_token else 0.0
-    delays = _trim(policy.retry_delays_s, wait=wait, deadline=deadline) if step.repeat else ()
+    wait = 0.0
+    if step.wait_for_first_token:
+        wait = min(float(policy.first_token_wait_s), deadline)
+    delays = (
+        _trim(policy.retry_delays_s, wait=wait, deadline=deadline) if step.repeat else ()
+    )
     return AbortPlan(
         body=_encoder.encode({"rid": rid}),
         wait_for_first_token=step.wait_for_first_token,

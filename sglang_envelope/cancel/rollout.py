@@ -23,7 +23,7 @@ from typing import Any, Literal, NamedTuple
 
 import msgspec
 
-from sglang_envelope.cancel.plan import _check_seconds
+from sglang_envelope.cancel.plan import check_seconds
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.releases.target import Target
 
@@ -79,7 +79,11 @@ _SAME = ReleaseControls(
     _ABORT_FIELDS, PAUSE_MODES, ("rid", "http_worker_ipc", "torch_empty_cache"), True
 )
 #: Each known release's controls, read from its `http_server.py` and `io_struct.py`.
-CONTROLS: Mapping[str, ReleaseControls] = {"0.5.21": _SAME, "0.5.22": _SAME, "0.5.23": _SAME}
+CONTROLS: Mapping[str, ReleaseControls] = {
+    "0.5.21": _SAME,
+    "0.5.22": _SAME,
+    "0.5.23": _SAME,
+}
 
 
 def _controls(target: object) -> ReleaseControls:
@@ -87,12 +91,17 @@ def _controls(target: object) -> ReleaseControls:
         raise EnvelopeError(f"target must be a Target, got {type(target).__name__}")
     controls = CONTROLS.get(target.sglang)
     if controls is None:  # a release with tables but no controls read yet
-        raise EnvelopeError(f"Target.sglang: no rollout controls are known for {target.sglang}")
+        raise EnvelopeError(
+            f"Target.sglang: no rollout controls are known for {target.sglang}"
+        )
     return controls
 
 
-class WeightVersionSpan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """SGLang's `WeightVersionSpan`: output tokens ``[start, end)`` made under weights `version`."""
+class WeightVersionSpan(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    """SGLang's `WeightVersionSpan`:
+    the output tokens ``[start, end)`` made under weights `version`."""
 
     version: str
     start: int
@@ -100,13 +109,19 @@ class WeightVersionSpan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
 
     def __post_init__(self) -> None:
         if type(self.version) is not str:
-            raise EnvelopeError(f"version: expected a string, got {show_value(self.version)}")
+            raise EnvelopeError(
+                f"version: expected a string, got {show_value(self.version)}"
+            )
         for name in ("start", "end"):
             value = getattr(self, name)
             if type(value) is not int or value < 0:
-                raise EnvelopeError(f"{name}: expected an int >= 0, got {show_value(value)}")
+                raise EnvelopeError(
+                    f"{name}: expected an int >= 0, got {show_value(value)}"
+                )
         if self.end < self.start:
-            raise EnvelopeError(f"end: expected at least start = {self.start}, got {self.end}")
+            raise EnvelopeError(
+                f"end: expected at least start = {self.start}, got {self.end}"
+            )
 
 
 class _AbortAllBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -125,17 +140,24 @@ class _ContinueBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
 _encoder = msgspec.json.Encoder()
 
 
-def _check_body(body: object, kind: type[msgspec.Struct], made_by: str, shape: str) -> Any:
-    """The decoded `body`, which must be exactly the bytes `made_by` builds; else EnvelopeError."""
+def _check_body(
+    body: object, kind: type[msgspec.Struct], made_by: str, shape: str
+) -> Any:
+    """The decoded `body`, which must be exactly the bytes `made_by` builds
+    (else `EnvelopeError`)."""
     expected = f"expected the bytes {made_by} builds, {shape}"
     if type(body) is not bytes:
         raise EnvelopeError(f"body: {expected}, got {type(body).__name__}")
     try:
         value = msgspec.json.decode(body, type=kind)
     except (msgspec.DecodeError, EnvelopeError) as error:
-        raise EnvelopeError(f"body: {expected}, got {show_value(body)} ({error})") from None
+        raise EnvelopeError(
+            f"body: {expected}, got {show_value(body)} ({error})"
+        ) from None
     if _encoder.encode(value) != body:
-        raise EnvelopeError(f"body: {expected}, got {show_value(body)} (not in that form)")
+        raise EnvelopeError(
+            f"body: {expected}, got {show_value(body)} (not in that form)"
+        )
     return value
 
 
@@ -145,7 +167,7 @@ def _check_path(path: object, expected: str) -> None:
 
 
 class AbortAllPlan(msgspec.Struct, frozen=True, kw_only=True):
-    """``POST /abort_request`` with ``abort_all`` true: every request the server holds ends.
+    """``POST /abort_request`` with ``abort_all`` true: every request held ends.
 
     `body` is exactly what `plan_abort_all` builds: ``{"abort_all":true}``,
     with ``"weight_versions"`` (a list of ``{"version","start","end"}``) when
@@ -185,7 +207,9 @@ class ContinuePlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _check_path(self.path, "/continue_generation")
-        _check_body(self.body, _ContinueBody, "plan_continue", '{} or {"torch_empty_cache":false}')
+        _check_body(
+            self.body, _ContinueBody, "plan_continue", '{} or {"torch_empty_cache":false}'
+        )
 
 
 def _spans(weight_versions: object) -> tuple[WeightVersionSpan, ...]:
@@ -197,7 +221,8 @@ def _spans(weight_versions: object) -> tuple[WeightVersionSpan, ...]:
     for index, span in enumerate(weight_versions):
         if not isinstance(span, WeightVersionSpan):
             raise EnvelopeError(
-                f"weight_versions[{index}]: expected a WeightVersionSpan, got {type(span).__name__}"
+                f"weight_versions[{index}]: expected a WeightVersionSpan, "
+                f"got {type(span).__name__}"
             )
     return tuple(weight_versions)
 
@@ -287,10 +312,12 @@ class DrainPolicy(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _check_drain_times(retry_every_s: object, deadline_s: object) -> None:
-    _check_seconds("retry_every_s", retry_every_s)
+    check_seconds("retry_every_s", retry_every_s)
     if not float(retry_every_s) > 0:  # type: ignore[arg-type]  # checked: a number
-        raise EnvelopeError(f"retry_every_s: expected more than 0 seconds, got {retry_every_s!r}")
-    _check_seconds("deadline_s", deadline_s)
+        raise EnvelopeError(
+            f"retry_every_s: expected more than 0 seconds, got {retry_every_s!r}"
+        )
+    check_seconds("deadline_s", deadline_s)
 
 
 class DrainPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -312,7 +339,9 @@ class DrainPlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         if not isinstance(self.abort, AbortAllPlan):
-            raise EnvelopeError(f"abort: expected an AbortAllPlan, got {type(self.abort).__name__}")
+            raise EnvelopeError(
+                f"abort: expected an AbortAllPlan, got {type(self.abort).__name__}"
+            )
         AbortAllPlan.__post_init__(self.abort)
         _check_drain_times(self.retry_every_s, self.deadline_s)
         _check_path(self.loads_path, "/v1/loads?include=core")
@@ -324,7 +353,7 @@ def plan_drain(
     weight_versions: tuple[WeightVersionSpan, ...] | None = None,
     policy: DrainPolicy = DrainPolicy(),  # noqa: B008 -- frozen, so sharing is safe
 ) -> DrainPlan:
-    """The plan for draining the server of `target`: `plan_abort_all`, repeated until idle.
+    """The plan that drains the server of `target`: `plan_abort_all` until it is idle.
 
     Raises what `plan_abort_all` raises, `EnvelopeError` for a `policy` that is
     not a `DrainPolicy`, and for a release without ``GET /v1/loads``.

@@ -93,7 +93,9 @@ async def run_abort(
         await _wait((first_token, finished), float(plan.first_token_wait_s))
     waited = loop.time() - start if plan.wait_for_first_token else 0.0
     first_token_seen = _is_set(first_token)
-    sends, stopped = await _post_on_schedule(plan, send, first_token, finished, start, deadline)
+    sends, stopped = await _post_on_schedule(
+        plan, send, first_token, finished, start, deadline
+    )
     return AbortOutcome(
         waited_s=waited, first_token_seen=first_token_seen, sends=sends, stopped=stopped
     )
@@ -121,9 +123,13 @@ async def _post_on_schedule(
             return tuple(sends), "deadline"
         pending = send(plan.body)
         if not inspect.isawaitable(pending):
-            raise EnvelopeError(f"send must return an awaitable, got {type(pending).__name__}")
+            raise EnvelopeError(
+                f"send must return an awaitable, got {type(pending).__name__}"
+            )
         try:
-            status = await (asyncio.wait_for(pending, deadline - sent_at) if sends else pending)
+            status = await (
+                asyncio.wait_for(pending, deadline - sent_at) if sends else pending
+            )
         except asyncio.TimeoutError:
             return tuple(sends), "deadline"
         if type(status) is not int:
@@ -147,7 +153,8 @@ def _check(plan: object, send: object, first_token: object, finished: object) ->
 
     if not isinstance(plan, AbortPlan):
         raise EnvelopeError(f"plan must be an AbortPlan, got {type(plan).__name__}")
-    AbortPlan.__post_init__(plan)  # again: msgspec.structs.force_setattr writes frozen plans
+    # Again: msgspec.structs.force_setattr writes frozen plans.
+    AbortPlan.__post_init__(plan)
     if not callable(send):
         raise EnvelopeError(f"send must be an async callable, got {type(send).__name__}")
     for name, event in (("first_token", first_token), ("finished", finished)):
@@ -162,7 +169,8 @@ def _is_set(event: asyncio.Event | None) -> bool:
 
 
 async def _wait(events: tuple[asyncio.Event | None, ...], timeout: float) -> None:
-    """Until one of `events` is set or `timeout` seconds pass (the whole timeout without one)."""
+    """Wait until one of `events` is set or `timeout` seconds pass (all of them when
+    `events` holds none)."""
     import asyncio
 
     waiting = [event for event in events if event is not None]

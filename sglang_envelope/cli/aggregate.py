@@ -1,4 +1,4 @@
-"""`sglang-envelope aggregate`: SGLang's answer (SSE or unary JSON) -> the final response."""
+"""`sglang-envelope aggregate`: SGLang's answer (SSE or unary JSON) -> final response."""
 
 from __future__ import annotations
 
@@ -35,7 +35,9 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
             response = parse_unary(body, max_bytes=limit)
         else:
             frames = chunks(args.file, stream, first)
-            response = aggregate_sse(frames, incremental=args.incremental, max_bytes=limit)
+            response = aggregate_sse(
+                frames, incremental=args.incremental, max_bytes=limit
+            )
     emit(response)
     return EXIT_OK
 

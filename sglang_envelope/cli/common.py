@@ -72,13 +72,21 @@ def error_json(error: Exception) -> dict[str, Any]:
     """The `{"error": {...}}` object printed for a failure; `type` names its kind."""
     facts: dict[str, Any]
     if isinstance(error, RequestRejected):
-        facts = {"type": "request_rejected", "code": error.code, "field": error.field}
-        facts["message"] = error.message
+        facts = {
+            "type": "request_rejected",
+            "code": error.code,
+            "field": error.field,
+            "message": error.message,
+        }
     elif isinstance(error, EngineError):
         facts = {"type": "engine_error", "code": error.code, "message": error.message}
     elif isinstance(error, LimitExceeded):
-        facts = {"type": "limit_exceeded", "bound": error.bound, "limit": error.limit}
-        facts["message"] = str(error)
+        facts = {
+            "type": "limit_exceeded",
+            "bound": error.bound,
+            "limit": error.limit,
+            "message": str(error),
+        }
     elif isinstance(error, ResponseError):
         facts = {"type": "response_error", "message": str(error)}
     elif isinstance(error, Unreadable):
@@ -167,7 +175,7 @@ class Parser(argparse.ArgumentParser):
     """argparse, with usage errors also printed as `{"error": {"type": "usage", ...}}`."""
 
     def error(self, message: str) -> NoReturn:
-        # argv bytes that are not UTF-8 arrive as lone surrogates, which JSON cannot carry.
+        # Non-UTF-8 argv bytes arrive as lone surrogates, which JSON cannot carry.
         text = message.encode("utf-8", "backslashreplace").decode("utf-8")
         emit({"error": {"type": "usage", "message": text}})
         self.print_usage(sys.stderr)
@@ -178,10 +186,15 @@ Commands = argparse._SubParsersAction  # the type of add_subparsers()
 
 
 def add_command(
-    commands: Commands[Parser], name: str, summary: str, description: str, *, engine: bool = False
+    commands: Commands[Parser],
+    name: str,
+    summary: str,
+    description: str,
+    *,
+    engine: bool = False,
 ) -> Parser:
-    """A subcommand whose --help ends with its exit codes (1 only for an `engine` reader's;
-    2 includes a usage error, for every command)."""
+    """A subcommand whose --help ends with its exit codes (1 only for an `engine`
+    reader's; 2 includes a usage error, for every command)."""
     codes = (EXIT_OK, EXIT_ENGINE_ERROR) if engine else (EXIT_OK,)
     epilog = exit_codes((*codes, EXIT_BAD_INPUT, EXIT_BROKEN_PIPE))
     return commands.add_parser(name, help=summary, description=description, epilog=epilog)
@@ -199,5 +212,9 @@ def utf8(value: str) -> str:
 def add_file(parser: argparse.ArgumentParser, what: str) -> None:
     """The optional FILE argument: '-' or left out is stdin."""
     parser.add_argument(
-        "file", nargs="?", default="-", metavar="FILE", help=f"{what} (default or '-': stdin)"
+        "file",
+        nargs="?",
+        default="-",
+        metavar="FILE",
+        help=f"{what} (default or '-': stdin)",
     )

@@ -24,7 +24,10 @@ from sglang_envelope.request.envelope import encode_envelope, to_worker_envelope
 from sglang_envelope.request.routing import Bootstrap
 from sglang_envelope.request.types import decode_client_request
 from sglang_envelope.response.aggregate import aggregate_sse, parse_unary
-from sglang_envelope.response.flat import decode_flat_top_logprobs, encode_flat_top_logprobs
+from sglang_envelope.response.flat import (
+    decode_flat_top_logprobs,
+    encode_flat_top_logprobs,
+)
 from sglang_envelope.response.relay import relay_sse
 
 __all__ = [
@@ -71,7 +74,11 @@ def demo_unary_body() -> bytes:
         "completion_tokens": 3,
         "cached_tokens": 0,
         "input_token_logprobs": [[None, 1, None], [-7.5, 2, None]],
-        "output_token_logprobs": [[-0.25, 791, None], [-0.5, 3363, None], [-0.125, 13, None]],
+        "output_token_logprobs": [
+            [-0.25, 791, None],
+            [-0.5, 3363, None],
+            [-0.125, 13, None],
+        ],
         "input_top_logprobs": [None, [[-2.0, 315, None], [-3.0, 279, None]]],
         **flat,
     }
@@ -82,11 +89,11 @@ def demo_unary_body() -> bytes:
 
 #: An incremental SSE stream (each frame holds only what is new), as SGLang writes it.
 DEMO_SSE_TRANSCRIPT = (
-    b'data: {"text":" The","output_ids":[791],"meta_info":{"id":"req-8","finish_reason":null,'
-    b'"prompt_tokens":2,"completion_tokens":1,"cached_tokens":0,'
+    b'data: {"text":" The","output_ids":[791],"meta_info":{"id":"req-8",'
+    b'"finish_reason":null,"prompt_tokens":2,"completion_tokens":1,"cached_tokens":0,'
     b'"output_token_logprobs":[[-0.25,791,null]]}}\n\n'
-    b'data: {"text":" answer","output_ids":[3363],"meta_info":{"id":"req-8","finish_reason":null,'
-    b'"prompt_tokens":2,"completion_tokens":2,"cached_tokens":0,'
+    b'data: {"text":" answer","output_ids":[3363],"meta_info":{"id":"req-8",'
+    b'"finish_reason":null,"prompt_tokens":2,"completion_tokens":2,"cached_tokens":0,'
     b'"output_token_logprobs":[[-0.5,3363,null]]}}\n\n'
     b'data: {"text":".","output_ids":[13],"meta_info":{"id":"req-8",'
     b'"finish_reason":{"type":"length","length":3},'
@@ -137,7 +144,8 @@ def _demo_request() -> None:
     print(f"  {SEED_REQUEST.decode()}")
     request = decode_client_request(SEED_REQUEST)
     envelope = to_worker_envelope(request, rid=DEMO_RID)
-    _heading(f"2. The worker envelope (rid {DEMO_RID!r}): stream stays {_json(envelope.stream)}")
+    stream = _json(envelope.stream)
+    _heading(f"2. The worker envelope (rid {DEMO_RID!r}): stream stays {stream}")
     print(f"  {encode_envelope(envelope).decode()}")
     _heading("3. The engine request for each role")
     for role in Role:
@@ -151,7 +159,10 @@ def _demo_request() -> None:
         )
         print(f"  {role.value}: stream {_json(engine.stream)}, Accept: {engine.accept}")
         print(f"    {engine.to_json().decode()}")
-    print("  (prefill streams, drops output-flat, which decode provides, and makes one token)")
+    print(
+        "  (prefill streams, drops output-flat, which decode provides, "
+        "and makes one token)"
+    )
 
 
 def _demo_rejection() -> None:
@@ -163,7 +174,8 @@ def _demo_rejection() -> None:
         print(f"  rejected: code {error.code}, field {error.field}")
         print(f"  {error.message}")
         status, content_type, body = error_response(error, stream=True)
-        print(f"  the client's answer (error_response, stream=True): {status} {content_type}")
+        answered = f"{status} {content_type}"
+        print(f"  the client's answer (error_response, stream=True): {answered}")
         for event in body.decode().split("\n\n")[:-1]:
             print(f"    {event}")
     else:  # pragma: no cover -- the rule table says otherwise
@@ -192,7 +204,9 @@ def _demo_stream() -> None:
             print(f"  {line}")
     print("  final response:")
     print(f"  {_json(aggregate_sse([DEMO_SSE_TRANSCRIPT]))}")
-    _heading("7. The same stream relayed to a streaming client (cumulative, SGLang's default)")
+    _heading(
+        "7. The same stream relayed to a streaming client (cumulative, SGLang's default)"
+    )
     events = [event + b"\n\n" for event in DEMO_SSE_TRANSCRIPT.split(b"\n\n") if event]
     for line in b"".join(relay_sse(events)).decode().splitlines():
         if line:

@@ -1,4 +1,4 @@
-"""`sglang-envelope flat`: a response's flat top-logprob fields -> SGLang's nested rows."""
+"""`sglang-envelope flat`: a response's flat top-logprob fields -> nested rows."""
 
 from __future__ import annotations
 
@@ -47,7 +47,9 @@ def cmd_flat(args: argparse.Namespace) -> int:
     except (msgspec.DecodeError, RecursionError) as error:
         raise ResponseError(f"the input is not valid JSON: {error}") from None
     if not isinstance(document, dict):
-        raise ResponseError("the input must be a JSON object: a response or its meta_info")
+        raise ResponseError(
+            "the input must be a JSON object: a response or its meta_info"
+        )
     meta_info = document.get("meta_info", document)
     if not isinstance(meta_info, dict):
         raise ResponseError("meta_info must be a JSON object")

@@ -43,10 +43,12 @@ __all__ = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser: one subcommand each for demo, normalize, aggregate and flat."""
+    """The argument parser: a subcommand each for demo, normalize, aggregate and flat."""
     parser = Parser(
         prog="sglang-envelope",
-        description="The request/response contract of SGLang's native /generate endpoint.",
+        description=(
+            "The request/response contract of SGLang's native /generate endpoint."
+        ),
         epilog=exit_codes(list(EXIT_MEANINGS)),
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")

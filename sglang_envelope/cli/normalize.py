@@ -65,7 +65,9 @@ def _vocab_size(text: str) -> int | None:
     except ValueError:
         size = 0
     if size < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or none, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer or none, got {text!r}"
+        )
     return size
 
 
@@ -79,7 +81,8 @@ def _bootstrap(role: Role, args: argparse.Namespace) -> Bootstrap | None:
         return None
     if None in parts:
         raise EnvelopeError(
-            f"role {role.value!r} needs --bootstrap-host, --bootstrap-port and --bootstrap-room"
+            f"role {role.value!r} needs --bootstrap-host, --bootstrap-port "
+            "and --bootstrap-room"
         )
     return Bootstrap(
         host=args.bootstrap_host,
@@ -90,16 +93,21 @@ def _bootstrap(role: Role, args: argparse.Namespace) -> Bootstrap | None:
 
 
 def cmd_normalize(args: argparse.Namespace) -> int:
-    """Client request -> `{"accept": ..., "body": {...}}`, the engine request for a role."""
+    """Client request -> `{"accept": ..., "body": {...}}`,
+    the engine request for a role."""
     role = Role(args.role)
     try:
         bootstrap = _bootstrap(role, args)
         routing = None if args.dp_rank is None else Routing(dp_rank=args.dp_rank)
         data = read_bounded(args.file, DEFAULT_MAX_BODY_BYTES)
         target = Target(
-            sglang=args.sglang, transport=args.transport, unknown_fields=args.unknown_fields
+            sglang=args.sglang,
+            transport=args.transport,
+            unknown_fields=args.unknown_fields,
         )
-        request = decode_client_request(data, max_token_id=args.max_token_id, target=target)
+        request = decode_client_request(
+            data, max_token_id=args.max_token_id, target=target
+        )
         rid = args.rid if args.rid is not None else (request.rid or uuid.uuid4().hex)
         envelope = to_worker_envelope(request, rid=rid)
         engine = build_engine_request(
@@ -141,14 +149,20 @@ def add_normalize(commands: Commands[Parser]) -> None:
     normalize.add_argument(
         "--bootstrap-host", metavar="H", type=utf8, help="prefill bootstrap host"
     )
-    normalize.add_argument("--bootstrap-port", metavar="P", type=int, help="bootstrap port")
-    normalize.add_argument("--bootstrap-room", metavar="N", type=int, help="bootstrap room")
+    normalize.add_argument(
+        "--bootstrap-port", metavar="P", type=int, help="bootstrap port"
+    )
+    normalize.add_argument(
+        "--bootstrap-room", metavar="N", type=int, help="bootstrap room"
+    )
     normalize.add_argument(
         "--prefill-dp-rank",
         metavar="N",
         type=int,
-        help="the prefill worker's data-parallel rank (decode fetches the KV cache from it; "
-        "the prefill request is routed to it)",
+        help=(
+            "the prefill worker's data-parallel rank (decode fetches the KV cache "
+            "from it; the prefill request is routed to it)"
+        ),
     )
     normalize.add_argument(
         "--dp-rank",
@@ -162,7 +176,7 @@ def add_normalize(commands: Commands[Parser]) -> None:
 
 
 def _add_server_args(normalize: Parser) -> None:
-    """normalize's arguments that describe the SGLang server: its deployment and target."""
+    """normalize's arguments describing the SGLang server: its deployment and target."""
     normalize.add_argument(
         "--vocab-size",
         metavar="N|none",

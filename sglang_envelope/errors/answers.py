@@ -1,4 +1,4 @@
-"""Errors answered as SGLang 0.5.23's /generate answers them: status, content type and body.
+"""Errors answered as SGLang 0.5.23's /generate does: status, content type and body.
 
 SGLang refuses a body in one of three layers of ``srt/entrypoints/http_server.py``,
 each with its own answer (recorded live: ``tests/fixtures/live_refusals.jsonl``):
@@ -10,8 +10,8 @@ each with its own answer (recorded live: ``tests/fixtures/live_refusals.jsonl``)
 - a ValueError of the tokenizer manager (the engine): for a unary client 400
   ``application/json`` ``{"error": {"message"}}`` (``_create_error_response``);
   for a streaming client 200 ``text/event-stream; charset=utf-8``, one frame
-  ``data: {"error": {"message", "type": "invalid_request_error", "code", "retryable": false}}``
-  and ``data: [DONE]`` (``stream_results``).
+  ``data: {"error": {"message", "type": "invalid_request_error", "code",
+  "retryable": false}}`` and ``data: [DONE]`` (``stream_results``).
 
 The first two answer both modes alike. `REFUSAL_LAYERS` and `FIELD_LAYERS`
 say which layer refuses a body that breaks each rule; a rule the library keeps
@@ -78,14 +78,16 @@ _DONE: Final = b"data: [DONE]\n\n"
 #: Exception class -> its answer; a class not listed takes its nearest listed base's.
 ERROR_STATUSES: Final[dict[type[EnvelopeError], ErrorStatus]] = {
     RequestRejected: ErrorStatus(400, SGLANG_ERROR_TYPE),  # 413 for body_too_large
-    EngineError: ErrorStatus(500, SGLANG_ERROR_TYPE),  # SGLang's own status when it gave one
+    # EngineError: SGLang's own status when it gave one.
+    EngineError: ErrorStatus(500, SGLANG_ERROR_TYPE),
     LimitExceeded: ErrorStatus(502, "limit_exceeded"),
     UpstreamError: ErrorStatus(502, "upstream_error"),  # 504 when it timed out
     ResponseError: ErrorStatus(502, "response_error"),
     EnvelopeError: ErrorStatus(500, "envelope_error"),
 }
 
-#: Rule codes answered with a status other than 400, in both modes and the engine's unary shape.
+#: Rule codes answered with a status other than 400: in both modes, and in the
+#: engine's unary shape.
 REJECTION_STATUSES: Final[dict[str, int]] = {"body_too_large": 413}
 
 #: Rule code -> the layer of SGLang 0.5.23's /generate (over HTTP) that refuses a body
@@ -134,7 +136,8 @@ OWN_STATUSES: Final[dict[type[EnvelopeError], Callable[[Any], int]]] = {
 
 
 def refusal_layer(exc: RequestRejected) -> Layer:
-    """The layer of SGLang that refuses what `exc` refuses (`REFUSAL_LAYERS`, `FIELD_LAYERS`)."""
+    """The layer of SGLang that refuses what `exc` refuses
+    (`REFUSAL_LAYERS`, `FIELD_LAYERS`)."""
     code: object = exc.code
     if type(code) is not str:  # a hand-built rejection
         return "engine"
@@ -153,7 +156,7 @@ def refusal_layer(exc: RequestRejected) -> Layer:
 
 
 def _status_and_error(exc: EnvelopeError, detail: bool) -> tuple[int, dict[str, Any]]:
-    """The status, and the error object of SGLang's stream frame (`detail`: with the rule)."""
+    """The status, and the error object of SGLang's stream frame (`detail`: with rule)."""
     if not isinstance(exc, EnvelopeError):
         raise EnvelopeError(f"exc must be an EnvelopeError, got {type(exc).__name__}")
     cls = next(cls for cls in type(exc).__mro__ if cls in ERROR_STATUSES)
@@ -202,7 +205,10 @@ def error_response(
     `EnvelopeError` when `exc` is not a library exception, or `stream` or
     `detail` is not a bool.
     """
-    for name, flag in (("stream", False if stream is None else stream), ("detail", detail)):
+    for name, flag in (
+        ("stream", False if stream is None else stream),
+        ("detail", detail),
+    ):
         if type(flag) is not bool:
             raise EnvelopeError(f"{name}: expected a bool, got {type(flag).__name__}")
     status, error = _status_and_error(exc, detail)
@@ -213,7 +219,12 @@ def error_response(
     if layer == "gate":
         return ErrorAnswer(400, JSON, _ENCODER.encode({"error": message}))
     if layer == "pydantic":
-        body = {"object": "error", "message": message, "type": "Bad Request", "param": None}
+        body = {
+            "object": "error",
+            "message": message,
+            "type": "Bad Request",
+            "param": None,
+        }
         return ErrorAnswer(400, JSON, _ENCODER.encode({**body, "code": 400}))
     # body_too_large (413) and an unreachable SGLang (502, 504): no stream was begun
     kept_status = isinstance(exc, UpstreamError) or (
@@ -229,7 +240,7 @@ def _frame(error: dict[str, Any]) -> bytes:
 
 
 def error_event(exc: EnvelopeError, *, detail: bool = False) -> bytes:
-    """The SSE error frame for a streaming request failed with `exc`, as SGLang writes one.
+    """The SSE error frame of a streaming request failed with `exc`, as SGLang writes it.
 
     ``data: {"error": {"message", "type", "code", "retryable"}}\\n\\n``: for
     an `EngineError` and a `RequestRejected` SGLang's own frame (``type``
@@ -249,7 +260,8 @@ _MODE: Final = msgspec.json.Decoder(_Mode)
 
 
 def stream_requested(body: bytes | str | Mapping[str, Any]) -> bool:
-    """True when a client's /generate body asks for a stream as SGLang reads it: ``"stream": true``.
+    """True when a client's /generate body asks for a stream, as SGLang reads it:
+    ``"stream": true``.
 
     Read leniently, for answering a request that may not have decoded: False
     for a body that is not a JSON object (or is nested too deeply to read), or

@@ -1,10 +1,10 @@
 """The library's exceptions: one base, one branch for each side of the wire.
 
-    EnvelopeError(ValueError)       every error this library raises
-    ├── RequestRejected             a client request (or envelope) breaks a rule
-    └── ResponseError               an engine response cannot be turned into an answer
-        ├── LimitExceeded           a size bound was passed before the excess was parsed
-        └── EngineError             SGLang itself answered with an error
+    EnvelopeError(ValueError)  every error this library raises
+    ├── RequestRejected        a client request (or envelope) breaks a rule
+    └── ResponseError          an engine response cannot be turned into an answer
+        ├── LimitExceeded      a size bound was passed before the excess was parsed
+        └── EngineError        SGLang itself answered with an error
 
 `EnvelopeError` is raised directly only for a caller's own mistake, such as
 building a prefill request without a `Bootstrap`. Every error carries its facts
@@ -148,7 +148,9 @@ class RequestRejected(EnvelopeError):
     at fault) and `message` the human text, which is also `str(error)`.
     """
 
-    def __init__(self, code: RejectionCode | str, field: str | None, message: str) -> None:
+    def __init__(
+        self, code: RejectionCode | str, field: str | None, message: str
+    ) -> None:
         super().__init__(message)
         self.code: RejectionCode = cast(RejectionCode, code)
         self.field = field

@@ -84,7 +84,9 @@ class Features(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     priority_range_checked: bool
 
 
-class ReleaseTables(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class ReleaseTables(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
+):
     """One SGLang release's request contract (see `tables.py`)."""
 
     sglang: str
@@ -125,13 +127,17 @@ class InstalledFields(msgspec.Struct, frozen=True, kw_only=True):
             names = getattr(self, name)
             if type(names) is not tuple or not all(type(item) is str for item in names):
                 got = show_value(names)
-                raise EnvelopeError(f"InstalledFields.{name} must be a tuple of strings, got {got}")
+                raise EnvelopeError(
+                    f"InstalledFields.{name} must be a tuple of strings, got {got}"
+                )
 
 
 def _one_of(name: str, value: object, allowed: tuple[str, ...]) -> None:
     if type(value) is not str or value not in allowed:
         listed = ", ".join(repr(item) for item in allowed)
-        raise EnvelopeError(f"Target.{name} must be one of {listed}, got {show_value(value)}")
+        raise EnvelopeError(
+            f"Target.{name} must be one of {listed}, got {show_value(value)}"
+        )
 
 
 class Target(msgspec.Struct, frozen=True, kw_only=True):
@@ -161,7 +167,9 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
         fields = self.installed_fields
         if fields is not None and not isinstance(fields, InstalledFields):
             got = type(fields).__name__
-            raise EnvelopeError(f"Target.installed_fields must be InstalledFields, got {got}")
+            raise EnvelopeError(
+                f"Target.installed_fields must be InstalledFields, got {got}"
+            )
 
     @property
     def tables(self) -> ReleaseTables:
@@ -178,14 +186,19 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def gate(self) -> Gate | None:
-        """The HTTP contract gate requests pass on this target (None in-process or unwired)."""
+        """The HTTP contract gate requests pass on this target
+        (None in-process or unwired)."""
         return _TABLES[self.sglang].gate if self.transport == "http" else None
 
     @classmethod
     def installed(
-        cls, *, transport: str = "engine", unknown_fields: str = "reject", input: str = "tokens"
+        cls,
+        *,
+        transport: str = "engine",
+        unknown_fields: str = "reject",
+        input: str = "tokens",
     ) -> Target:
-        """The target of the SGLang importable in this process, its fields read at run time.
+        """The target of the SGLang importable in this process, fields read at run time.
 
         The fields are `GenerateReqInput`'s and `SamplingParams`' (its
         `__struct_fields__` without the fields SGLang fills in itself); the
@@ -205,8 +218,12 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
         release = _release_for(version)
         fields = InstalledFields(
             version=str(version),
-            generate_req_input_fields=_request_fields(getattr(io_struct, "GenerateReqInput", None)),
-            sampling_params_fields=_sampling_fields(getattr(sampling, "SamplingParams", None)),
+            generate_req_input_fields=_request_fields(
+                getattr(io_struct, "GenerateReqInput", None)
+            ),
+            sampling_params_fields=_sampling_fields(
+                getattr(sampling, "SamplingParams", None)
+            ),
         )
         return cls(
             sglang=release,
@@ -261,10 +278,15 @@ def _sampling_fields(params_class: Any) -> tuple[str, ...]:
 
 
 def first_release_with(field: str, *, sampling: bool = False) -> str | None:
-    """The oldest known release whose `GenerateReqInput` (or `SamplingParams`) has `field`."""
+    """The oldest known release with `field` in its `GenerateReqInput` (or
+    `SamplingParams`)."""
     for release in KNOWN_RELEASES:
         tables = _TABLES[release]
-        names = tables.sampling_params_fields if sampling else tables.generate_req_input_fields
+        names = (
+            tables.sampling_params_fields
+            if sampling
+            else tables.generate_req_input_fields
+        )
         if field in names:
             return release
     return None

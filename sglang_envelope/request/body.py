@@ -35,7 +35,9 @@ def _bytes_copy(data: bytes | bytearray | memoryview, limit: int) -> bytes:
         if view.nbytes > limit:
             raise reject("body_too_large", size=view.nbytes, limit=limit)
         if not view.c_contiguous:  # msgspec reads only contiguous buffers
-            raise reject("not_json", detail="memoryview: underlying buffer is not C-contiguous")
+            raise reject(
+                "not_json", detail="memoryview: underlying buffer is not C-contiguous"
+            )
         return view.tobytes()
 
 

@@ -43,7 +43,8 @@ def n_null(p: SamplingParams) -> dict[str, object] | None:
 def n_over_beam_width(p: SamplingParams) -> dict[str, object] | None:
     # A beam request (beam_width > 1) returns n of its beams: SGLang's scheduler
     # refuses more (beam_search/coordinator.py, validate_and_init).
-    width, n = param_value(p.beam_width, None), param_value(p.n, 1)
+    width = param_value(p.beam_width, None)
+    n = param_value(p.n, 1)
     return {"n": n, "beam_width": width} if width is not None and 1 < width < n else None
 
 
@@ -59,13 +60,19 @@ def priority_out_of_range(r: RequestFields) -> dict[str, object] | None:
 
 
 def mode_without_mask(r: RequestFields) -> dict[str, object] | None:
-    return {} if r.sampling_logprobs_mode is not None and not r.return_sampling_mask else None
+    return (
+        {}
+        if r.sampling_logprobs_mode is not None and not r.return_sampling_mask
+        else None
+    )
 
 
 def watermark_in_both(r: RequestFields) -> dict[str, object] | None:
     params = r.sampling_params
     inner = None if params is None or params is UNSET else params.watermark
-    return {} if is_given(r.watermark) and inner is not None and inner is not UNSET else None
+    return (
+        {} if is_given(r.watermark) and inner is not None and inner is not UNSET else None
+    )
 
 
 WATERMARK_KEYS = frozenset(("enabled", "key", "context_window"))
@@ -73,14 +80,17 @@ HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def watermark_problem(value: Any) -> str | None:
-    """SGLang's `normalize_watermark_request` verdict on a watermark: its message, or None."""
+    """SGLang's `normalize_watermark_request` verdict on a watermark: its message, or
+    None when it accepts it."""
     if value is None:
         return None
     if not isinstance(value, dict):
         return "watermark must be an object"
     if set(value) - WATERMARK_KEYS:
         return "watermark contains unknown fields"
-    enabled, key, window = value.get("enabled"), value.get("key"), value.get("context_window")
+    enabled = value.get("enabled")
+    key = value.get("key")
+    window = value.get("context_window")
     if enabled is not None and type(enabled) is not bool:
         return "watermark enabled must be a boolean"
     if key is not None:
@@ -96,8 +106,11 @@ def watermark_problem(value: Any) -> str | None:
     return None
 
 
-def watermark_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, object] | None]:
-    """The check that the watermark (`inner`: in `sampling_params`) breaks with `message`."""
+def watermark_is(
+    message: str, *, inner: bool
+) -> Callable[[Any], dict[str, object] | None]:
+    """The check that the watermark breaks with `message`
+    (`inner`: the one in `sampling_params`)."""
 
     def check(value: Any) -> dict[str, object] | None:
         mark = value.watermark
@@ -110,9 +123,9 @@ def watermark_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, obje
 
 
 def resolve_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, object] | None]:
-    """The check that `resolve_watermark_request` refuses the watermark (`inner`: the one in
-    `sampling_params`; a request with both is refused before) with `message`, once
-    `SamplingParams` has accepted it."""
+    """The check that `resolve_watermark_request` refuses the watermark (`inner`: the
+    one in `sampling_params`; a request with both is refused before) with `message`,
+    once `SamplingParams` has accepted it."""
 
     def check(value: Any) -> dict[str, object] | None:
         mark = value.watermark
@@ -121,7 +134,8 @@ def resolve_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, object
         plain = msgspec.to_builtins(mark) if inner else msgspec.json.decode(mark)
         if not isinstance(plain, dict) or watermark_problem(plain) is not None:
             return None
-        enabled, key = plain.get("enabled"), plain.get("key")
+        enabled = plain.get("enabled")
+        key = plain.get("key")
         found = (
             "request watermark key cannot be combined with enabled=false"
             if enabled is False and key is not None
@@ -188,7 +202,7 @@ def bad_temperature(p: SamplingParams) -> dict[str, object] | None:
 
 
 def outside(name: str, low: float, high: float, *, open_low: bool = False) -> Any:
-    """The range check of `name`, whose default (None, or left out) is inside the range."""
+    """The range check of `name`, whose default (None, or left out) is in the range."""
     read = operator.attrgetter(name)
 
     def check(p: SamplingParams) -> dict[str, object] | None:
@@ -210,7 +224,9 @@ def bad_top_k(p: SamplingParams) -> dict[str, object] | None:
 
 def max_negative(p: SamplingParams) -> dict[str, object] | None:
     high = p.max_new_tokens
-    return None if high is UNSET or high is None or high >= 0 else {"max_new_tokens": high}
+    return (
+        None if high is UNSET or high is None or high >= 0 else {"max_new_tokens": high}
+    )
 
 
 #: The smallest repetition penalty whose division of float32 logits stays finite for any
@@ -242,7 +258,8 @@ def bias_overflows(p: SamplingParams) -> dict[str, object] | None:
 
 
 def stop_regex_invalid(p: SamplingParams) -> dict[str, object] | None:
-    for pattern in stop_list(p.stop_regex) or ():  # at most 32 of 256 bytes, checked before
+    # At most 32 of 256 bytes, checked before.
+    for pattern in stop_list(p.stop_regex) or ():
         try:
             re.compile(pattern)
         except (re.error, RecursionError, OverflowError) as error:
@@ -270,27 +287,35 @@ def min_over_max(p: SamplingParams) -> dict[str, object] | None:
 def seed_out_of_range(p: SamplingParams) -> dict[str, object] | None:
     seed = param_value(p.sampling_seed, None)
     return (
-        {"sampling_seed": seed} if seed is not None and not INT64[0] <= seed <= INT64[1] else None
+        {"sampling_seed": seed}
+        if seed is not None and not INT64[0] <= seed <= INT64[1]
+        else None
     )
 
 
 def start_below_minus_one(r: RequestFields) -> dict[str, object] | None:
     start = r.logprob_start_len
-    return {"start": start} if r.return_logprob and start is not None and start < -1 else None
+    return (
+        {"start": start}
+        if r.return_logprob and start is not None and start < -1
+        else None
+    )
 
 
 def logprobs_past_prompt(r: Any) -> dict[str, object] | None:
     """SGLang's scheduler's check of a request (or an engine body, which has the same
     fields) that asks for logprobs from past its prompt. A text prompt (no `input_ids`)
     is left to SGLang, which counts its tokens once it has tokenized it."""
-    start, ids = r.logprob_start_len, r.input_ids
+    start = r.logprob_start_len
+    ids = r.input_ids
     if not r.return_logprob or start is None or ids is None or start <= len(ids):
         return None
     return {"start": start, "tokens": len(ids)}
 
 
 def routed_start_negative(r: RequestFields) -> dict[str, object] | None:
-    """SGLang's scheduler's check of a request for routed experts from before position 0."""
+    """SGLang's scheduler's check of a request for routed experts from before
+    position 0."""
     start = r.routed_experts_start_len
     return {"start": start} if r.return_routed_experts and start < 0 else None
 

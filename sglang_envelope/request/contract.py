@@ -25,7 +25,11 @@ from sglang_envelope.releases.target import (
     Target,
     first_release_with,
 )
-from sglang_envelope.request.fields import TEXT_INPUT_FIELDS, RequestFields, SamplingParams
+from sglang_envelope.request.fields import (
+    TEXT_INPUT_FIELDS,
+    RequestFields,
+    SamplingParams,
+)
 from sglang_envelope.request.generated import define, shortcut_test
 from sglang_envelope.request.limits import (
     REQUEST_RAW_FIELDS,
@@ -89,7 +93,10 @@ def _spelled(default: Any) -> str:
 
 
 def _raw_source(
-    raw_checks: tuple[tuple[str, RawCheck], ...], var: str, tag: str, namespace: dict[str, Any]
+    raw_checks: tuple[tuple[str, RawCheck], ...],
+    var: str,
+    tag: str,
+    namespace: dict[str, Any],
 ) -> list[str]:
     """The lines that check one scope's fields held as JSON bytes (each default UNSET),
     at an indent of two levels."""
@@ -120,7 +127,8 @@ def _scope_source(
     lines: list[str] = []
     previous: tuple[int, ...] | None = None
     for k, entry in enumerate(checks.rules):
-        namespace[f"e{tag}{k}"], namespace[f"c{tag}{k}"] = entry, entry[3]
+        namespace[f"e{tag}{k}"] = entry
+        namespace[f"c{tag}{k}"] = entry[3]
         indices = entry[4]
         tests = []
         for i in indices:
@@ -149,12 +157,16 @@ def _compile(
     bounded by the limits the function is given), then the request's rules, then those
     of its `sampling_params` when it has them."""
     namespace: dict[str, Any] = {"_rejected": _rejected, "UNSET": UNSET}
-    raw_request, raw_sampling = _RAW_CHECKS[False], _RAW_CHECKS[True]
+    raw_request = _RAW_CHECKS[False]
+    raw_sampling = _RAW_CHECKS[True]
     if text:  # a target that takes text also takes the media fields
         raw_request += _TEXT_RAW_CHECKS
     lines = ["def check(v, limits):", "    unset = UNSET", "    if True:"]
     lines += _raw_source(raw_request, "v", "r", namespace)
-    lines += ["    p = v.sampling_params", "    sampled = p is not None and p is not unset"]
+    lines += [
+        "    p = v.sampling_params",
+        "    sampled = p is not None and p is not unset",
+    ]
     lines += ["    if sampled:"]
     lines += _raw_source(raw_sampling, "p", "s", namespace) or ["        pass"]
     lines += ["    if True:"]
@@ -169,7 +181,9 @@ def _names(when: str | tuple[str, ...] | None) -> tuple[str, ...]:
 
 
 def _rejected(entry: _Entry, facts: dict[str, object]) -> RequestRejected:
-    code, field, message = entry[0], entry[1], entry[2]
+    code = entry[0]
+    field = entry[1]
+    message = entry[2]
     return RequestRejected(
         code, None if field is None else field.format(**facts), message.format(**facts)
     )
@@ -179,7 +193,9 @@ def _rejected(entry: _Entry, facts: dict[str, object]) -> RequestRejected:
 
 #: normalize_batch_and_arguments()'s words in a release without output-flat.
 _WITHOUT_OUTPUT_FLAT = {
-    "b64_without_flat": "return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs.",
+    "b64_without_flat": (
+        "return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs."
+    ),
 }
 #: The rule refusing a field a release lacks.
 _ABSENT = "needs_newer_sglang"
@@ -207,12 +223,14 @@ class Contract(NamedTuple):
     splits: bool  # whether any key passes
     #: Whether the target takes `text` and the media fields (`Target.input == "text"`).
     text_input: bool
-    #: `check(request, limits)` raises `RequestRejected` for the first field held as JSON
-    #: bytes past `limits` (a `_limits.Limits`), then for the first rule the request breaks.
+    #: `check(request, limits)` raises `RequestRejected` for the first field held as
+    #: JSON bytes past `limits` (a `_limits.Limits`), then for the first rule the
+    #: request breaks.
     check: Callable[[RequestFields, Any], None]
 
 
-#: Checks a field held as JSON bytes (its value, the decode's limits); raises `RequestRejected`.
+#: Checks a field held as JSON bytes (its value, the decode's limits);
+#: raises `RequestRejected`.
 RawCheck = Callable[[Any, Any], None]
 #: The typed fields and their defaults, by scope (True: `sampling_params`).
 _DEFAULTS: dict[bool, Mapping[str, Any]] = {
@@ -246,9 +264,14 @@ def _release(target: Target) -> str:
 
 def _sampling_refusal(target: Target, key: str) -> tuple[str, dict[str, object]] | None:
     """Why the target refuses typed `sampling_params.key`, or None when it takes it."""
-    tables, gate, release = target.tables, target.gate, _release(target)
+    tables = target.tables
+    gate = target.gate
+    release = _release(target)
     if gate is not None and key not in gate.sampling_keys:
-        return "unknown_sampling_param", {"key": key, "expected": _expected(gate.sampling_keys)}
+        return "unknown_sampling_param", {
+            "key": key,
+            "expected": _expected(gate.sampling_keys),
+        }
     if key in tables.sampling_params_fields:
         return None
     first = first_release_with(key, sampling=True)
@@ -271,15 +294,16 @@ def _expected(keys: tuple[str, ...]) -> str:
 @functools.lru_cache(maxsize=64)
 def contract_for(target: Target) -> Contract:
     """The compiled rules of `target`: cached, as targets are hashable."""
-    tables, release = target.tables, _release(target)
+    tables = target.tables
+    release = _release(target)
     templates = _templates(tables)
     messages = {} if tables.features.output_flat else _WITHOUT_OUTPUT_FLAT
     scoped: dict[bool, list[tuple[Rule, str]]] = {False: [], True: []}
     text = target.input == "text"
     for rule in RULES:
-        if rule.check is None or (rule.template is not None and rule.template not in templates):
+        if rule.check is None or (rule.code in TEXT_INPUT_RULES and not text):
             continue
-        if rule.code in TEXT_INPUT_RULES and not text:
+        if rule.template is not None and rule.template not in templates:
             continue
         message = messages.get(rule.code, rule.message).replace("{release}", release)
         scoped[_on_sampling(rule)].append((rule, message))
@@ -293,7 +317,9 @@ def contract_for(target: Target) -> Contract:
     passes = _passes(target)
     gate = target.gate
     if gate is not None:
-        sampling_keys = frozenset(gate.sampling_keys) & frozenset(tables.sampling_params_fields)
+        sampling_keys = frozenset(gate.sampling_keys) & frozenset(
+            tables.sampling_params_fields
+        )
         unknown: tuple[str, dict[str, object]] = (
             "unknown_sampling_param",
             {"expected": _expected(gate.sampling_keys)},
@@ -301,7 +327,9 @@ def contract_for(target: Target) -> Contract:
     else:
         sampling_keys = frozenset(tables.sampling_params_fields)
         unknown = ("unexpected_sampling_param", {})
-    presence = [_presence(name, default, code, facts) for name, default, code, facts in absent]
+    presence = [
+        _presence(name, default, code, facts) for name, default, code, facts in absent
+    ]
     presence_in_sampling = [
         _presence(key, UNSET, code, facts) for key, code, facts in absent_sampling
     ]
@@ -320,19 +348,28 @@ def contract_for(target: Target) -> Contract:
         passes=passes,
         splits=passes != (frozenset(), frozenset()),
         text_input=text,
-        check=_compile(request, sampling, f"rules check {release} {target.transport}", text),
+        check=_compile(
+            request, sampling, f"rules check {release} {target.transport}", text
+        ),
     )
 
 
 def _absent_fields(
     target: Target, fields: frozenset[str], release: str
 ) -> list[tuple[str, Any, str, dict[str, object]]]:
-    """(name, default, rule, facts) of each client field the target lacks (the text and
-    media fields only on a target that takes text: a token-input one refuses them anyway)."""
+    """(name, default, rule, facts) of each client field the target lacks.
+
+    The text and media fields count only on a target that takes text: a token-input
+    one refuses them anyway.
+    """
     absent: list[tuple[str, Any, str, dict[str, object]]] = []
     text = target.input == "text"
     for name, default in _DEFAULTS[False].items():
-        if name not in fields and name != "input_ids" and (text or name not in _TEXT_FIELDS):
+        if (
+            name not in fields
+            and name != "input_ids"
+            and (text or name not in _TEXT_FIELDS)
+        ):
             first = first_release_with(name)
             facts: dict[str, object] = {"key": name, "path": name, "release": release}
             if first is not None and _newer(first, target.sglang):
@@ -342,7 +379,9 @@ def _absent_fields(
     return absent
 
 
-def _presence(name: str, default: Any, code: str, facts: dict[str, object]) -> tuple[Rule, str]:
+def _presence(
+    name: str, default: Any, code: str, facts: dict[str, object]
+) -> tuple[Rule, str]:
     """The rule refusing field `name` (set to other than `default`) with rule `code`."""
     rule = RULES_BY_CODE[code]
 
@@ -364,7 +403,8 @@ def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | Non
     installed = target.installed_fields
     if installed is None:
         return frozenset(), frozenset()
-    typed_top, typed_sampling = set(_DEFAULTS[False]), set(_DEFAULTS[True])
+    typed_top = set(_DEFAULTS[False])
+    typed_sampling = set(_DEFAULTS[True])
     top = frozenset(installed.generate_req_input_fields) - typed_top - set(FIELD_OWNERS)
     return top, frozenset(installed.sampling_params_fields) - typed_sampling
 

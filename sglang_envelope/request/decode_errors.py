@@ -54,13 +54,22 @@ _BATCHED = {
         "one": "flat list of token ids",
         "batch": "decode a batch with decode_sequences",
     },
-    "text": {"key": "text", "one": "string", "batch": "decode a batch with decode_sequences"},
+    "text": {
+        "key": "text",
+        "one": "string",
+        "batch": "decode a batch with decode_sequences",
+    },
 }
 
 
 #: What msgspec raises on a body it cannot decode (RecursionError: nested too deeply;
 #: BufferError: a memoryview that is not contiguous).
-DECODE_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError, BufferError)
+DECODE_ERRORS = (
+    msgspec.ValidationError,
+    msgspec.DecodeError,
+    RecursionError,
+    BufferError,
+)
 
 _members = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
@@ -82,7 +91,8 @@ def first_unknown_key(
     data: Any, path: str = "", known: Mapping[str, frozenset[str]] = KNOWN_FIELDS
 ) -> tuple[str, str] | None:
     """The first key in document order that no struct at `path` knows: (path, key).
-    `known`: where each struct sits, and the names it knows (a client body's by default)."""
+    `known`: where each struct sits and the names it knows (a client body's by default).
+    """
     try:
         members = _members.decode(data)
     except DECODE_ERRORS:
@@ -107,7 +117,7 @@ def translate_validation_error(
     refuse_unknown: RefuseUnknown | None = None,
     known: Mapping[str, frozenset[str]] = KNOWN_FIELDS,
 ) -> RequestRejected:
-    """Turn msgspec's verdict on a body (or on `prefix`, a part of it) into the rule it breaks.
+    """msgspec's verdict on a body (or on `prefix`, a part of it) as the rule it breaks.
 
     `data`, the JSON decoded, locates an unknown key without reading it from the message;
     `refuse_unknown(path, key)` words its refusal (`unknown_keys.refuse_unknown`, for the
@@ -119,9 +129,12 @@ def translate_validation_error(
         return reject("not_json", detail=str(error))
     match = _AT.match(str(error))
     assert match is not None  # the pattern matches any text
-    what, path = match["what"], _joined(prefix, match["path"])
+    what = match["what"]
+    path = _joined(prefix, match["path"])
     if match["key"]:
-        return reject("invalid_value", path=path or "body", detail=f"keys must be strings; {what}")
+        return reject(
+            "invalid_value", path=path or "body", detail=f"keys must be strings; {what}"
+        )
     if _UNKNOWN.match(str(error)):
         return _unknown_key(data, refuse_unknown, path=path, what=what, known=known)
     if missing := _MISSING.match(what):
@@ -155,7 +168,7 @@ def _unknown_key(
 
 
 def _wrong_value(what: str, path: str) -> RequestRejected:
-    """The refusal of a value of the wrong type or out of range, at `path` ("": the body)."""
+    """The refusal of a value of the wrong type or out of range at `path` ("": body)."""
     expected = _EXPECTED.match(what)
     if not path:
         return reject("not_object", got=expected["got"] if expected else what)
@@ -167,5 +180,7 @@ def _wrong_value(what: str, path: str) -> RequestRejected:
         if not expected:
             return reject("token_id_out_of_range", path=path)
     if expected:
-        return reject("wrong_type", path=path, expected=expected["expected"], got=expected["got"])
+        return reject(
+            "wrong_type", path=path, expected=expected["expected"], got=expected["got"]
+        )
     return reject("invalid_value", path=path, detail=what)

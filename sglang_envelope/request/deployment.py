@@ -1,4 +1,4 @@
-"""The deployment a worker serves: what SGLang checks only after dispatch, known before it.
+"""The deployment a worker serves: what SGLang checks after dispatch, known before it.
 
 SGLang refuses some requests only once they reach its tokenizer manager or its
 scheduler, because the answer depends on the server: the model's vocabulary,
@@ -35,11 +35,14 @@ def _optional(kind: type, low: int | None = None) -> Callable[[str, Any], None]:
     """The check of a field that is a `kind` (at least `low`), or None: not known."""
 
     def check(name: str, value: Any) -> None:
-        if value is None or (type(value) is kind and (low is None or low <= cast(int, value))):
+        if value is None or (
+            type(value) is kind and (low is None or low <= cast(int, value))
+        ):
             return
         bound = "" if low is None else f" >= {low}"
         raise EnvelopeError(
-            f"deployment.{name} must be {kind.__name__}{bound} or None, got {show_value(value)}"
+            f"deployment.{name} must be {kind.__name__}{bound} or None, "
+            f"got {show_value(value)}"
         )
 
     return check
@@ -67,7 +70,8 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
     - `vocab_size`: the model's vocabulary (required; None opts out of every id check).
     - `context_length`, `max_req_input_len`, `num_reserved_tokens`,
       `allow_auto_truncate`: SGLang's prompt-length checks, on `input_ids` only: a
-      text prompt (`Target(input="text")`) is left to SGLang, which checks it once tokenized.
+      text prompt (`Target(input="text")`) is left to SGLang, which checks it once
+      tokenized.
     - `dp_size`: data-parallel ranks, for `routed_dp_rank`.
     - `skip_tokenizer_init`, `enable_custom_logit_processor`, `enable_strict_thinking`,
       `hidden_states`: server flags that refuse some requests.
@@ -125,7 +129,9 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
         config = _json_object(model_config, "model_config")
         vocab = _model_value(config, "vocab_size")
         if vocab is None:
-            raise EnvelopeError("model_config has no vocab_size (nor text_config.vocab_size)")
+            raise EnvelopeError(
+                "model_config has no vocab_size (nor text_config.vocab_size)"
+            )
         layers = _model_value(config, "num_hidden_layers")
         top_k = _model_value(config, "num_experts_per_tok")
         return cls(
@@ -141,7 +147,9 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
             hidden_states=_hidden_states(info),
             incremental_streaming_output=info.get("incremental_streaming_output"),
             enable_return_routed_experts=info.get("enable_return_routed_experts"),
-            routed_experts_shape=None if layers is None or top_k is None else (layers, top_k),
+            routed_experts_shape=None
+            if layers is None or top_k is None
+            else (layers, top_k),
         )
 
 
@@ -150,7 +158,7 @@ def _json_object(data: bytes, name: str) -> dict[str, Any]:
         raise EnvelopeError(f"{name} must be JSON bytes, got {type(data).__name__}")
     try:
         value = msgspec.json.decode(data)
-    except (msgspec.DecodeError, RecursionError) as error:  # RecursionError: nested too deep
+    except (msgspec.DecodeError, RecursionError) as error:  # RecursionError: too deep
         raise EnvelopeError(f"{name} is not valid JSON: {error}") from None
     if type(value) is not dict:
         raise EnvelopeError(f"{name} must be a JSON object, got {type(value).__name__}")
@@ -218,7 +226,8 @@ def _thinking_without_strict(d: Deployment, body: Any) -> dict[str, object] | No
 
 
 def _rank_outside(d: Deployment, body: Any) -> dict[str, object] | None:
-    rank, ranks = body.routed_dp_rank, d.dp_size
+    rank = body.routed_dp_rank
+    ranks = d.dp_size
     if rank is None or ranks is None or (ranks <= 1 and rank == 0) or 0 <= rank < ranks:
         return None
     return {"rank": rank, "dp_size": ranks}
@@ -228,7 +237,9 @@ def _prompt_tokens(d: Deployment, body: Any) -> int | None:
     if d.context_length is None or d.num_reserved_tokens is None:
         return None  # not known: SGLang checks
     if d.allow_auto_truncate is not False:
-        return None  # SGLang truncates what is too long, or it is not known whether it does
+        return (
+            None  # SGLang truncates what is too long, or it is not known whether it does
+        )
     if body.input_ids is None:
         return None  # a text prompt: SGLang counts its tokens once it has tokenized it
     return len(body.input_ids) + d.num_reserved_tokens
@@ -246,8 +257,12 @@ def _total_too_long(d: Deployment, body: Any) -> dict[str, object] | None:
     new = None if tokens is None else _sampling(body, "max_new_tokens")
     if tokens is None or new is None or new + tokens <= (d.context_length or 0):
         return None
-    return {"total": new + tokens, "tokens": tokens, "new": new,
-            "context_length": d.context_length}  # fmt: skip
+    return {
+        "total": new + tokens,
+        "tokens": tokens,
+        "new": new,
+        "context_length": d.context_length,
+    }
 
 
 def _logprob_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
@@ -288,16 +303,12 @@ def _processor_off(d: Deployment, body: Any) -> dict[str, object] | None:
     return {} if asked and d.enable_custom_logit_processor is False else None
 
 
-def _stop_list(body: Any, name: str) -> list[str]:
-    value = _json(_sampling(body, name))
-    return [value] if isinstance(value, str) else list(value or ())
-
-
 def _needs_tokenizer(name: str) -> Callable[[Deployment, Any], dict[str, object] | None]:
     def check(d: Deployment, body: Any) -> dict[str, object] | None:
         if d.skip_tokenizer_init is not True:
             return None
-        stops = _stop_list(body, name)
+        value = _json(_sampling(body, name))
+        stops = [value] if isinstance(value, str) else list(value or ())
         return {"stops": repr(stops)} if stops else None
 
     return check
@@ -323,25 +334,31 @@ def _bias_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
 
 
 def _input_over_scheduler_limit(d: Deployment, body: Any) -> dict[str, object] | None:
-    ids, limit = body.input_ids, d.max_req_input_len
-    size = 0 if ids is None else len(ids)  # a text prompt: SGLang checks it once tokenized
+    limit = d.max_req_input_len
+    ids = body.input_ids  # None for a text prompt: SGLang checks it once tokenized
+    size = 0 if ids is None else len(ids)
     if limit is None or d.allow_auto_truncate is not False or size < limit:
         return None
     return {"tokens": size, "limit": limit}
 
 
 def _routed_experts_off(d: Deployment, body: Any) -> dict[str, object] | None:
-    return {} if body.return_routed_experts and d.enable_return_routed_experts is False else None
+    return (
+        {}
+        if body.return_routed_experts and d.enable_return_routed_experts is False
+        else None
+    )
 
 
 _HIDDEN_CAPPED = (
-    "The requested return_hidden_states mode exceeds the server maximum `last`. Please launch "
-    "with `--return-hidden-states-mode full` to allow return_hidden_states=True."
+    "The requested return_hidden_states mode exceeds the server maximum `last`. "
+    "Please launch with `--return-hidden-states-mode full` to allow "
+    "return_hidden_states=True."
 )
 _HIDDEN_OFF = (
     "The server is not configured to return hidden states. Please set "
-    "`--return-hidden-states-mode last`, `--return-hidden-states-mode full`, or the legacy "
-    "`--enable-return-hidden-states` flag."
+    "`--return-hidden-states-mode last`, `--return-hidden-states-mode full`, "
+    "or the legacy `--enable-return-hidden-states` flag."
 )
 _NO_TOKENIZER = "is unavailable when skip_tokenizer_init=True"
 
@@ -354,13 +371,15 @@ DEPLOYMENT_RULES: tuple[DeploymentRule, ...] = (
         "input_ids[{index}] is {id}, outside the model's vocabulary [0, {vocab_size})",
         _input_id_outside),
     DeploymentRule("thinking_needs_strict_thinking", "max_thinking_tokens",
-        "max_thinking_tokens requires the server to be launched with --enable-strict-thinking",
+        "max_thinking_tokens requires the server to be launched with "
+        "--enable-strict-thinking",
         _thinking_without_strict),
     DeploymentRule("routed_dp_rank_out_of_range", "routed_dp_rank",
         "routed_dp_rank={rank} out of range [0, {dp_size})", _rank_outside),
     DeploymentRule("text_needs_tokenizer", "text",
-        "The engine initialized with skip_tokenizer_init=True cannot accept text prompts. "
-        "Please provide input_ids or re-initialize the engine with skip_tokenizer_init=False.",
+        "The engine initialized with skip_tokenizer_init=True cannot accept text "
+        "prompts. Please provide input_ids or re-initialize the engine with "
+        "skip_tokenizer_init=False.",
         lambda d, body: {} if d.skip_tokenizer_init is True and body.input_ids is None
         and body.text is not None else None),
     DeploymentRule("input_too_long", "input_ids",
@@ -368,15 +387,16 @@ DEPLOYMENT_RULES: tuple[DeploymentRule, ...] = (
         "({context_length} tokens).", _input_too_long),
     DeploymentRule("total_tokens_too_many", "sampling_params.max_new_tokens",
         "Requested token count exceeds the model's maximum context length of "
-        "{context_length} tokens. You requested a total of {total} tokens: {tokens} tokens "
-        "from the input messages and {new} tokens for the completion. Please reduce the "
-        "number of tokens in the input messages or the completion to fit within the limit.",
+        "{context_length} tokens. You requested a total of {total} tokens: "
+        "{tokens} tokens from the input messages and {new} tokens for the completion. "
+        "Please reduce the number of tokens in the input messages or the completion "
+        "to fit within the limit.",
         _total_too_long),
     DeploymentRule("token_ids_logprob_out_of_vocab", "token_ids_logprob",
         "token_ids_logprob contains out-of-vocabulary token id {id}; valid range is "
         "[0, {vocab_size}).", _logprob_id_outside),
-    DeploymentRule("hidden_states_over_server_mode", "return_hidden_states", _HIDDEN_CAPPED,
-        _hidden_states_capped),
+    DeploymentRule("hidden_states_over_server_mode", "return_hidden_states",
+        _HIDDEN_CAPPED, _hidden_states_capped),
     DeploymentRule("hidden_states_not_enabled", "return_hidden_states", _HIDDEN_OFF,
         _hidden_states_off),
     DeploymentRule("custom_logit_processor_not_enabled", "custom_logit_processor",
@@ -386,16 +406,17 @@ DEPLOYMENT_RULES: tuple[DeploymentRule, ...] = (
         "stop={stops} " + _NO_TOKENIZER + " (requires tokenizer to decode tokens to text "
         "for matching).", _needs_tokenizer("stop")),
     DeploymentRule("stop_regex_needs_tokenizer", "sampling_params.stop_regex",
-        "stop_regex={stops} " + _NO_TOKENIZER + " (requires tokenizer to decode tokens to "
-        "text for matching).", _needs_tokenizer("stop_regex")),
+        "stop_regex={stops} " + _NO_TOKENIZER + " (requires tokenizer to decode "
+        "tokens to text for matching).", _needs_tokenizer("stop_regex")),
     DeploymentRule("min_new_tokens_needs_tokenizer", "sampling_params.min_new_tokens",
         "min_new_tokens={min_new_tokens} " + _NO_TOKENIZER + " (requires tokenizer for "
         "eos_token_id).", _min_new_needs_tokenizer),
     DeploymentRule("logit_bias_out_of_vocab", "sampling_params.logit_bias",
         "logit_bias must has keys in [0, {largest}], got {key}.", _bias_id_outside),
     DeploymentRule("input_over_max_req_input_len", "input_ids",
-        "Input length ({tokens} tokens) exceeds the maximum allowed length ({limit} tokens). "
-        "Use a shorter input or enable --allow-auto-truncate.", _input_over_scheduler_limit),
+        "Input length ({tokens} tokens) exceeds the maximum allowed length "
+        "({limit} tokens). Use a shorter input or enable --allow-auto-truncate.",
+        _input_over_scheduler_limit),
     DeploymentRule("logprob_start_len_past_prompt", "logprob_start_len",
         RULES_BY_CODE["logprob_start_len_past_prompt"].message,
         lambda d, body: logprobs_past_prompt(body)),
@@ -404,7 +425,8 @@ DEPLOYMENT_RULES: tuple[DeploymentRule, ...] = (
         lambda d, body: routed_start_past_prompt(body)),
     # The library's own: SGLang answers without routed experts, as if none were asked for.
     DeploymentRule("routed_experts_not_enabled", "return_routed_experts",
-        "return_routed_experts needs a server launched with --enable-return-routed-experts: "
+        "return_routed_experts needs a server launched with "
+        "--enable-return-routed-experts: "
         "this one answers without routed_experts", _routed_experts_off),
 )  # fmt: skip
 
@@ -420,5 +442,5 @@ def check_engine_body(deployment: Deployment, body: Any) -> None:
     for check, rule in _CHECKS:
         facts = check(deployment, body)
         if facts is not None:
-            code, field, message = rule.code, rule.field, rule.message
-            raise RequestRejected(code, field.format(**facts), message.format(**facts))
+            field = rule.field.format(**facts)
+            raise RequestRejected(rule.code, field, rule.message.format(**facts))

@@ -20,7 +20,11 @@ from sglang_envelope.releases.target import Target
 from sglang_envelope.request.deployment import Deployment, check_engine_body
 from sglang_envelope.request.envelope import WorkerEnvelope
 from sglang_envelope.request.fields import RequestFields, SamplingParams, TokenId
-from sglang_envelope.request.passed import NO_PASSED_FIELDS, PassedFields, with_passed_fields
+from sglang_envelope.request.passed import (
+    NO_PASSED_FIELDS,
+    PassedFields,
+    with_passed_fields,
+)
 from sglang_envelope.request.routing import Bootstrap, Routing
 from sglang_envelope.request.rules import reject
 from sglang_envelope.request.types import ClientRequest
@@ -39,7 +43,10 @@ ACCEPT_JSON = "application/json"
 
 
 class Role(str, enum.Enum):
-    """A worker's part in serving one request. `str(role)` and `f"{role}"` give its value."""
+    """A worker's part in serving one request.
+
+    `str(role)` and `f"{role}"` give its value.
+    """
 
     AGGREGATED = "aggregated"
     DECODE = "decode"
@@ -87,7 +94,9 @@ class RolePlan(NamedTuple):
 
 
 ROLE_PLANS: dict[Role, RolePlan] = {
-    Role.AGGREGATED: RolePlan(needs_bootstrap=False, always_streams=False, is_prefill=False),
+    Role.AGGREGATED: RolePlan(
+        needs_bootstrap=False, always_streams=False, is_prefill=False
+    ),
     Role.DECODE: RolePlan(needs_bootstrap=True, always_streams=False, is_prefill=False),
     Role.PREFILL: RolePlan(needs_bootstrap=True, always_streams=True, is_prefill=True),
 }
@@ -100,11 +109,14 @@ _PLANS_BY_NAME: dict[str, tuple[Role, RolePlan]] = {
 #: What prefill sets in `sampling_params`, and what it removes.
 PREFILL_SAMPLING_OVERRIDES: dict[str, Any] = {"n": 1, "max_new_tokens": 1}
 PREFILL_SAMPLING_REMOVED = ("min_new_tokens",)
-_PREFILL_SAMPLING = PREFILL_SAMPLING_OVERRIDES | dict.fromkeys(PREFILL_SAMPLING_REMOVED, UNSET)
+_PREFILL_SAMPLING = PREFILL_SAMPLING_OVERRIDES | dict.fromkeys(
+    PREFILL_SAMPLING_REMOVED, UNSET
+)
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
-_astuple, _force_setattr = msgspec.structs.astuple, msgspec.structs.force_setattr
+_astuple = msgspec.structs.astuple
+_force_setattr = msgspec.structs.force_setattr
 _replace = msgspec.structs.replace
 
 
@@ -156,12 +168,13 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     @property
     def headers(self) -> dict[str, str]:
-        """The HTTP headers for `POST /generate` with `to_json()` as the body (a new dict):
-        SGLang refuses a body sent without ``Content-Type: application/json``."""
+        """The HTTP headers for `POST /generate` with `to_json()` as the body (a new
+        dict): SGLang refuses a body sent without ``Content-Type: application/json``."""
         return {"Content-Type": ACCEPT_JSON, "Accept": self.accept}
 
     def to_dict(self) -> dict[str, Any]:
-        """The keyword arguments of SGLang's `GenerateReqInput`, as plain data (a new copy)."""
+        """The keyword arguments of SGLang's `GenerateReqInput`,
+        as plain data (a new copy)."""
         result: dict[str, Any] = _decoder.decode(self.to_json())
         return result
 
@@ -180,7 +193,9 @@ def _passed_args(passed: PassedFields) -> tuple[PassedFields, ...]:
 _BUILT = _Built(NO_PASSED_FIELDS)
 
 
-def _made(role: Role, body: EngineBody, passed: PassedFields = NO_PASSED_FIELDS) -> EngineRequest:
+def _made(
+    role: Role, body: EngineBody, passed: PassedFields = NO_PASSED_FIELDS
+) -> EngineRequest:
     """The `EngineRequest` of `role` holding `body` and the keys `passed` on."""
     built = _BUILT if passed is NO_PASSED_FIELDS else _Built(passed)
     return EngineRequest(role, body, built)  # type: ignore[arg-type]
@@ -198,7 +213,9 @@ def _check_bootstrap(role: Role, plan: RolePlan, bootstrap: Bootstrap | None) ->
     if not plan.needs_bootstrap and bootstrap is not None:
         raise EnvelopeError(f"role {role.value!r} takes no Bootstrap")
     if bootstrap is not None and type(bootstrap) is not Bootstrap:
-        raise EnvelopeError(f"bootstrap must be a Bootstrap, got {type(bootstrap).__name__}")
+        raise EnvelopeError(
+            f"bootstrap must be a Bootstrap, got {type(bootstrap).__name__}"
+        )
 
 
 def _check_input_ids(input_ids: Sequence[int]) -> tuple[int, ...]:
@@ -238,7 +255,8 @@ _CLIENT_FIELD_COUNT = len(RequestFields.__struct_fields__)
 
 def _describe(target: Target) -> str:
     return (
-        f"SGLang {target.sglang} over {target.transport} (unknown fields: {target.unknown_fields})"
+        f"SGLang {target.sglang} over {target.transport} "
+        f"(unknown fields: {target.unknown_fields})"
     )
 
 
@@ -289,7 +307,8 @@ def build_engine_request(
         role, plan = _PLANS_BY_NAME[role]
     except (KeyError, TypeError):  # TypeError: an unhashable role
         roles = ", ".join(r.value for r in Role)
-        raise EnvelopeError(f"role must be one of {roles}, got {show_value(role)}") from None
+        message = f"role must be one of {roles}, got {show_value(role)}"
+        raise EnvelopeError(message) from None
     _check_bootstrap(role, plan, bootstrap)
     request = envelope.request
     if plan.needs_bootstrap:
@@ -300,7 +319,9 @@ def build_engine_request(
     # The envelope's own ids were checked when it was made; others are checked here.
     if input_ids is not request.input_ids and input_ids is not None:
         fields["input_ids"] = _check_input_ids(input_ids)
-    fields["stream"] = plan.always_streams or not request.return_flat_raw_output_top_logprobs
+    fields["stream"] = (
+        plan.always_streams or not request.return_flat_raw_output_top_logprobs
+    )
     if bootstrap is not None:
         fields.update(_bootstrapped(bootstrap))
     if plan.is_prefill:
@@ -317,11 +338,14 @@ def build_engine_request(
 def _check_arguments(envelope: object, deployment: object, routing: object) -> None:
     if type(deployment) is not Deployment:
         raise EnvelopeError(
-            f"deployment must be a Deployment, got {type(deployment).__name__}: describe the "
-            "SGLang server with Deployment.from_server_info(...) or Deployment(vocab_size=...)"
+            f"deployment must be a Deployment, got {type(deployment).__name__}: "
+            "describe the SGLang server with Deployment.from_server_info(...) "
+            "or Deployment(vocab_size=...)"
         )
     if type(envelope) is not WorkerEnvelope:
-        raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")
+        raise EnvelopeError(
+            f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}"
+        )
     if routing is not None and type(routing) is not Routing:
         raise EnvelopeError(f"routing must be a Routing, got {type(routing).__name__}")
 
@@ -344,7 +368,8 @@ def _prefill_fields(
     return {
         "return_flat_raw_output_top_logprobs": False,
         "return_flat_raw_top_logprobs_b64": (
-            request.return_flat_raw_top_logprobs_b64 and request.return_flat_raw_top_logprobs
+            request.return_flat_raw_top_logprobs_b64
+            and request.return_flat_raw_top_logprobs
         ),
         "sampling_params": _prefill_sampling(request.sampling_params),
         "routed_dp_rank": _prefill_dp_rank(bootstrap, routing),

@@ -43,7 +43,7 @@ from sglang_envelope.request.types import (
 __all__ = ["WorkerEnvelope", "decode_envelope", "encode_envelope", "to_worker_envelope"]
 
 
-def _is_utf8(text: str) -> bool:
+def is_utf8(text: str) -> bool:
     """False for text with lone surrogates, which JSON on the wire cannot carry."""
     try:
         text.encode("utf-8")
@@ -58,8 +58,10 @@ def check_rid(rid: object, name: str = "rid") -> None:
     SGLang aborts requests by rid prefix, so an empty id would match every
     request on the server.
     """
-    if type(rid) is not str or not rid or not (rid.isascii() or _is_utf8(rid)):
-        raise EnvelopeError(f"{name} must be a non-empty UTF-8 string, got {show_value(rid)}")
+    if type(rid) is not str or not rid or not (rid.isascii() or is_utf8(rid)):
+        raise EnvelopeError(
+            f"{name} must be a non-empty UTF-8 string, got {show_value(rid)}"
+        )
 
 
 class WorkerEnvelope(msgspec.Struct, frozen=True, kw_only=True):
@@ -120,11 +122,16 @@ def encode_envelope(envelope: WorkerEnvelope) -> bytes:
     Raises `EnvelopeError` when `envelope` is not a `WorkerEnvelope`.
     """
     if type(envelope) is not WorkerEnvelope:
-        raise EnvelopeError(f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}")
+        raise EnvelopeError(
+            f"envelope must be a WorkerEnvelope, got {type(envelope).__name__}"
+        )
     request = envelope.request
     if request.passed_fields is NO_PASSED_FIELDS and request.target is DEFAULT_TARGET:
-        return _encoder.encode(envelope)  # the request's own two fields left out as defaults
-    return _encoder.encode(_WireEnvelope(envelope.rid, msgspec.Raw(request_json(request))))
+        # The request's own two fields are left out, as defaults.
+        return _encoder.encode(envelope)
+    return _encoder.encode(
+        _WireEnvelope(envelope.rid, msgspec.Raw(request_json(request)))
+    )
 
 
 def _envelope_error(error: Exception, data: Any) -> Exception:
@@ -169,7 +176,7 @@ def decode_envelope(
         wire = _wire_decoder.decode(wire_bytes)
     except DECODE_ERRORS as error:
         raise _envelope_error(error, wire_bytes) from None
-    if not _is_utf8(wire.rid):
+    if not is_utf8(wire.rid):
         raise reject("invalid_envelope", detail="rid must be valid UTF-8")
     request = decode_with_limits(wire.request, limits, contract)
     return WorkerEnvelope(rid=wire.rid, request=request)

@@ -26,7 +26,11 @@ TokenId = Annotated[int, msgspec.Meta(ge=0, lt=2**32)]
 
 
 class Watermark(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    omit_defaults=True,
 ):
     """`sampling_params.watermark` as SGLang's contract gate accepts it."""
 
@@ -36,7 +40,11 @@ class Watermark(
 
 
 class SamplingParams(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    omit_defaults=True,
 ):
     """The client's `sampling_params`, typed as SGLang's contract gate accepts them.
 
@@ -151,7 +159,9 @@ class RequestFields(msgspec.Struct, frozen=True, omit_defaults=True):
 
 
 #: The fields only a target with input="text" takes: `text`, then the media fields.
-TEXT_INPUT_FIELDS = RequestFields.__struct_fields__[RequestFields.__struct_fields__.index("text") :]
+TEXT_INPUT_FIELDS = RequestFields.__struct_fields__[
+    RequestFields.__struct_fields__.index("text") :
+]
 
 
 def token_input_struct(name: str, ids: object) -> type[msgspec.Struct]:
@@ -163,5 +173,9 @@ def token_input_struct(name: str, ids: object) -> type[msgspec.Struct]:
         if f.name != "input_ids" and f.name not in TEXT_INPUT_FIELDS
     )
     return msgspec.defstruct(
-        name, [("input_ids", ids), *kept], kw_only=True, forbid_unknown_fields=True, frozen=True
+        name,
+        [("input_ids", ids), *kept],
+        kw_only=True,
+        forbid_unknown_fields=True,
+        frozen=True,
     )

@@ -20,7 +20,9 @@ from sglang_envelope.request.rules import Holds
 __all__ = ["define", "shortcut_test"]
 
 
-def define(source: str, namespace: dict[str, Any], name: str, label: str) -> Callable[..., Any]:
+def define(
+    source: str, namespace: dict[str, Any], name: str, label: str
+) -> Callable[..., Any]:
     """Run `source` in `namespace` and return the function it defines as `name`.
 
     The source is compiled under the filename `<sglang_envelope LABEL DIGEST>`,
@@ -36,7 +38,7 @@ def define(source: str, namespace: dict[str, Any], name: str, label: str) -> Cal
 
 
 def shortcut_test(holds: Holds, var: str) -> str:
-    """`holds` as a Python test of the struct named `var`: field names and numbers only."""
+    """`holds` as a Python test of the struct named `var`: names and numbers only."""
     read = [f"{var}.{name}" for name in holds.fields]
     if holds.kind == "false":
         return f"not {read[0]}"
@@ -44,7 +46,9 @@ def shortcut_test(holds: Holds, var: str) -> str:
         return " or ".join(read)
     if holds.kind == "nonempty":
         return f"{read[0]} != ()"
-    low, high = float(holds.low), float(holds.high)  # finite: their repr is Python
+    # Finite: their repr is Python.
+    low = float(holds.low)
+    high = float(holds.high)
     if holds.kind == "at_least":
         return f"{read[0]} is None or {read[0]} >= {low!r}"
     below = "<" if holds.open_low else "<="

@@ -29,7 +29,10 @@ LARGE_BODY_BYTES = 1 << 20
 CHUNK_BYTES = 1 << 18
 #: A body of at most LARGE_BODY_BYTES is within every default bound: the default size,
 #: and the default count of token ids (each takes two bytes or more).
-assert LARGE_BODY_BYTES <= DEFAULT_MAX_BODY_BYTES and LARGE_BODY_BYTES // 2 < DEFAULT_MAX_INPUT_IDS
+assert (
+    LARGE_BODY_BYTES <= DEFAULT_MAX_BODY_BYTES
+    and LARGE_BODY_BYTES // 2 < DEFAULT_MAX_INPUT_IDS
+)
 
 #: A token-input client's fields with `input_ids` left as the client's JSON bytes.
 _LeanRequest = token_input_struct("_LeanRequest", Raw)
@@ -44,7 +47,8 @@ class _Counted:
     __slots__ = ("count", "items")
 
     def __init__(self, items: Iterator[int], count: int) -> None:
-        self.items, self.count = items, count
+        self.items = items
+        self.count = count
 
     def __iter__(self) -> Iterator[int]:
         return self.items
@@ -54,13 +58,17 @@ class _Counted:
 
 
 def int_chunks(
-    body: bytes, start: int, end: int, decoder: msgspec.json.Decoder[list[int]] = _id_chunk
+    body: bytes,
+    start: int,
+    end: int,
+    decoder: msgspec.json.Decoder[list[int]] = _id_chunk,
 ) -> Iterator[list[int]]:
     """The integers of the JSON array `body[start:end]` (well-formed: it was decoded
     before), a list of them a chunk cut at a comma, each read by `decoder` (token ids
     by default); `ValueError` when a chunk is not what `decoder` reads (a cut inside a
     string or an inner array makes one that is not JSON)."""
-    position, last = start + 1, end - 1  # past "[", and at "]"
+    position = start + 1  # past "["
+    last = end - 1  # at "]"
     while True:
         cut = body.find(b",", min(position + CHUNK_BYTES, last), last)
         final = cut < 0

@@ -20,7 +20,10 @@ import msgspec
 from msgspec import Raw
 
 from sglang_envelope.errors.exceptions import EnvelopeError
-from sglang_envelope.request.decode_errors import DECODE_ERRORS, translate_validation_error
+from sglang_envelope.request.decode_errors import (
+    DECODE_ERRORS,
+    translate_validation_error,
+)
 from sglang_envelope.request.rules import reject
 
 __all__ = [
@@ -64,7 +67,7 @@ DEFAULT_LIMITS = Limits()
 
 
 def check_bound(name: str, bound: object, *, optional: bool = False) -> None:
-    """Raise `EnvelopeError` unless `bound` is an integer >= 0 (or None, when `optional`)."""
+    """Raise `EnvelopeError` unless `bound` is an int >= 0 (or None, when `optional`)."""
     if optional and bound is None:
         return
     if type(bound) is not int or bound < 0:
@@ -73,7 +76,8 @@ def check_bound(name: str, bound: object, *, optional: bool = False) -> None:
 
 
 def make_limits(*bounds: Any) -> Limits:
-    """The `Limits` for these bounds, in `Limits` order; checked (`EnvelopeError` naming one)."""
+    """The `Limits` of these bounds, in `Limits` order; checked, an `EnvelopeError`
+    naming a bad one."""
     if bounds == DEFAULT_LIMITS:  # the common call: the defaults need no checking
         return DEFAULT_LIMITS
     for name, bound in zip(Limits._fields, bounds, strict=True):
@@ -85,7 +89,12 @@ def make_limits(*bounds: Any) -> Limits:
 #: string, an opening bracket, a closing one, a comma, a colon, or a scalar. No group
 #: repeats, so matching keeps no state per character.
 _TOKENS = re.compile(rb'("[^"]*")|([\[{])|([\]}])|(,)|(:)|([^ \t\n\r"\[\]{},:]+)')
-_STR, _OPEN, _CLOSE, _COMMA, _COLON, _SCALAR = 1, 2, 3, 4, 5, 6
+_STR = 1
+_OPEN = 2
+_CLOSE = 3
+_COMMA = 4
+_COLON = 5
+_SCALAR = 6
 #: msgspec, SGLang's JSON reader, refuses integers longer than this.
 _MAX_INT_DIGITS = 4300
 #: What a JSON value's first byte says it is.
@@ -144,7 +153,8 @@ def _scan(data: bytes, path: str, limits: Limits, shape: _Shape) -> bool:
     """
     depth = items = 0
     after_colon = False
-    max_depth, max_items = limits.max_json_depth, limits.max_json_items
+    max_depth = limits.max_json_depth
+    max_items = limits.max_json_items
     for token in _tokens(data):
         which = token.lastindex
         if which == _STR:
@@ -235,9 +245,18 @@ REQUEST_RAW_FIELDS = (
 #: The media fields held as JSON bytes: checked only for a target with input="text".
 TEXT_RAW_FIELDS = tuple(
     RawField(name, None, Any, objects_only=name.endswith(("_config", "_kwargs")))
-    for name in ("image_data", "video_data", "audio_data", "mm_hashes", "mm_content_hashes",
-                 "video_config", "modalities", "images_config", "mm_processor_kwargs")
-)  # fmt: skip
+    for name in (
+        "image_data",
+        "video_data",
+        "audio_data",
+        "mm_hashes",
+        "mm_content_hashes",
+        "video_config",
+        "modalities",
+        "images_config",
+        "mm_processor_kwargs",
+    )
+)
 SAMPLING_RAW_FIELDS = (
     RawField("stop", _str_or_array, str | tuple[str, ...] | None),
     RawField("stop_token_ids", _int_array, tuple[int, ...] | None),
@@ -248,23 +267,22 @@ SAMPLING_RAW_FIELDS = (
 )
 
 
-def _check_raw(field: RawField, raw: Raw, prefix: str, limits: Limits) -> None:
-    path = prefix + field.path
-    if field.shape is None:
-        check_free_form(raw, path, limits, object_only=field.objects_only)
-        return
-    data = bytes(raw)
-    if data == b"null" or field.shape(data, path, limits):
-        _check_utf8(data, path)
-        return
-    try:
-        msgspec.json.decode(data, type=field.typed)
-    except DECODE_ERRORS as error:
-        raise translate_validation_error(error, prefix=path) from None
-
-
 def raw_check(field: RawField, prefix: str) -> Callable[[Raw, Limits], None]:
+    """The check of `field` (at `prefix`, as ``sampling_params.``): its JSON bytes held
+    within a decode's limits, of the shape it takes, or refused as msgspec refuses it."""
+    path = prefix + field.path
+
     def check(raw: Raw, limits: Limits) -> None:
-        _check_raw(field, raw, prefix, limits)
+        if field.shape is None:
+            check_free_form(raw, path, limits, object_only=field.objects_only)
+            return
+        data = bytes(raw)
+        if data == b"null" or field.shape(data, path, limits):
+            _check_utf8(data, path)
+            return
+        try:
+            msgspec.json.decode(data, type=field.typed)
+        except DECODE_ERRORS as error:
+            raise translate_validation_error(error, prefix=path) from None
 
     return check

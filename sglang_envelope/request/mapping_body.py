@@ -1,4 +1,4 @@
-"""A body given as a parsed mapping, held to what JSON carries and measured as compact JSON.
+"""A body given as a parsed mapping: held to what JSON carries, measured as compact JSON.
 
 `mapping_json` gives the bytes the client would have sent written compactly
 (`msgspec.json.encode`), so a mapping and those bytes meet `max_body_bytes`
@@ -29,23 +29,21 @@ _CONTAINERS = (Mapping, list, tuple)
 _JSON_TYPES = (str, int, float, type(None), *_CONTAINERS)
 
 
-def _items(value: Any) -> Any:
-    return value.values() if isinstance(value, Mapping) else value
-
-
 def _containers_in(value: Any) -> list[Any] | None:
     """The containers among a list's items, or a mapping's values; None when JSON cannot
     carry one of `value`'s own keys or items (those inside its containers are theirs)."""
     if isinstance(value, Mapping) and not all(map(isinstance, value, repeat(str))):
         return None
-    items = _items(value)
+    items = value.values() if isinstance(value, Mapping) else value
     kinds = set(map(type, items))
     if not all(issubclass(kind, _JSON_TYPES) for kind in kinds):
         return None
     if kinds == {float}:
         return [] if all(map(math.isfinite, items)) else None
     floats = (item for item in items if isinstance(item, float))
-    if any(issubclass(kind, float) for kind in kinds) and not all(map(math.isfinite, floats)):
+    if any(issubclass(kind, float) for kind in kinds) and not all(
+        map(math.isfinite, floats)
+    ):
         return None
     if not any(issubclass(kind, _CONTAINERS) for kind in kinds):
         return []
@@ -53,7 +51,7 @@ def _containers_in(value: Any) -> list[Any] | None:
 
 
 def _least_size(value: Any, children: list[Any], sizes: dict[int, int]) -> int:
-    """The fewest bytes compact JSON can write `value` in, its containers' counted in `sizes`.
+    """The fewest bytes compact JSON writes `value` in (its containers' in `sizes`).
 
     Each item takes a byte or more and a comma between two; a key its
     characters, two quotes and a colon.
@@ -86,7 +84,8 @@ def _within(body: Mapping[str, Any], limit: int) -> bool | str | None:
     while stack:
         value, children, depth = stack.pop()
         key = id(value)
-        if children is None:  # first visit: check it, then walk the containers inside first
+        # First visit: check it, then walk the containers inside first.
+        if children is None:
             if key in sizes:
                 continue
             if key in pending:
@@ -113,7 +112,8 @@ def _entries(value: Any) -> Any:
 
 
 def _fault_in(value: Any) -> tuple[str, str] | None:
-    """What JSON cannot carry among `value`'s own keys and items: (the step to it, what)."""
+    """What JSON cannot carry among `value`'s own keys and items:
+    (the step to it, what)."""
     if isinstance(value, Mapping):
         for key in value:
             if not isinstance(key, str):
@@ -133,7 +133,8 @@ def _first_fault(body: Mapping[str, Any]) -> RequestRejected:
     each linked to the one that holds it, so that only the faulty field's path
     is spelled out.
     """
-    parents: dict[int, tuple[Any, str]] = {}  # by id(): the container holding it, the step
+    # By id(): the container holding it, and the step.
+    parents: dict[int, tuple[Any, str]] = {}
     seen: set[int] = set()
     stack: list[Any] = [body]
     while stack:
@@ -152,8 +153,13 @@ def _first_fault(body: Mapping[str, Any]) -> RequestRejected:
             return reject("invalid_value", path=path or "body", detail=detail)
         children = []
         for step, item in _entries(value):
-            if isinstance(item, _CONTAINERS) and id(item) not in seen and id(item) not in parents:
-                parents[id(item)] = (value, step)  # the first that holds it, met before it
+            if (
+                isinstance(item, _CONTAINERS)
+                and id(item) not in seen
+                and id(item) not in parents
+            ):
+                # The first that holds it, met before it.
+                parents[id(item)] = (value, step)
                 children.append(item)
         stack.extend(reversed(children))
     return reject("not_json", detail="the mapping holds a value JSON cannot carry")
@@ -165,12 +171,15 @@ def mapping_json(body: Mapping[str, Any], limit: int) -> bytes:
     if within is None:
         raise _first_fault(body)
     if within == "deep":
-        raise reject("not_json", detail=f"the mapping is nested deeper than {DEEPEST} levels")
+        raise reject(
+            "not_json", detail=f"the mapping is nested deeper than {DEEPEST} levels"
+        )
     if not within:
         raise reject("body_too_large", size=f"over {limit}", limit=limit)
     try:
         data = msgspec.json.encode(body)
-    except (TypeError, ValueError, RecursionError) as error:  # UnicodeError is a ValueError
+    # A UnicodeError is a ValueError.
+    except (TypeError, ValueError, RecursionError) as error:
         raise reject("not_json", detail=str(error)) from None
     if len(data) > limit:
         raise reject("body_too_large", size=len(data), limit=limit)

@@ -47,8 +47,10 @@ _DEFAULTS: Final[Mapping[str, object]] = {
 _ABSENT_MEANS: Final[Mapping[str, object]] = {"stream": False}
 
 
-def header_overrides(engine: EngineRequest, request: ClientRequest) -> dict[str, str] | None:
-    """The headers for sending `request`'s own body as `engine`, or None when it cannot be.
+def header_overrides(
+    engine: EngineRequest, request: ClientRequest
+) -> dict[str, str] | None:
+    """The headers that send `request`'s own body as `engine` (None when they cannot).
 
     `engine` must have been built from `request` (`build_engine_request`). The
     headers are `engine.headers` and one ``x-override-*`` header for each
@@ -60,10 +62,16 @@ def header_overrides(engine: EngineRequest, request: ClientRequest) -> dict[str,
     `EnvelopeError` for arguments of the wrong type.
     """
     if not isinstance(engine, EngineRequest) or not isinstance(request, ClientRequest):
-        raise EnvelopeError("header_overrides takes an EngineRequest and its ClientRequest")
-    if request.target.sglang not in OVERRIDE_RELEASES or engine.passed != request.passed_fields:
+        raise EnvelopeError(
+            "header_overrides takes an EngineRequest and its ClientRequest"
+        )
+    if (
+        request.target.sglang not in OVERRIDE_RELEASES
+        or engine.passed != request.passed_fields
+    ):
         return None
-    body, headers = engine.body, engine.headers
+    body = engine.body
+    headers = engine.headers
     for name in body.__struct_fields__:
         value = getattr(body, name)
         start = getattr(request, name) if name in _CLIENT_FIELDS else _DEFAULTS[name]

@@ -29,7 +29,7 @@ __all__ = [
 
 
 class PassedFields(NamedTuple):
-    """Keys no table knows, passed through unchanged: `(key, JSON)` pairs, in body order."""
+    """Keys no table knows, passed through: `(key, JSON)` pairs, in body order."""
 
     top_level: tuple[tuple[str, Raw], ...] = ()
     sampling_params: tuple[tuple[str, Raw], ...] = ()
@@ -63,14 +63,18 @@ def with_passed_fields(data: bytes, passed: PassedFields) -> bytes:
     members = _raw_members.decode(data)
     if passed.sampling_params:
         inner = members.get("sampling_params")
-        params = {} if inner is None or inner == Raw(b"null") else _raw_members.decode(inner)
+        params = (
+            {} if inner is None or inner == Raw(b"null") else _raw_members.decode(inner)
+        )
         params.update(passed.sampling_params)
         members["sampling_params"] = Raw(_json.encode(params))
     members.update(passed.top_level)
     return _json.encode(members)
 
 
-def split_unknown(data: Any, limits: Limits, contract: Contract) -> tuple[Any, PassedFields]:
+def split_unknown(
+    data: Any, limits: Limits, contract: Contract
+) -> tuple[Any, PassedFields]:
     """The body without the keys no typed field holds that the target passes through,
     and those keys (bounded as free-form JSON).
 
@@ -98,7 +102,9 @@ def _passing(
 ) -> list[tuple[str, Raw]]:
     """The members no typed field holds that the target passes (`passes` None: all)."""
     return [
-        (k, v) for k, v in members.items() if k not in known and (passes is None or k in passes)
+        (k, v)
+        for k, v in members.items()
+        if k not in known and (passes is None or k in passes)
     ]
 
 

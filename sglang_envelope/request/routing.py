@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import msgspec
 
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
-from sglang_envelope.request.envelope import _is_utf8
+from sglang_envelope.request.envelope import is_utf8
 
 __all__ = ["Bootstrap", "Routing"]
 
@@ -28,8 +28,10 @@ def _check_int(where: str, value: object, low: int, high: int) -> None:
 
 
 def _check_text(where: str, value: object) -> None:
-    if type(value) is not str or not value or not _is_utf8(value):
-        raise EnvelopeError(f"{where} must be a non-empty UTF-8 string, got {show_value(value)}")
+    if type(value) is not str or not value or not is_utf8(value):
+        raise EnvelopeError(
+            f"{where} must be a non-empty UTF-8 string, got {show_value(value)}"
+        )
 
 
 class Bootstrap(msgspec.Struct, frozen=True):
@@ -60,11 +62,13 @@ def _frozen_labels(where: str, value: object) -> Mapping[str, str] | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        raise EnvelopeError(f"{where} must be a mapping of str to str, got {type(value).__name__}")
+        raise EnvelopeError(
+            f"{where} must be a mapping of str to str, got {type(value).__name__}"
+        )
     copy = dict(value)
     for key, item in copy.items():
         for what, text in (("key", key), ("value", item)):
-            if type(text) is not str or not _is_utf8(text):
+            if type(text) is not str or not is_utf8(text):
                 raise EnvelopeError(
                     f"{where} {what}s must be UTF-8 strings, got {show_value(text)}"
                 )

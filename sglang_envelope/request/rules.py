@@ -79,13 +79,24 @@ TEXT_INPUT_RULES = frozenset(("no_input",))
 
 
 def _sglang(
-    code: str, field: str, template: str, check: Any, when: Any, holds: Holds | None = None
+    code: str,
+    field: str,
+    template: str,
+    check: Any,
+    when: Any,
+    holds: Holds | None = None,
 ) -> Rule:
     return Rule(code, field, template, check, when, template, holds)
 
 
 def _range(
-    code: str, name: str, template: str, low: float, high: float, *, open_low: bool = False
+    code: str,
+    name: str,
+    template: str,
+    low: float,
+    high: float,
+    *,
+    open_low: bool = False,
 ) -> Rule:
     """SGLang's range check of `sampling_params.name`, whose default (None) is inside."""
     holds = Holds("in_range", (name,), low, high, open_low)
@@ -102,15 +113,25 @@ _WATERMARK_MESSAGES = (
     "watermark key must contain only hex digits",
     "watermark context_window must be a positive integer",
 )
-_WATERMARK_CODES = ("watermark_not_object", "watermark_unknown_key",
-    "watermark_enabled_not_bool", "watermark_key_not_text", "watermark_key_length",
-    "watermark_key_not_hex", "watermark_context_window")  # fmt: skip
+_WATERMARK_CODES = (
+    "watermark_not_object",
+    "watermark_unknown_key",
+    "watermark_enabled_not_bool",
+    "watermark_key_not_text",
+    "watermark_key_length",
+    "watermark_key_not_hex",
+    "watermark_context_window",
+)
 _RESOLVE = (
-    ("watermark_key_when_disabled", "request watermark key cannot be combined with enabled=false"),
+    (
+        "watermark_key_when_disabled",
+        "request watermark key cannot be combined with enabled=false",
+    ),
     ("watermark_sets_nothing", "request watermark must set enabled or key"),
 )
 _PRIORITY_MESSAGE = (
-    "priority must be a signed 64-bit integer between -9223372036854775808 and 9223372036854775807"
+    "priority must be a signed 64-bit integer between -9223372036854775808 "
+    "and 9223372036854775807"
 )
 
 #: Every rule, in the order they are applied. `{…}` in a message is filled in.
@@ -119,13 +140,16 @@ RULES: tuple[Rule, ...] = (
     Rule("not_json", None, "request body is not valid JSON: {detail}"),
     Rule("not_object", None, "request body must be a JSON object, got {got}"),
     Rule("not_token_input", "{key}",
-         "{key} is not accepted: this endpoint takes one token-input request (input_ids)"),
+         "{key} is not accepted: this endpoint takes one token-input request "
+         "(input_ids)"),
     Rule("orchestrator_field", "{key}",
          "{key} is set only by the serving system; a client may not send it"),
     Rule("unknown_field", "{key}",
-         "unknown field `{key}`: SGLang {release}'s GenerateReqInput has no such field{hint}"),
+         "unknown field `{key}`: SGLang {release}'s GenerateReqInput has no such "
+         "field{hint}"),
     Rule("unknown_nested_field", "{path}.{key}", "unknown field `{key}` in {path}"),
-    Rule("unknown_sampling_param", "sampling_params.{key}", "unknown field `{key}`, {expected}"),
+    Rule("unknown_sampling_param", "sampling_params.{key}",
+         "unknown field `{key}`, {expected}"),
     Rule("unexpected_sampling_param", "sampling_params.{key}",
          "Unexpected keyword argument '{key}'"),
     Rule("needs_newer_sglang", "{path}",
@@ -136,7 +160,8 @@ RULES: tuple[Rule, ...] = (
          "{key} must be one {one}: decode_client_request takes one prompt, not a batch: "
          "{batch}"),
     Rule("token_id_out_of_range", "{path}", "{path} must be a token id in [0, 2^32)"),
-    Rule("too_many_input_ids", "input_ids", "input_ids has {size} tokens; the limit is {limit}"),
+    Rule("too_many_input_ids", "input_ids",
+         "input_ids has {size} tokens; the limit is {limit}"),
     Rule("token_out_of_vocab", "input_ids[{index}]",
          "input_ids[{index}] is {id}, past the model's largest token id {limit}"),
     Rule("json_too_deep", "{path}", "{path} is nested deeper than {limit} levels"),
@@ -148,27 +173,28 @@ RULES: tuple[Rule, ...] = (
     # prompt is decoded; then each prompt meets every rule above and below.
     Rule("empty_batch", "{key}", "{key} is an empty batch: it asks for no sequence"),
     Rule("batch_text_and_input_ids", "text",
-         "text and input_ids cannot both be given in a batch: SGLang reads the batch from "
-         "text and indexes input_ids by prompt; send one request a prompt"),
+         "text and input_ids cannot both be given in a batch: SGLang reads the batch "
+         "from text and indexes input_ids by prompt; send one request a prompt"),
     Rule("too_many_prompts", "{key}", "{key} holds {size} prompts; the limit is {limit}"),
     Rule("batch_too_large", "{key}",
          "a batch of {size} prompts is {work} bytes once split (the shared fields once a "
          "prompt); the limit is {limit}"),
     Rule("per_item_list", "{key}",
-         "{key} as a list (one value a prompt) is not accepted: give one value for the whole "
-         "batch, or send one request a prompt"),
+         "{key} as a list (one value a prompt) is not accepted: give one value for the "
+         "whole batch, or send one request a prompt"),
     Rule("not_in_batch", "{key}",
-         "{key} is not accepted in a batch: SGLang's split of a batch leaves it out of every "
-         "prompt; send one request a prompt"),
+         "{key} is not accepted in a batch: SGLang's split of a batch leaves it out of "
+         "every prompt; send one request a prompt"),
     Rule("rid_list_length", "rid",
          "The specified rids length mismatch with the batch_size for batch processing."),
-    Rule("duplicate_rids", "rid", "Duplicate request IDs detected within the request: {rids}"),
+    Rule("duplicate_rids", "rid",
+         "Duplicate request IDs detected within the request: {rids}"),
     Rule("batch_n_below_one", "sampling_params.n",
          "sampling_params.n is {n}: SGLang makes no sequence of a batch for an n below 1 "
          "(its tokenizer manager then fails without an answer)"),
     Rule("too_many_sequences", "sampling_params.n",
-         "the request asks for {count} sequences ({prompts} prompts x n {n}); the limit is "
-         "{limit}"),
+         "the request asks for {count} sequences ({prompts} prompts x n {n}); "
+         "the limit is {limit}"),
     # SGLang's own checks, in the order normalize_batch_and_arguments() makes them
     # (the first only on a target with input="text": `TEXT_INPUT_RULES`).
     Rule("no_input", "text", "Either text, input_ids or input_embeds should be provided.",
@@ -182,22 +208,26 @@ RULES: tuple[Rule, ...] = (
     Rule("output_flat_with_stream", "return_flat_raw_output_top_logprobs",
          "return_flat_raw_output_top_logprobs is only set on the finished response "
          "and does not support stream=True.",
-         lambda r: {} if (r.return_flat_raw_output_top_logprobs and bool(r.stream)) else None,
+         lambda r: {} if (r.return_flat_raw_output_top_logprobs
+                          and bool(r.stream)) else None,
          when="return_flat_raw_output_top_logprobs", holds=Holds("false", ("stream",))),
     Rule("b64_without_flat", "return_flat_raw_top_logprobs_b64",
          "return_flat_raw_top_logprobs_b64 requires return_flat_raw_top_logprobs "
          "or return_flat_raw_output_top_logprobs.",
          lambda r: {} if (r.return_flat_raw_top_logprobs_b64 and not (
-             r.return_flat_raw_top_logprobs or r.return_flat_raw_output_top_logprobs)) else None,
+             r.return_flat_raw_top_logprobs
+             or r.return_flat_raw_output_top_logprobs)) else None,
          when="return_flat_raw_top_logprobs_b64",
          holds=Holds("any_true", ("return_flat_raw_top_logprobs",
                                   "return_flat_raw_output_top_logprobs"))),
-    Rule("empty_input_ids", "input_ids", "input_ids cannot be empty.",  # unless text is set
+    # (unless text is set)
+    Rule("empty_input_ids", "input_ids", "input_ids cannot be empty.",
          lambda r: {} if r.input_ids == () and getattr(r, "text", None) is None else None,
          holds=Holds("nonempty", ("input_ids",))),
     Rule("session_id_with_session_params", "session_id",
          "session_id and session_params cannot both be set.",
-         lambda r: {} if (r.session_id is not None and is_given(r.session_params)) else None,
+         lambda r: {} if (r.session_id is not None
+                          and is_given(r.session_params)) else None,
          when="session_id"),
     # The tokenizer manager's checks, then SamplingParams(**sampling_params) on the
     # watermark, in its order (the rule holds where the release tables carry it).
@@ -251,7 +281,8 @@ RULES: tuple[Rule, ...] = (
             "beam_width"),
     # The scheduler's, for a beam request (its other checks need the deployment).
     Rule("n_over_beam_width", "sampling_params.n",
-         "n ({n}) cannot exceed beam_width ({beam_width}).", n_over_beam_width, "beam_width"),
+         "n ({n}) cannot exceed beam_width ({beam_width}).",
+         n_over_beam_width, "beam_width"),
     _sglang("temperature_out_of_range", "sampling_params.temperature",
             "temperature must be a non-negative finite number, got {temperature}.",
             bad_temperature, "temperature",
@@ -271,13 +302,15 @@ RULES: tuple[Rule, ...] = (
            "presence_penalty must be in [-2, 2], got {presence_penalty}.",
            -2.0, 2.0),
     _range("repetition_penalty_out_of_range", "repetition_penalty",
-           "repetition_penalty must be in (0, 2] (1.0 = no penalty), got {repetition_penalty}.",
+           "repetition_penalty must be in (0, 2] (1.0 = no penalty), "
+           "got {repetition_penalty}.",
            0.0, 2.0, open_low=True),
     # SGLang divides float32 logits by it: a smaller one makes them inf, and sampling with
     # top_k or top_p then stops every SGLang process (torch.multinomial on inf).
     Rule("repetition_penalty_overflows_logits", "sampling_params.repetition_penalty",
-         "repetition_penalty must be at least 1e-20: a smaller one overflows SGLang's float32 "
-         "logits, got {repetition_penalty}", penalty_overflows, "repetition_penalty"),
+         "repetition_penalty must be at least 1e-20: a smaller one overflows SGLang's "
+         "float32 logits, got {repetition_penalty}", penalty_overflows,
+         "repetition_penalty"),
     _sglang("min_new_tokens_negative", "sampling_params.min_new_tokens",
             "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}.",
             min_negative, "min_new_tokens"),
@@ -293,21 +326,21 @@ RULES: tuple[Rule, ...] = (
     # A bias past it makes the float32 logits inf, and sampling with top_k, top_p or min_p
     # then stops every SGLang process (found by the live fuzz).
     Rule("logit_bias_overflows_logits", "sampling_params.logit_bias",
-         "logit_bias[{key!r}] is {value}; a bias must be within [-1e30, 1e30]: a larger one "
-         "overflows SGLang's float32 logits", bias_overflows, "logit_bias"),
+         "logit_bias[{key!r}] is {value}; a bias must be within [-1e30, 1e30]: "
+         "a larger one overflows SGLang's float32 logits", bias_overflows, "logit_bias"),
     _sglang("sampling_seed_out_of_range", "sampling_params.sampling_seed",
             "sampling_seed must be in [-2**63, 2**63 - 1], got {sampling_seed}.",
             seed_out_of_range, "sampling_seed"),
     _sglang("several_grammars", "sampling_params",
             "Only one of json_schema, regex, ebnf, or structural_tag can be set.",
             grammars, ("json_schema", "regex", "ebnf", "structural_tag")),
-    # A grammar that ends before min_new_tokens leaves no token to sample: SGLang fails the
-    # request, and with top_k, top_p or min_p every SGLang process stops (found by the
-    # live fuzz). Whether a grammar can end that early is not known before it runs.
+    # A grammar that ends before min_new_tokens leaves no token to sample: SGLang fails
+    # the request, and with top_k, top_p or min_p every SGLang process stops (found by
+    # the live fuzz). Whether a grammar can end that early is not known before it runs.
     Rule("min_new_tokens_with_grammar", "sampling_params.min_new_tokens",
-         "min_new_tokens ({min_new_tokens}) is not accepted with {grammar}: a grammar that "
-         "ends before min_new_tokens leaves SGLang no token to sample, which fails the request "
-         "or, with top_k, top_p or min_p, stops every SGLang process",
+         "min_new_tokens ({min_new_tokens}) is not accepted with {grammar}: a grammar "
+         "that ends before min_new_tokens leaves SGLang no token to sample, which fails "
+         "the request or, with top_k, top_p or min_p, stops every SGLang process",
          min_tokens_with_grammar, "min_new_tokens"),
     # Its pooled logprobs index the computed positions, which a cached prefix shortens:
     # any value can stop every SGLang process (0.5.23, found by the live fuzz).
@@ -345,10 +378,19 @@ TARGET_RULES = frozenset(
 )
 #: Rules `decode_sequences` enforces on a body of many sequences, before its prompts.
 SEQUENCE_RULES = frozenset(
-    ("empty_batch", "batch_text_and_input_ids", "too_many_prompts", "batch_too_large",
-     "per_item_list", "not_in_batch", "rid_list_length", "duplicate_rids",
-     "batch_n_below_one", "too_many_sequences")
-)  # fmt: skip
+    (
+        "empty_batch",
+        "batch_text_and_input_ids",
+        "too_many_prompts",
+        "batch_too_large",
+        "per_item_list",
+        "not_in_batch",
+        "rid_list_length",
+        "duplicate_rids",
+        "batch_n_below_one",
+        "too_many_sequences",
+    )
+)
 #: Rules `build_engine_request` enforces for a role.
 ENGINE_RULES = frozenset(("parallel_sampling",))
 
@@ -356,16 +398,19 @@ ENGINE_RULES = frozenset(("parallel_sampling",))
 #: rule above makes, and why. Checks that need the deployment (`Check.needs`) stay
 #: with SGLang too; docs/contract.md lists them.
 SGLANG_CHECKS_LEFT: Mapping[str, str] = {
-    "sampling_seed must be an integer, got {sampling_seed_type}.":
-        "the typed decode refuses a sampling_seed that is not an integer",
-    "return_sampling_mask only supports DisallowedTokensLogitsProcessor among custom "
-    "logit processors.":
-        "it needs the custom logit processor deserialised, which only SGLang does",
-}  # fmt: skip
+    "sampling_seed must be an integer, got {sampling_seed_type}.": (
+        "the typed decode refuses a sampling_seed that is not an integer"
+    ),
+    (
+        "return_sampling_mask only supports DisallowedTokensLogitsProcessor among custom "
+        "logit processors."
+    ): "it needs the custom logit processor deserialised, which only SGLang does",
+}
 
 
 def reject(code: str, **facts: object) -> RequestRejected:
-    """The `RequestRejected` for rule `code`, its field and message filled in from `facts`."""
+    """The `RequestRejected` for rule `code`, its field and message filled in
+    from `facts`."""
     rule = RULES_BY_CODE[code]
     field = None if rule.field is None else rule.field.format(**facts)
     return RequestRejected(code, field, rule.message.format(**facts))

@@ -1,4 +1,5 @@
-"""Many sequences: a batch of prompts, `sampling_params.n` samples each, as SGLang reads them.
+"""Many sequences: a batch of prompts, `sampling_params.n` samples each, as SGLang reads
+them.
 
 A `/generate` body holds B prompts (a batch: `input_ids` a list whose first
 element is a list, the rule of SGLang's contract gate, or on a text target
@@ -7,8 +8,8 @@ element is a list, the rule of SGLang's contract gate, or on a text target
 n > 1, sequence `i * n + j` being sample `j` of prompt `i`. `decode_sequences`
 splits a batch into one client body a prompt (its members read once, each
 prompt's ids or text and its rid spliced into the shared fields) and decodes
-each with the rules of `decode_client_request`; `Sequences.samples()` fans the sequences out
-into one-sample requests, for a prefill/decode pair that carries one sequence.
+each with the rules of `decode_client_request`; `Sequences.samples()` fans the sequences
+out into one-sample requests, for a prefill/decode pair that carries one sequence.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from msgspec import UNSET, Raw
 from sglang_envelope.errors.exceptions import EnvelopeError, RequestRejected
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.body import as_json
-from sglang_envelope.request.decode_errors import DECODE_ERRORS, translate_validation_error
+from sglang_envelope.request.decode_errors import (
+    DECODE_ERRORS,
+    translate_validation_error,
+)
 from sglang_envelope.request.fields import RequestFields, SamplingParams
 from sglang_envelope.request.limits import (
     DEFAULT_MAX_BODY_BYTES,
@@ -69,7 +73,8 @@ PER_ITEM_FIELDS = frozenset(
         "modalities",
     }
 )  # fmt: skip
-#: A field whose one-prompt form is a list of ids: per prompt when its first item is a list.
+#: A field whose one-prompt form is a list of ids:
+#: per prompt when its first item is a list.
 PER_ITEM_ID_LISTS = frozenset({"token_ids_logprob"})
 #: The fields `GenerateReqInput.__getitem__` leaves out of each prompt of a batch (SGLang
 #: 0.5.21-0.5.23 drop them there): refused when set (`not_in_batch`).
@@ -83,13 +88,14 @@ BATCH_DROPPED_FIELDS = frozenset(
 
 def samples_per_prompt(request: RequestFields) -> int:
     """How many sequences SGLang makes of one prompt (a `ClientRequest` or an engine
-    request's body): `sampling_params.n` when above 1,
-    else 1 (SGLang reads an n below 1 as one sequence of a single prompt). A beam
-    request (`beam_width` > 1) is one sequence: its n is the number of beams it returns."""
+    request's body): `sampling_params.n` when above 1, else 1 (SGLang reads an n below
+    1 as one sequence of a single prompt). A beam request (`beam_width` > 1) is one
+    sequence: its n is the number of beams it returns."""
     params = request.sampling_params
     if not isinstance(params, SamplingParams):
         return 1
-    n, width = params.n, params.beam_width
+    n = params.n
+    width = params.beam_width
     if not isinstance(n, int) or n <= 1 or (isinstance(width, int) and width > 1):
         return 1
     return n
@@ -117,9 +123,13 @@ class Sequences(msgspec.Struct, frozen=True):
         if type(self.n) is not int or self.n < 1:
             raise EnvelopeError(f"n must be an integer >= 1, got {self.n!r}")
         if type(self.batch) is not bool or (not self.batch and len(requests) != 1):
-            raise EnvelopeError("batch must be a bool, and a body that is not a batch has one")
+            raise EnvelopeError(
+                "batch must be a bool, and a body that is not a batch has one"
+            )
         if any(samples_per_prompt(request) != self.n for request in requests):
-            raise EnvelopeError(f"n must be what each request's sampling_params make, {self.n}")
+            raise EnvelopeError(
+                f"n must be what each request's sampling_params make, {self.n}"
+            )
 
     @property
     def count(self) -> int:
@@ -146,7 +156,9 @@ class Sequences(msgspec.Struct, frozen=True):
             return self.requests
         n = self.n
         return tuple(
-            _sample(request, i * n + j) for i, request in enumerate(self.requests) for j in range(n)
+            _sample(request, i * n + j)
+            for i, request in enumerate(self.requests)
+            for j in range(n)
         )
 
 
@@ -155,7 +167,8 @@ def _sample(request: ClientRequest, k: int) -> ClientRequest:
     assert isinstance(params, SamplingParams)  # n > 1 is in it
     rid = None if request.rid is None else f"{request.rid}_{k}"
     one = msgspec.structs.replace(params, n=UNSET)
-    return msgspec.structs.replace(request, rid=rid, sampling_params=one)  # checked when made
+    # Checked when made.
+    return msgspec.structs.replace(request, rid=rid, sampling_params=one)
 
 
 class _Bounds(msgspec.Struct, frozen=True):
@@ -213,19 +226,23 @@ def decode_sequences(
     return _decode_batch(batch, limits, contract, bounds)
 
 
-def one_prompt(request: ClientRequest, max_sequences: int = DEFAULT_MAX_SEQUENCES) -> Sequences:
+def one_prompt(
+    request: ClientRequest, max_sequences: int = DEFAULT_MAX_SEQUENCES
+) -> Sequences:
     """The sequences of one prompt's `request`: its n samples, at most `max_sequences`
     (`too_many_sequences`, before any is made)."""
     check_bound("max_sequences", max_sequences)
     if type(request) is not ClientRequest:
-        raise EnvelopeError(f"request must be a ClientRequest, got {type(request).__name__}")
+        raise EnvelopeError(
+            f"request must be a ClientRequest, got {type(request).__name__}"
+        )
     n = samples_per_prompt(request)
     _check_count(1, n, max_sequences)
     return Sequences((request,), n, False)
 
 
 class _Batch(NamedTuple):
-    """A body that is a batch: its other members, the field holding its prompts, and them."""
+    """A batch body: its other members, the field holding its prompts, and the prompts."""
 
     members: dict[str, Raw]
     key: str
@@ -268,7 +285,9 @@ def _given(raw: Raw | None) -> bool:
     return raw is not None and _head(raw, 4) != b"null"
 
 
-def _decode_batch(batch: _Batch, limits: Limits, contract: Any, bounds: _Bounds) -> Sequences:
+def _decode_batch(
+    batch: _Batch, limits: Limits, contract: Any, bounds: _Bounds
+) -> Sequences:
     members, key, prompts = batch
     size = len(prompts)
     if size > bounds.prompts:
@@ -279,12 +298,16 @@ def _decode_batch(batch: _Batch, limits: Limits, contract: Any, bounds: _Bounds)
     shared = _json.encode(members)[1:-1]  # the shared members, without their braces
     work = size * (len(shared) + 64) + sum(len(item) for item in prompts)
     if work > bounds.batch_bytes:
-        raise reject("batch_too_large", key=key, size=size, work=work, limit=bounds.batch_bytes)
+        raise reject(
+            "batch_too_large", key=key, size=size, work=work, limit=bounds.batch_bytes
+        )
     prompt = _Prompt(key, shared, limits, contract)
     first = prompt.decode(prompts[0], rids[0], 0)
     n = _batch_n(first)
     _check_count(size, n, bounds.sequences)
-    rest = (prompt.decode(item, rids[i], i) for i, item in enumerate(prompts[1:], start=1))
+    rest = (
+        prompt.decode(item, rids[i], i) for i, item in enumerate(prompts[1:], start=1)
+    )
     return Sequences((first, *rest), n, True)
 
 
@@ -330,7 +353,7 @@ class _Prompt(NamedTuple):
     contract: Any
 
     def decode(self, item: Raw, rid: str | None, index: int) -> ClientRequest:
-        """Prompt `index`'s request; a refusal of its prompt names it (`input_ids[index]`)."""
+        """Prompt `index`'s request (a refusal of its prompt names `input_ids[index]`)."""
         if self.key == "text" and _head(item) != b'"':
             try:  # a text prompt is a string: msgspec's verdict on another value
                 _text.decode(item)
@@ -362,7 +385,8 @@ def _batch_n(request: ClientRequest) -> int:
     params = request.sampling_params
     n = params.n if isinstance(params, SamplingParams) else UNSET
     width = params.beam_width if isinstance(params, SamplingParams) else UNSET
-    beam = isinstance(width, int) and width > 1  # SGLang makes one sequence of a beam request
+    # SGLang makes one sequence of a beam request.
+    beam = isinstance(width, int) and width > 1
     if isinstance(n, int) and n < 1 and not beam:
         raise reject("batch_n_below_one", n=n)
     return samples_per_prompt(request)
@@ -370,4 +394,6 @@ def _batch_n(request: ClientRequest) -> int:
 
 def _check_count(prompts: int, n: int, limit: int) -> None:
     if prompts * n > limit:
-        raise reject("too_many_sequences", count=prompts * n, prompts=prompts, n=n, limit=limit)
+        raise reject(
+            "too_many_sequences", count=prompts * n, prompts=prompts, n=n, limit=limit
+        )

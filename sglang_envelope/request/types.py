@@ -1,4 +1,4 @@
-"""The client's request: SGLang's native token-input `/generate` body, decoded and checked.
+"""The client's request: SGLang's native token-input `/generate` body, decoded, checked.
 
 `ClientRequest` mirrors the single-request form of SGLang 0.5.23's
 `GenerateReqInput`, limited to the fields a client may set (see `rules.py` for
@@ -198,7 +198,8 @@ def _decoded(body: bytes, target: Target) -> ClientRequest:
 def _check_made(request: ClientRequest) -> ClientRequest:
     """The request made by hand, checked as the client body it stands for (its passed
     keys included) for its target, and decoded into private copies."""
-    target, passed = request.target, request.passed_fields
+    target = request.target
+    passed = request.passed_fields
     contract_of(target)  # EnvelopeError when it is not a Target
     if not is_passed_fields(passed):
         raise EnvelopeError("passed_fields must be a PassedFields of (str, JSON) pairs")
@@ -207,15 +208,25 @@ def _check_made(request: ClientRequest) -> ClientRequest:
         for name in _NOT_JSON:
             plain.pop(name, None)
         if request.input_ids is None and target.input == "tokens":
-            plain = {"input_ids": None, **plain}  # as a token-input body refuses a null one
+            # First, as a token-input body refuses a null one.
+            plain = {"input_ids": None, **plain}
         top, sampling = msgspec.to_builtins(passed, enc_hook=_raw_to_value)
-    except (TypeError, ValueError, OverflowError, RecursionError, *DECODE_ERRORS) as error:
+    except (
+        TypeError,
+        ValueError,
+        OverflowError,
+        RecursionError,
+        *DECODE_ERRORS,
+    ) as error:
         raise reject(
             "not_json", detail=f"a field holds a value JSON cannot carry: {error}"
         ) from None
     if sampling:
         inner = plain.get("sampling_params")
-        plain["sampling_params"] = {**(inner if isinstance(inner, dict) else {}), **dict(sampling)}
+        plain["sampling_params"] = {
+            **(inner if isinstance(inner, dict) else {}),
+            **dict(sampling),
+        }
     plain.update(top)
     return decode_client_request(plain, target=target)
 
@@ -243,13 +254,17 @@ def _check_input_ids(ids: tuple[int, ...], limits: Limits) -> None:
     if len(ids) > limits.max_input_ids:
         raise reject("too_many_input_ids", size=len(ids), limit=limits.max_input_ids)
     if limits.max_token_id is not None and ids and max(ids) > limits.max_token_id:
-        index = next(i for i, token_id in enumerate(ids) if token_id > limits.max_token_id)
-        raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id)
+        index = next(
+            i for i, token_id in enumerate(ids) if token_id > limits.max_token_id
+        )
+        raise reject(
+            "token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id
+        )
 
 
 def _typed_decode(body: bytes | Raw, contract: Contract, decoder: Any = _decoder) -> Any:
-    """The typed decode of a body (a large token-input one through `large_body.decode_large`),
-    its checks left to the caller; a failure as SGLang's refusal."""
+    """The typed decode of a body, its checks left to the caller; a failure as SGLang's
+    refusal (a large token-input body is read by `large_body.decode_large`)."""
     try:
         if len(body) <= LARGE_BODY_BYTES or decoder is not _decoder:
             request = decoder.decode(body)
@@ -287,10 +302,10 @@ def decode_with_limits(
     data: object, limits: Limits, contract: Contract = _DEFAULT_CONTRACT
 ) -> ClientRequest:
     """`decode_client_request` with its bounds and target already checked."""
-    max_body_bytes, max_input_ids, _, _, max_token_id = limits  # a field read costs a call
     passed = NO_PASSED_FIELDS
     # The usual body, bytes within the bound for a target that passes no key, needs no
     # more than this test.
+    max_body_bytes = limits.max_body_bytes
     if type(data) is bytes and len(data) <= max_body_bytes and not contract.splits:
         body: Any = data
     else:
@@ -303,7 +318,7 @@ def decode_with_limits(
             _check_input_ids(wire.input_ids, limits)
     else:
         wire = _typed_decode(body, contract)
-        if len(wire.input_ids) > max_input_ids or max_token_id is not None:
+        if len(wire.input_ids) > limits.max_input_ids or limits.max_token_id is not None:
             _check_input_ids(wire.input_ids, limits)
     contract.check(wire, limits)  # the raw fields' bounds, then the rules
     return _from_checked(wire, contract.target, passed)
@@ -319,7 +334,7 @@ def decode_client_request(
     max_token_id: int | None = None,
     target: Target = DEFAULT_TARGET,
 ) -> ClientRequest:
-    """Decode and check a client's `/generate` body (JSON bytes or text, or a parsed mapping).
+    """Decode and check a client's `/generate` body: JSON bytes or text, or a mapping.
 
     `target` is the SGLang release and transport the request is for (default:
     SGLang 0.5.23 over HTTP): its fields, `sampling_params` keys and SGLang's own
@@ -336,13 +351,18 @@ def decode_client_request(
     """
     contract = contract_of(target)
     if (
-        max_body_bytes is DEFAULT_MAX_BODY_BYTES  # the defaults, not passed: nothing to check
+        max_body_bytes
+        is DEFAULT_MAX_BODY_BYTES  # the defaults, not passed: nothing to check
         and max_input_ids is DEFAULT_MAX_INPUT_IDS
         and max_json_depth is DEFAULT_MAX_JSON_DEPTH
         and max_json_items is DEFAULT_MAX_JSON_ITEMS
         and max_token_id is None
     ):
-        if contract is _DEFAULT_CONTRACT and type(body) is bytes and len(body) <= LARGE_BODY_BYTES:
+        if (
+            contract is _DEFAULT_CONTRACT
+            and type(body) is bytes
+            and len(body) <= LARGE_BODY_BYTES
+        ):
             # The usual call: only the typed decode and the checks are left to do.
             wire = _typed_decode(body, contract)
             contract.check(wire, DEFAULT_LIMITS)

@@ -18,7 +18,8 @@ __all__ = ["refuse_unknown", "unknown_sampling_key", "unknown_top_level_key"]
 
 
 def refuse_unknown(contract: Contract, path: str, key: str) -> RequestRejected:
-    """The refusal of `key`, unknown at `path` ("": the top level) of a body for `contract`."""
+    """The refusal of `key`, unknown at `path` ("": the top level)
+    of a body for `contract`."""
     if path == "sampling_params":
         return unknown_sampling_key(key, contract)
     if not path:

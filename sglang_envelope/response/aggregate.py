@@ -18,10 +18,19 @@ from sglang_envelope.errors.exceptions import (
     ResponseError,
     show_value,
 )
-from sglang_envelope.response.choices import ChoicesAggregator, check_choices, unary_choices
+from sglang_envelope.response.choices import (
+    ChoicesAggregator,
+    check_choices,
+    unary_choices,
+)
 from sglang_envelope.response.core import StreamCore, answer
 from sglang_envelope.response.frames import check_unary_object, decode_json, engine_error
-from sglang_envelope.response.reading import DEFAULT_MAX_BYTES, SseReader, check_bound, too_big
+from sglang_envelope.response.reading import (
+    DEFAULT_MAX_BYTES,
+    SseReader,
+    check_bound,
+    too_big,
+)
 from sglang_envelope.response.sources import feed_all
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike
 from sglang_envelope.response.stores import DeltaStore
@@ -67,7 +76,7 @@ class StreamAggregator:
 
     @property
     def incremental(self) -> bool | None:
-        """Whether frames are read as incremental deltas; None while the mode is not known.
+        """Whether frames are read as incremental deltas (None while the mode is unknown).
 
         A forced mode is known from the start. A detected one is known from the
         first frame that fits only one reading (with SGLang's frames, the first
@@ -107,8 +116,8 @@ class StreamAggregator:
             return last
         if core.incremental is None and core.frames > 1:
             raise EnvelopeError(
-                "cumulative(): the stream mode is not known yet (no frame has told the two "
-                "apart); pass incremental=True or False to StreamAggregator"
+                "cumulative(): the stream mode is not known yet (no frame has told the "
+                "two apart); pass incremental=True or False to StreamAggregator"
             )
         return core.store.assemble(last, copy=True)
 
@@ -128,7 +137,10 @@ class StreamAggregator:
 
 @overload
 def aggregate_frames(
-    frames: Iterable[dict[str, Any]], *, incremental: bool | None = ..., choices: None = ...
+    frames: Iterable[dict[str, Any]],
+    *,
+    incremental: bool | None = ...,
+    choices: None = ...,
 ) -> GenerateResponse: ...
 @overload
 def aggregate_frames(
@@ -250,7 +262,9 @@ def parse_unary(
     if error is not None:
         raise EngineError(error.message, status) if status >= 400 else error
     if status >= 400:
-        raise ResponseError(f"the response has HTTP status {status} but no SGLang error body")
+        raise ResponseError(
+            f"the response has HTTP status {status} but no SGLang error body"
+        )
     if choices is not None:
         return unary_choices(response, choices)
     if type(response) is list:

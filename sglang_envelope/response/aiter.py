@@ -78,7 +78,7 @@ async def aggregate_sse_async(
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     choices: int | None = None,
 ) -> GenerateResponse | list[GenerateResponse]:
-    """`aggregate_sse` for an async iterable of chunks: the same answer and the same errors."""
+    """`aggregate_sse` for an async iterable of chunks: same answer, same errors."""
     if choices is not None:
         many = ChoicesAggregator(choices, incremental=incremental)
         reader = SseReader("aggregate_sse_async", many, max_bytes, max_event_bytes)

@@ -36,7 +36,9 @@ __all__ = ["ChoicesAggregator", "check_choices", "choice_index", "unary_choices"
 def check_choices(choices: object) -> int:
     """`choices` if it is an integer >= 1; else `EnvelopeError` naming it."""
     if type(choices) is not int or choices < 1:
-        raise EnvelopeError(f"choices: expected an integer >= 1, got {show_value(choices)}")
+        raise EnvelopeError(
+            f"choices: expected an integer >= 1, got {show_value(choices)}"
+        )
     return choices
 
 
@@ -53,8 +55,12 @@ def choice_index(frame: dict[str, Any], choices: int) -> int:
         error = engine_error(frame)
         if error is not None:
             raise error
-        raise ResponseError(f"index: the frame has none, in a stream of {choices} sequences")
-    raise ResponseError(f"index: expected an integer in [0, {choices}), got {show_value(index)}")
+        raise ResponseError(
+            f"index: the frame has none, in a stream of {choices} sequences"
+        )
+    raise ResponseError(
+        f"index: expected an integer in [0, {choices}), got {show_value(index)}"
+    )
 
 
 class ChoicesAggregator:
@@ -74,7 +80,8 @@ class ChoicesAggregator:
         self._choices = check_choices(choices)
         if incremental is not None and type(incremental) is not bool:
             raise EnvelopeError(
-                f"incremental: expected True, False or None, got {show_value(incremental)}"
+                "incremental: expected True, False or None, "
+                f"got {show_value(incremental)}"
             )
         self._incremental = incremental
         self._cores: dict[int, StreamCore[DeltaStore]] = {}
@@ -119,7 +126,8 @@ class ChoicesAggregator:
         index = choice_index(frame, self._choices)
         core = self._cores.get(index)
         if core is None:
-            core = self._cores[index] = StreamCore(self._incremental, DeltaStore())
+            core = StreamCore(self._incremental, DeltaStore())
+        self._cores[index] = core
         rest = dict(frame)
         del rest["index"]
         try:
@@ -183,7 +191,8 @@ def unary_choices(response: Any, choices: int) -> list[GenerateResponse]:
         )
     if len(response) != choices:
         raise ResponseError(
-            f"the response body: expected a JSON array of {choices} sequences, got {len(response)}"
+            f"the response body: expected a JSON array of {choices} sequences, "
+            f"got {len(response)}"
         )
     for index, item in enumerate(response):
         if type(item) is dict and (error := engine_error(item)) is not None:

@@ -97,7 +97,7 @@ class StreamCore(Generic[S]):
 
     @property
     def incremental(self) -> bool | None:
-        """Whether frames are read as incremental deltas; None while the mode is not known."""
+        """Whether frames are read as incremental deltas (None: the mode is unknown)."""
         return self._mode
 
     @property
@@ -191,7 +191,11 @@ class StreamCore(Generic[S]):
         if aborted and (error := abort_error(finish)) is not None:
             raise error
         first = self._first_meta
-        kept = {key: first[key] for key in FIRST_FRAME_KEYS if key in first and key not in meta}
+        kept = {
+            key: first[key]
+            for key in FIRST_FRAME_KEYS
+            if key in first and key not in meta
+        }
         if kept:  # a new terminal frame: the caller's stays as it came
             terminal = {**terminal, "meta_info": {**meta, **kept}}
         return terminal, aborted
@@ -222,8 +226,9 @@ class StreamCore(Generic[S]):
         return terminal
 
     def _add_run(self, payloads: list[Payload], at: int, end: int) -> None:
-        """Add `payloads[at:end]`: the middle frames the reader reads, their views given to
-        the store a batch at a time (so that few are held at once), any other in full."""
+        """Add `payloads[at:end]`: the middle frames the reader reads, their views given
+        to the store a batch at a time (so that few are held at once), any other in
+        full."""
         while at < end:
             if self._count and self._terminal is None and self._mode is not None:
                 read = self._reader.read
@@ -277,7 +282,8 @@ class StreamCore(Generic[S]):
             raise ResponseError(
                 f"its index {show_value(index)} differs from the first frame's "
                 f"{show_value(self._index)}: "
-                "the stream interleaves several generations (n > 1); aggregate one at a time"
+                "the stream interleaves several generations (n > 1); "
+                "aggregate one at a time"
             )
         return meta
 
@@ -301,11 +307,15 @@ class StreamCore(Generic[S]):
             total = self.store.total(path) + len(array)
             if fits[True] is None and count != total:
                 shown = show_value(count)
-                fits[True] = f"meta_info.{count_key} is {shown} but {path} has {total} entries"
-            if fits[False] is None and not cumulative_count_fits(count, array, path, meta):
+                fits[True] = (
+                    f"meta_info.{count_key} is {shown} but {path} has {total} entries"
+                )
+            if fits[False] is None and not cumulative_count_fits(
+                count, array, path, meta
+            ):
                 fits[False] = (
-                    f"meta_info.{count_key} is {show_value(count)} but this frame's {path} "
-                    f"has {len(array)} entries"
+                    f"meta_info.{count_key} is {show_value(count)} "
+                    f"but this frame's {path} has {len(array)} entries"
                 )
         if fits[False] is None and self._last is not None:
             fits[False] = _not_extending(self._last, frame)
@@ -322,10 +332,14 @@ class StreamCore(Generic[S]):
             self._mode = True
 
     def _check_counts(self, meta: dict[str, Any]) -> None:
-        """`check_consistency` on the incremental answer: the arrays' entries in the store."""
+        """`check_consistency` on the incremental answer: its arrays' entries, stored."""
         for count_key, path, unless in CONSISTENCY:
             count = meta.get(count_key)
-            if count is None or path not in self.store.present or (unless and unless in meta):
+            if (
+                count is None
+                or path not in self.store.present
+                or (unless and unless in meta)
+            ):
                 continue
             if type(count) is not int:
                 raise expected(f"meta_info.{count_key}", "an integer", count)
@@ -357,7 +371,7 @@ def answer(core: StreamCore[DeltaStore], *, said_done: bool) -> GenerateResponse
 
 
 def _deltas(frame: dict[str, Any], meta: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The `DELTA_FIELDS` a frame carries, as (path, value), once all are of the right type."""
+    """The `DELTA_FIELDS` a frame carries as (path, value), all of the right type."""
     found: list[tuple[str, Any]] = []
     for path, key, in_meta, kind in DELTA_ROWS:
         value = (meta if in_meta else frame).get(key, UNSET)

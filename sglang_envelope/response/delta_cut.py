@@ -29,7 +29,8 @@ _ELEMENTS: Final = msgspec.json.Decoder(list[Raw])
 def cut_deltas(
     fields: dict[str, Any], sent: dict[str, Any], deltas: dict[str, list[BytesLike]]
 ) -> dict[str, Any]:
-    """Put into `deltas` each field's JSON past what `sent` holds; return what `fields` holds.
+    """Put into `deltas` each field's JSON past what `sent` holds;
+    return what `fields` holds.
 
     What a frame holds is, per delta field, its text's JSON inside the quotes
     or its list's JSON elements. A list's delta is its elements past those
@@ -50,13 +51,15 @@ def cut_deltas(
         if data[:1] != (b'"' if is_text else b"["):
             raise _no_delta(path, f"is not {'a string' if is_text else 'an array'}")
         if is_text:
-            text = held[path] = data[1:-1]
+            text = data[1:-1]
+            held[path] = text
             deltas[path] = [b'"', _text_delta(sent.get(path, b""), text), b'"']
             continue
         try:
-            elements = held[path] = _ELEMENTS.decode(data)
+            elements = _ELEMENTS.decode(data)
         except (msgspec.DecodeError, RecursionError) as exc:
             raise ResponseError(f"{path} is not valid JSON: {exc}") from exc
+        held[path] = elements
         before = sent.get(path, [])
         if not _extends(elements, before):
             raise _no_delta(path, "does not extend the last frame sent")

@@ -21,8 +21,12 @@ from typing import Any, Final
 
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.request.engine import EngineRequest, Role
-from sglang_envelope.request.envelope import _is_utf8
-from sglang_envelope.response.merge import UNAVAILABLE_MARKER, has_prompt_logprobs, response_meta
+from sglang_envelope.request.envelope import is_utf8
+from sglang_envelope.response.merge import (
+    UNAVAILABLE_MARKER,
+    has_prompt_logprobs,
+    response_meta,
+)
 
 __all__ = ["UNAVAILABLE_REASON", "finalize_response"]
 
@@ -33,7 +37,8 @@ UNAVAILABLE_REASON: Final = "disaggregated_decode"
 def finalize_response(
     response: dict[str, Any], *, engine: EngineRequest, client_rid: str
 ) -> dict[str, Any]:
-    """`response` as the client expects it: its own rid, and a note for missing prompt logprobs.
+    """`response` as the client expects it: its own rid, and a note for missing
+    prompt logprobs.
 
     `response` is SGLang's final answer to `engine` (from `parse_unary`,
     `aggregate_sse` or `merge_prefill`). ``meta_info.id`` becomes
@@ -48,8 +53,10 @@ def finalize_response(
     ``meta_info`` object.
     """
     if not isinstance(engine, EngineRequest):
-        raise EnvelopeError(f"engine must be an EngineRequest, got {type(engine).__name__}")
-    if not isinstance(client_rid, str) or not client_rid or not _is_utf8(client_rid):
+        raise EnvelopeError(
+            f"engine must be an EngineRequest, got {type(engine).__name__}"
+        )
+    if not isinstance(client_rid, str) or not client_rid or not is_utf8(client_rid):
         raise EnvelopeError(
             f"client_rid must be a non-empty UTF-8 string, got {show_value(client_rid)}"
         )
@@ -74,7 +81,8 @@ def _asks_prompt_logprobs(engine: EngineRequest) -> bool:
     is SGLang's to know (it tokenizes it): no prompt logprobs are counted on.
     """
     body = engine.body
-    start, ids = body.logprob_start_len, body.input_ids
+    start = body.logprob_start_len
+    ids = body.input_ids
     if ids is None or not body.return_logprob:
         return False
     return type(start) is int and 0 <= start < len(ids)

@@ -33,8 +33,14 @@ from sglang_envelope.errors.exceptions import (
     show_value,
 )
 
-__all__ = ["DEFAULT_MAX_NESTED_POSITIONS", "MAX_POSITIONS", "FlatTopLogprobs"]
-__all__ += ["decode_flat_top_logprobs", "encode_flat_top_logprobs", "strict_b64decode"]
+__all__ = [
+    "DEFAULT_MAX_NESTED_POSITIONS",
+    "MAX_POSITIONS",
+    "FlatTopLogprobs",
+    "decode_flat_top_logprobs",
+    "encode_flat_top_logprobs",
+    "strict_b64decode",
+]
 
 Side = Literal["input", "output"]
 NestedRows = list[list[tuple[float, int, None]] | None]
@@ -59,11 +65,17 @@ _JSON_TYPES: dict[str, frozenset[type]] = {
     "idx_flat": frozenset({int}),
 }
 _KEYS = {
-    side: {suffix: f"{side}_top_logprobs_{suffix}" for suffix in _JSON_FORM + _B64_FORM + _LAYOUT}
+    side: {
+        suffix: f"{side}_top_logprobs_{suffix}"
+        for suffix in _JSON_FORM + _B64_FORM + _LAYOUT
+    }
     for side in ("input", "output")
 }
-_INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
-_SEQUENCES, _NUMBERS, _INTS = frozenset({list, tuple}), frozenset({float, int}), frozenset({int})
+_INT32_MIN = -(1 << 31)
+_INT32_MAX = (1 << 31) - 1
+_SEQUENCES = frozenset({list, tuple})
+_NUMBERS = frozenset({float, int})
+_INTS = frozenset({int})
 _SWAP = sys.byteorder == "big"  # the wire is little-endian
 if array("f").itemsize != 4 or array("i").itemsize != 4:  # pragma: no cover
     raise ImportError("sglang_envelope needs 4-byte C float and int")
@@ -77,7 +89,7 @@ def _keys(side: object) -> dict[str, str]:
 
 
 class FlatTopLogprobs(msgspec.Struct, frozen=True):
-    """One side's top logprobs as SGLang's flat arrays; made by `decode_flat_top_logprobs`.
+    """One side's top logprobs as SGLang's flat arrays (`decode_flat_top_logprobs`).
 
     `shape` is `(rows, k)`; `values` (logprobs) and `token_ids` hold `rows * k`
     entries, row-major, for positions `null_prefix` to `null_prefix + rows - 1`.
@@ -92,7 +104,8 @@ class FlatTopLogprobs(msgspec.Struct, frozen=True):
     values: Sequence[float]
     token_ids: Sequence[int]
 
-    __hash__: ClassVar[None] = None  # type: ignore[assignment]  # memoryviews cannot be hashed
+    # Memoryviews cannot be hashed.
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if type(self.null_prefix) is not int or self.null_prefix < 0:
@@ -106,23 +119,30 @@ class FlatTopLogprobs(msgspec.Struct, frozen=True):
             and all(type(n) is int and n >= 0 for n in shape)
         ):
             raise EnvelopeError(
-                f"shape must be a tuple (rows, k) of integers >= 0, got {show_value(shape)}"
+                "shape must be a tuple (rows, k) of integers >= 0, "
+                f"got {show_value(shape)}"
             )
         for name in ("values", "token_ids"):
             items = getattr(self, name)
-            is_sequence = isinstance(items, Sequence) and not isinstance(items, (str, bytes))
+            is_sequence = isinstance(items, Sequence) and not isinstance(
+                items, (str, bytes)
+            )
             size = len(items) if is_sequence else None
             if size != shape[0] * shape[1]:
                 raise EnvelopeError(
-                    f"{name} must be a sequence of rows * k = {show_value(shape[0] * shape[1])} "
-                    f"items, got {show_value(items) if size is None else f'{size} items'}"
+                    f"{name} must be a sequence of rows * k = "
+                    f"{show_value(shape[0] * shape[1])} items, "
+                    f"got {show_value(items) if size is None else f'{size} items'}"
                 )
 
     def __repr__(self) -> str:
         return f"FlatTopLogprobs(null_prefix={self.null_prefix}, shape={self.shape})"
 
-    def to_nested(self, *, max_positions: int = DEFAULT_MAX_NESTED_POSITIONS) -> NestedRows:
-        """SGLang's nested rows: None per uncovered position, else k `(logprob, token_id, None)`.
+    def to_nested(
+        self, *, max_positions: int = DEFAULT_MAX_NESTED_POSITIONS
+    ) -> NestedRows:
+        """SGLang's nested rows: None per uncovered position, else k entries
+        `(logprob, token_id, None)`.
 
         A row with no entries (k == 0) is None too, as SGLang's nested format
         has it. The text slot is None, as with `return_text_in_logprobs` off.
@@ -140,9 +160,10 @@ class FlatTopLogprobs(msgspec.Struct, frozen=True):
             raise LimitExceeded(
                 "max_nested_positions",
                 max_positions,
-                f"the nested rows would hold {show_value(self.null_prefix + rows)} positions "
-                f"(null prefix {show_value(self.null_prefix)} plus {show_value(rows)} rows); "
-                f"the limit is {max_positions}",
+                "the nested rows would hold "
+                f"{show_value(self.null_prefix + rows)} positions "
+                f"(null prefix {show_value(self.null_prefix)} "
+                f"plus {show_value(rows)} rows); the limit is {max_positions}",
             )
         nested: NestedRows = [None] * self.null_prefix
         if k == 0:
@@ -165,18 +186,24 @@ def decode_flat_top_logprobs(
     """
     keys = _keys(side)
     if not isinstance(meta_info, Mapping):
-        raise ResponseError(f"meta_info must be a JSON object, got {type(meta_info).__name__}")
+        raise ResponseError(
+            f"meta_info must be a JSON object, got {type(meta_info).__name__}"
+        )
     b64 = [keys[s] for s in _B64_FORM if keys[s] in meta_info]
     plain = [keys[s] for s in _JSON_FORM if keys[s] in meta_info]
     if b64 and plain:
-        raise ResponseError(f"{plain[0]} and {b64[0]} are both present; expected one form")
+        raise ResponseError(
+            f"{plain[0]} and {b64[0]} are both present; expected one form"
+        )
     if not (b64 or plain or any(keys[s] in meta_info for s in _LAYOUT)):
         return None
 
     def field(suffix: str) -> tuple[str, object]:
         key = keys[suffix]
         if key not in meta_info:
-            raise ResponseError(f"{key} is missing; the other flat top-logprob fields need it")
+            raise ResponseError(
+                f"{key} is missing; the other flat top-logprob fields need it"
+            )
         return key, meta_info[key]
 
     rows, k = _shape(*field("shape"))
@@ -185,8 +212,8 @@ def decode_flat_top_logprobs(
         raise LimitExceeded(
             "max_positions",
             MAX_POSITIONS,
-            f"{keys['null_prefix']} ({show_value(null_prefix)}) plus rows ({show_value(rows)}) "
-            f"exceed {MAX_POSITIONS} positions",
+            f"{keys['null_prefix']} ({show_value(null_prefix)}) "
+            f"plus rows ({show_value(rows)}) exceed {MAX_POSITIONS} positions",
         )
     count = rows * k
     if not b64:
@@ -200,13 +227,18 @@ def decode_flat_top_logprobs(
     val_raw = _from_b64(*field("val_flat_b64"), count, "f")
     idx_raw = _from_b64(*field("idx_flat_b64"), count, "i")
     return FlatTopLogprobs(
-        null_prefix, (rows, k), memoryview(val_raw).cast("f"), memoryview(idx_raw).cast("i")
+        null_prefix,
+        (rows, k),
+        memoryview(val_raw).cast("f"),
+        memoryview(idx_raw).cast("i"),
     )
 
 
 def _count(key: str, value: object) -> int:
     if type(value) is not int or value < 0:
-        raise ResponseError(f"{key} must be a non-negative integer, got {show_value(value)}")
+        raise ResponseError(
+            f"{key} must be a non-negative integer, got {show_value(value)}"
+        )
     return value
 
 
@@ -220,7 +252,9 @@ def _shape(key: str, value: object) -> tuple[int, int]:
     )
 
 
-def _from_json(key: str, items: object, count: int, types: frozenset[type]) -> tuple[Any, ...]:
+def _from_json(
+    key: str, items: object, count: int, types: frozenset[type]
+) -> tuple[Any, ...]:
     if not isinstance(items, (list, tuple)):
         raise ResponseError(f"{key} must be a list, got {type(items).__name__}")
     if len(items) != count:
@@ -259,8 +293,8 @@ def _from_b64(key: str, text: object, count: int, typecode: str) -> bytes:
     size = 4 * count
     if len(text) != (size + 2) // 3 * 4:
         raise ResponseError(
-            f"{key} must be {show_value((size + 2) // 3 * 4)} Base64 characters for rows * k = "
-            f"{show_value(count)} 4-byte items, got {len(text)}"
+            f"{key} must be {show_value((size + 2) // 3 * 4)} Base64 characters "
+            f"for rows * k = {show_value(count)} 4-byte items, got {len(text)}"
         )
     try:
         raw = strict_b64decode(text)
@@ -297,7 +331,8 @@ def encode_flat_top_logprobs(
     keys = _keys(side)
     if type(top_logprobs_num) is not int or top_logprobs_num < 0:
         raise EnvelopeError(
-            f"top_logprobs_num must be a non-negative integer, got {show_value(top_logprobs_num)}"
+            "top_logprobs_num must be a non-negative integer, "
+            f"got {show_value(top_logprobs_num)}"
         )
     if not isinstance(nested, (list, tuple)):
         raise ResponseError(f"nested must be a list of rows, got {type(nested).__name__}")
@@ -307,7 +342,9 @@ def encode_flat_top_logprobs(
         return f"nested[{null_prefix + flat_index // k}][{flat_index % k}]"
 
     entries = [entry for row in nested[null_prefix:] if row for entry in row]
-    if not _SEQUENCES.issuperset(map(type, entries)) or not {3}.issuperset(map(len, entries)):
+    if not _SEQUENCES.issuperset(map(type, entries)) or not {3}.issuperset(
+        map(len, entries)
+    ):
         _reject(entries, where, "[logprob, token_id, text]", _is_entry)
     values: list[Any] = list(map(itemgetter(0), entries))
     token_ids: list[Any] = list(map(itemgetter(1), entries))
@@ -345,21 +382,27 @@ def _base64_arrays(
     try:
         idx_arr = array("i", token_ids)
     except OverflowError:  # numpy raises OverflowError too
-        _reject(token_ids, where, "an int32 token id", lambda i: _INT32_MIN <= i <= _INT32_MAX)
+        _reject(
+            token_ids, where, "an int32 token id", lambda i: _INT32_MIN <= i <= _INT32_MAX
+        )
     if _SWAP:
         val_arr.byteswap()
         idx_arr.byteswap()
     return tuple(
-        binascii.b2a_base64(a.tobytes(), newline=False).decode() for a in (val_arr, idx_arr)
+        binascii.b2a_base64(a.tobytes(), newline=False).decode()
+        for a in (val_arr, idx_arr)
     )
 
 
-def _layout(nested: Sequence[Sequence[object] | None], top_logprobs_num: int) -> tuple[int, int]:
+def _layout(
+    nested: Sequence[Sequence[object] | None], top_logprobs_num: int
+) -> tuple[int, int]:
     """(null_prefix, k), rejecting what SGLang's `flat_top_logprobs_layout` rejects."""
     for index, row in enumerate(nested):
         if row is not None and type(row) not in _SEQUENCES:
             raise ResponseError(
-                f"nested[{index}] must be a list of entries or None, got {show_value(row)}"
+                f"nested[{index}] must be a list of entries or None, "
+                f"got {show_value(row)}"
             )
     null_prefix = 0
     while null_prefix < len(nested) and not nested[null_prefix]:
@@ -370,8 +413,9 @@ def _layout(nested: Sequence[Sequence[object] | None], top_logprobs_num: int) ->
         row = nested[index]
         if row is None or len(row) != k:
             raise ResponseError(
-                "Flat top logprobs require rectangular rows with nulls only in the leading "
-                f"prefix; row {index} has {None if row is None else len(row)} entries "
+                "Flat top logprobs require rectangular rows with nulls only in the "
+                f"leading prefix; row {index} has {None if row is None else len(row)} "
+                "entries "
                 f"(expected {k})."
             )
     return null_prefix, k
@@ -390,7 +434,10 @@ def _fits_double(value: float) -> bool:
 
 
 def _reject(
-    items: list[Any], where: Callable[[int], str], expected: str, ok: Callable[[Any], bool]
+    items: list[Any],
+    where: Callable[[int], str],
+    expected: str,
+    ok: Callable[[Any], bool],
 ) -> NoReturn:
     """Raise `ResponseError` for the first of `items` that is not `ok`."""
     index, bad = next((i, v) for i, v in enumerate(items) if not ok(v))

@@ -62,7 +62,7 @@ def decode_json(data: bytes | bytearray | memoryview, what: str) -> Any:
     """Decode JSON bytes; anything malformed is a `ResponseError` naming `what`."""
     try:
         return _DECODER.decode(data)
-    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nesting too deep
+    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: too deep
         raise ResponseError(f"{what} is not valid JSON: {exc}") from exc
 
 
@@ -72,9 +72,11 @@ def decode_frame(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
 
 
 def as_frame(value: Any) -> dict[str, Any]:
-    """`value`, decoded from one event's data, if it is a JSON object; else `ResponseError`."""
+    """`value`, decoded from one event's data, if a JSON object; else `ResponseError`."""
     if type(value) is not dict:
-        raise ResponseError(f"SSE event data: expected a JSON object, got {json_type(value)}")
+        raise ResponseError(
+            f"SSE event data: expected a JSON object, got {json_type(value)}"
+        )
     return value
 
 
@@ -134,7 +136,9 @@ def abort_error(finish_reason: dict[str, Any]) -> EngineError | None:
     if status is None:
         return None
     if type(status) is not int:
-        raise expected("meta_info.finish_reason.status_code", "an integer or null", status)
+        raise expected(
+            "meta_info.finish_reason.status_code", "an integer or null", status
+        )
     if not 400 <= status < 600:
         return None
     message = finish_reason.get("message", ABORT_MESSAGE)
@@ -175,7 +179,9 @@ def check_unary_object(response: Any, what: str, meta_path: str = "meta_info") -
         raise expected(meta_path, "an object", meta)
 
 
-def cumulative_count_fits(count: int, array: list[Any], path: str, meta: dict[str, Any]) -> bool:
+def cumulative_count_fits(
+    count: int, array: list[Any], path: str, meta: dict[str, Any]
+) -> bool:
     """Whether a cumulative frame's `array` fits its `count`.
 
     SGLang's cumulative middle frames carry ``output_ids`` as a reference to the

@@ -205,7 +205,10 @@ def _first_asked_output(prefill_meta: dict[str, Any], decode_meta: dict[str, Any
 
 
 def _routed_experts(
-    prefill_meta: dict[str, Any], decode_meta: dict[str, Any], start: int, width: int | None
+    prefill_meta: dict[str, Any],
+    decode_meta: dict[str, Any],
+    start: int,
+    width: int | None,
 ) -> str:
     """The decode response's ``routed_experts`` with the prefill's prompt rows."""
     prompt = decode_meta.get("prompt_tokens")
@@ -223,14 +226,19 @@ def _routed_experts(
         if rows == 0 or not decode_raw:
             return str(decode_meta[ROUTED_EXPERTS])
         raise ResponseError(
-            f"the decode response's routed_experts has {rows} prompt rows, which a decode "
+            f"the decode response's routed_experts has {rows} prompt rows, "
+            "which a decode "
             "server fills with zeros, and the prefill response has no routed_experts to "
             "replace them: ask both legs for return_routed_experts"
         )
     prefill_raw = _raw(prefill_meta, "prefill_response")
     if width is None and rows:
         width = len(prefill_raw) // rows
-    if len(prefill_raw) != rows * (width or 0) or (rows and not width) or (width or 0) % 4:
+    if (
+        len(prefill_raw) != rows * (width or 0)
+        or (rows and not width)
+        or (width or 0) % 4
+    ):
         raise ResponseError(
             f"the prefill response's routed_experts has {len(prefill_raw)} bytes, not "
             f"{rows} prompt rows ({prompt} prompt tokens from position {start})"
@@ -238,7 +246,8 @@ def _routed_experts(
         )
     if width and (len(decode_raw) % width or len(decode_raw) < len(prefill_raw)):
         raise ResponseError(
-            f"the decode response's routed_experts has {len(decode_raw)} bytes, not rows of "
+            "the decode response's routed_experts has "
+            f"{len(decode_raw)} bytes, not rows of "
             f"{width} bytes from its {rows} prompt rows on"
         )
     joined = prefill_raw + decode_raw[len(prefill_raw) :]
@@ -264,7 +273,8 @@ def _start_len(value: object) -> int:
 def _shape_width(shape: object) -> int:
     if type(shape) is not tuple or len(shape) != 2:
         raise EnvelopeError(
-            f"routed_experts_shape must be a tuple (layers, top_k), got {show_value(shape)}"
+            "routed_experts_shape must be a tuple (layers, top_k), "
+            f"got {show_value(shape)}"
         )
     return row_width(*shape)
 
@@ -278,7 +288,8 @@ def has_prompt_logprobs(meta: dict[str, Any]) -> bool:
 
 
 def response_meta(response: object, name: str) -> dict[str, Any]:
-    """A response's `meta_info`; `ResponseError` naming `name` when it is not SGLang's shape."""
+    """A response's `meta_info`; `ResponseError` naming `name` when it is not
+    SGLang's shape."""
     if type(response) is not dict:
         raise expected(name, "an object", response)
     meta = response.get("meta_info")
@@ -293,7 +304,9 @@ def _group_holds_data(
     if any(_holds_data(meta.get(key)) for key in logprob_keys):
         return True
     return any(
-        POSITION_COUNTS[key](meta.get(key)) > 0 for key in described_by if key in POSITION_COUNTS
+        POSITION_COUNTS[key](meta.get(key)) > 0
+        for key in described_by
+        if key in POSITION_COUNTS
     )
 
 

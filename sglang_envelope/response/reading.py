@@ -24,8 +24,8 @@ __all__ = [
     "SseReader",
     "check_bound",
     "event_payloads",
+    "too_big",
 ]
-__all__ += ["too_big"]
 
 DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
 """The default bound on a whole stream or body: 64 MiB."""
@@ -48,7 +48,7 @@ class FrameSink(Protocol):
 
 
 class SseReader:
-    """A stream's SSE bytes, read within `max_bytes` into its `core`: feed chunks, then close.
+    """A stream's SSE bytes read within `max_bytes` into its `core`: feed, then close.
 
     `decoder` is the stream's `SseDecoder`, for a relay that reads events
     itself; every event it reads must then go to `core` or be counted.
@@ -56,7 +56,9 @@ class SseReader:
 
     __slots__ = ("_max_bytes", "_seen", "_what", "core", "decoder")
 
-    def __init__(self, what: str, core: FrameSink, max_bytes: int, max_event_bytes: int) -> None:
+    def __init__(
+        self, what: str, core: FrameSink, max_bytes: int, max_event_bytes: int
+    ) -> None:
         check_bound("max_bytes", max_bytes)
         self.decoder = SseDecoder(max_event_bytes=max_event_bytes)
         self.core = core
@@ -77,7 +79,9 @@ class SseReader:
         """Count `chunk` against `max_bytes`: the part within the bound, and the error
         when bytes past it were cut off (to raise once the part is read)."""
         if not isinstance(chunk, (bytes, bytearray, memoryview)):
-            raise EnvelopeError(f"{self._what} chunk: expected bytes, got {type(chunk).__name__}")
+            raise EnvelopeError(
+                f"{self._what} chunk: expected bytes, got {type(chunk).__name__}"
+            )
         self._seen += len(chunk)
         over = self._seen - self._max_bytes
         if over > 0:
@@ -118,17 +122,21 @@ class SseReader:
 
 
 def event_payloads(data: bytes, lines: list[bytes]) -> list[Payload]:
-    """The data of events in SGLang's shape, from their lines (`SseDecoder.feed_sglang_events`:
-    `data` stands for the line of its one event)."""
+    """The data of events in SGLang's shape, from their lines
+    (`SseDecoder.feed_sglang_events`: `data` stands for the line of its one event)."""
     return [data[6:-2]] if lines[0] is data else [line[6:] for line in lines]
 
 
 def check_bound(name: str, value: int) -> None:
     """`EnvelopeError` unless `value`, the argument `name`, is a positive integer."""
     if type(value) is not int or value < 1:
-        raise EnvelopeError(f"{name}: expected a positive integer, got {show_value(value)}")
+        raise EnvelopeError(
+            f"{name}: expected a positive integer, got {show_value(value)}"
+        )
 
 
 def too_big(limit: int, what: str) -> LimitExceeded:
     """The `LimitExceeded` for `what` past `max_bytes`."""
-    return LimitExceeded("max_bytes", limit, f"{what} is larger than max_bytes ({limit} bytes)")
+    return LimitExceeded(
+        "max_bytes", limit, f"{what} is larger than max_bytes ({limit} bytes)"
+    )

@@ -58,7 +58,12 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Se
 from typing import Any
 
 from sglang_envelope.errors.answers import error_event
-from sglang_envelope.errors.exceptions import EngineError, EnvelopeError, ResponseError, show_value
+from sglang_envelope.errors.exceptions import (
+    EngineError,
+    EnvelopeError,
+    ResponseError,
+    show_value,
+)
 from sglang_envelope.response.core import StreamCore
 from sglang_envelope.response.delta_cut import cut_deltas
 from sglang_envelope.response.frames import check_consistency, decode_frame
@@ -116,7 +121,9 @@ def relay_sse(
     bytes. The chunks' generator (async: ``aclose``) is closed when reading stops.
     ``choices=N`` relays a stream of N sequences (`relay_choices`).
     """
-    relay = _make("relay_sse", incremental, client_incremental, max_bytes, max_event_bytes, choices)
+    relay = _make(
+        "relay_sse", incremental, client_incremental, max_bytes, max_event_bytes, choices
+    )
     return relay_chunks(relay, open_source(chunks, "relay_sse chunks"))
 
 
@@ -134,19 +141,30 @@ def relay_sse_async(
     Same bytes out for the same bytes in, whatever the chunking of either.
     """
     what = "relay_sse_async"
-    relay = _make(what, incremental, client_incremental, max_bytes, max_event_bytes, choices)
+    relay = _make(
+        what, incremental, client_incremental, max_bytes, max_event_bytes, choices
+    )
     return relay_chunks_async(relay, open_async_source(chunks, f"{what} chunks"))
 
 
 def _make(
-    what: str, engine: bool | None, client: bool, max_bytes: int, max_event: int, n: int | None
+    what: str,
+    engine: bool | None,
+    client: bool,
+    max_bytes: int,
+    max_event: int,
+    n: int | None,
 ) -> _Relay | ChoicesRelay:
     """The relay of one sequence, or of `n` (each index's made by the same arguments)."""
     one = _Relay(what, engine, client, max_bytes, max_event_bytes=max_event)
     if n is None:
         return one
     return ChoicesRelay(
-        what, n, lambda: _Relay(what, engine, client, max_bytes, max_event), max_bytes, max_event
+        what,
+        n,
+        lambda: _Relay(what, engine, client, max_bytes, max_event),
+        max_bytes,
+        max_event,
     )
 
 
@@ -174,11 +192,13 @@ class _Relay:
     ) -> None:
         if incremental is not None and type(incremental) is not bool:
             raise EnvelopeError(
-                f"incremental: expected True, False or None, got {show_value(incremental)}"
+                "incremental: expected True, False or None, "
+                f"got {show_value(incremental)}"
             )
         if type(client_incremental) is not bool:
             raise EnvelopeError(
-                f"client_incremental: expected a bool, got {show_value(client_incremental)}"
+                "client_incremental: expected a bool, "
+                f"got {show_value(client_incremental)}"
             )
         # Keeps the deltas' JSON only for a cumulative client; counts in any case.
         self._buffers = None if client_incremental else BufferStore()
@@ -197,7 +217,8 @@ class _Relay:
         After a failure they end with the error frame and ``[DONE]``, and
         `ended` is true: feed nothing more.
         """
-        if self._passing():
+        # Frames may go out unparsed once the mode is known and is the client's.
+        if not self._core.finished and self._core.incremental is self._client:
             return self._pass(chunk)
         chunk, limit_error = self._reader.bounded(chunk)
         events = self._reader.decoder.feed_sglang_events(chunk)
@@ -206,7 +227,7 @@ class _Relay:
         return self._send(admitted, limit_error)
 
     def _send(self, admitted: Admitted, limit_error: ResponseError | None) -> bytes:
-        """The client's bytes for the frames admitted from a chunk, and the fault after them."""
+        """The client's bytes for a chunk's admitted frames, and the fault after them."""
         payloads, error, kept = admitted
         error = error or limit_error
         if error is None and payloads and self._core.finished:
@@ -215,16 +236,14 @@ class _Relay:
                 payloads = payloads[:-1] if self._sends_as_received() else []
         try:
             out = self._output(payloads, kept)
-        except ResponseError as exc:  # no delta: the stream's own error, if any, comes first
-            out, error = b"", error or exc
+        except ResponseError as exc:  # no delta
+            # The stream's own error, if any, comes first.
+            out = b""
+            error = error or exc
         if error is None:
             return out
         self.ended = True
         return out + error_event(error) + SSE_DONE
-
-    def _passing(self) -> bool:
-        """Whether frames may go out unparsed: the mode is known and the client's."""
-        return not self._core.finished and self._core.incremental is self._client
 
     def _pass(self, chunk: BytesLike) -> bytes:
         """`feed` once frames go out unparsed: the frames the bytes cannot vouch for are
@@ -236,7 +255,8 @@ class _Relay:
             out, error = self._send_shaped(*events)
         else:
             out, error = self._send_read(decoder, chunk)
-        self._core.store.end_chunk()  # the deltas of the frames parsed: counted, objects dropped
+        # The deltas of the frames parsed: counted, their objects dropped.
+        self._core.store.end_chunk()
         error = error or limit_error
         if error is None and self._core.finished:
             error = self._terminal_error()  # after the chunk's own faults, as aggregation
@@ -247,9 +267,12 @@ class _Relay:
         self.ended = True
         return out + error_event(error) + SSE_DONE
 
-    def _send_shaped(self, data: bytes, lines: list[bytes]) -> tuple[bytes, ResponseError | None]:
+    def _send_shaped(
+        self, data: bytes, lines: list[bytes]
+    ) -> tuple[bytes, ResponseError | None]:
         """`_check_each` for events in SGLang's shape (`SseDecoder.feed_sglang_events`),
-        all of them sent at once, as received, when `unparsed_middles` vouches for them."""
+        all of them sent at once, as received, when `unparsed_middles` vouches for
+        them."""
         if not lines:
             return b"", None
         head = b""
@@ -274,7 +297,8 @@ class _Relay:
     def _send_read(
         self, decoder: SseDecoder, chunk: BytesLike
     ) -> tuple[bytes, ResponseError | None]:
-        """`_check_each` for events read by the WHATWG rules, in stream order with their faults."""
+        """`_check_each` for events read by the WHATWG rules,
+        in stream order with their faults."""
         try:
             payloads = decoder.feed_payloads(chunk)
         except ResponseError as exc:
@@ -287,8 +311,11 @@ class _Relay:
                 error = exc
         return out, error
 
-    def _check_each(self, payloads: Sequence[Payload]) -> tuple[bytes, ResponseError | None]:
-        """The events to send of `payloads`, each parsed unless `unparsed_middle`; the fault."""
+    def _check_each(
+        self, payloads: Sequence[Payload]
+    ) -> tuple[bytes, ResponseError | None]:
+        """The events of `payloads` to send, each parsed unless `unparsed_middle`, and
+        the fault."""
         core = self._core
         sent: list[Payload] = []
         for payload in payloads:
@@ -314,13 +341,15 @@ class _Relay:
             if self._core.incremental is False and not aborted:
                 check_consistency(terminal, terminal["meta_info"])
         except EngineError:
-            return None  # an abort with a status: SGLang streams it as a frame, as the relay does
+            # An abort with a status: SGLang streams it as a frame, as the relay does.
+            return None
         except ResponseError as exc:
             return exc
         return None
 
     def close(self) -> bytes:
-        """The last bytes for the client, ``[DONE]`` included, once the stream's end is checked."""
+        """The last bytes for the client, ``[DONE]`` included,
+        once the stream's end is checked."""
         try:
             said_done = self._reader.close()
             if not self._core.finished:
@@ -330,11 +359,13 @@ class _Relay:
         return SSE_DONE
 
     def _final_error(self) -> ResponseError | None:
-        """Aggregation's final checks of the answer, made before the terminal frame goes out."""
+        """Aggregation's final checks of the answer,
+        made before the terminal frame goes out."""
         try:
             self._core.checked_terminal(said_done=False)
         except EngineError:
-            return None  # an abort with a status: SGLang streams it as a frame, as the relay does
+            # An abort with a status: SGLang streams it as a frame, as the relay does.
+            return None
         except ResponseError as exc:
             return exc
         return None
@@ -344,8 +375,8 @@ class _Relay:
         return mode is None or mode is self._client
 
     def _output(self, payloads: list[Payload], kept: dict[str, Any] | None) -> bytes:
-        """The client's bytes for frames that passed every check (`kept`: the last one's keys,
-        if the core kept them)."""
+        """The client's bytes for frames that passed every check (`kept`: the last one's
+        keys, if the core kept them)."""
         if not payloads:
             return b""
         if self._buffers is not None and self._core.incremental:  # to cumulative
@@ -381,5 +412,6 @@ def _as_received(payloads: Sequence[Payload]) -> bytes:
     parts[1::2] = payloads
     if bytearray in set(map(type, payloads)):  # rare: an event of several data lines
         parts[1::2] = [one_line(payload) for payload in payloads]
-    parts[0], parts[-1] = b"data: ", b"\n\n"
+    parts[0] = b"data: "
+    parts[-1] = b"\n\n"
     return b"".join(parts)

@@ -49,7 +49,7 @@ class _Count:
 
 
 class ChoicesRelay:
-    """The sans-I/O relay of `choices` sequences: `feed` engine bytes, get client bytes."""
+    """The sans-I/O relay of `choices` sequences: feed engine bytes, get client bytes."""
 
     __slots__ = ("_choices", "_finished", "_make", "_reader", "_relays", "ended")
 
@@ -92,9 +92,13 @@ class ChoicesRelay:
         try:
             self._reader.close()
             if len(self._finished) < self._choices:
-                missing = next(k for k in range(len(self._finished) + 1) if k not in self._finished)
+                missing = next(
+                    k for k in range(len(self._finished) + 1) if k not in self._finished
+                )
                 end = "said data: [DONE]" if self._reader.decoder.done else "ended"
-                seen = "its terminal frame" if missing in self._relays else "any frame of it"
+                seen = (
+                    "its terminal frame" if missing in self._relays else "any frame of it"
+                )
                 raise ResponseError(f"index {missing}: the stream {end} before {seen}")
         except ResponseError as exc:
             return error_event(exc) + SSE_DONE
@@ -106,7 +110,8 @@ class ChoicesRelay:
         index = choice_index(frame, self._choices)
         relay = self._relays.get(index)
         if relay is None:
-            relay = self._relays[index] = self._make()
+            relay = self._make()
+        self._relays[index] = relay
         rest = dict(frame)
         del rest["index"]
         sent = relay.feed(encode_sse(rest))

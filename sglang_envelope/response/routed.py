@@ -52,11 +52,13 @@ if array("i").itemsize != _INT32:  # pragma: no cover
 
 
 def row_width(layers: object, top_k: object) -> int:
-    """The bytes one position's row takes: ``layers * top_k`` int32. Raises `EnvelopeError`
-    naming the argument that is not an integer of at least 1."""
+    """The bytes one position's row takes: ``layers * top_k`` int32. Raises
+    `EnvelopeError` naming the argument that is not an integer of at least 1."""
     for name, value in (("layers", layers), ("top_k", top_k)):
         if type(value) is not int or value < 1:
-            raise EnvelopeError(f"{name} must be an integer >= 1, got {show_value(value)}")
+            raise EnvelopeError(
+                f"{name} must be an integer >= 1, got {show_value(value)}"
+            )
     return _INT32 * layers * top_k  # type: ignore[operator]
 
 
@@ -67,26 +69,32 @@ def routed_experts_bytes(value: object, *, name: str, max_ids: int) -> bytes:
     if type(value) is not str:
         raise ResponseError(f"{name} must be a Base64 string, got {show_value(value)}")
     if len(value) % 4:
-        raise ResponseError(f"{name} is not Base64: {len(value)} characters, not a multiple of 4")
+        raise ResponseError(
+            f"{name} is not Base64: {len(value)} characters, not a multiple of 4"
+        )
     if len(value) // 4 * 3 > _INT32 * max_ids + 2:
         raise LimitExceeded(
             "max_ids",
             max_ids,
-            f"{name} holds more than {max_ids} expert ids ({len(value)} Base64 characters)",
+            f"{name} holds more than {max_ids} expert ids "
+            f"({len(value)} Base64 characters)",
         )
     try:
         raw = strict_b64decode(value)
     except ValueError as error:  # binascii.Error, or text that is not ASCII
         raise ResponseError(f"{name} is not valid Base64: {error}") from None
     if len(raw) % _INT32:
-        raise ResponseError(f"{name} decodes to {len(raw)} bytes, not a whole number of int32")
+        raise ResponseError(
+            f"{name} decodes to {len(raw)} bytes, not a whole number of int32"
+        )
     return raw
 
 
 def decode_routed_experts(
     value: str, *, layers: int, top_k: int, max_ids: int = DEFAULT_MAX_ROUTED_EXPERTS
 ) -> list[list[list[int]]]:
-    """The rows of a ``routed_experts`` string: ``rows[position][layer][k]``, the expert ids.
+    """The rows of a ``routed_experts`` string: ``rows[position][layer][k]``, the
+    expert ids.
 
     `layers` and `top_k` are the model's ``num_hidden_layers`` and
     ``num_experts_per_tok`` (`Deployment.routed_experts_shape`). Raises
@@ -98,7 +106,8 @@ def decode_routed_experts(
     raw = routed_experts_bytes(value, name=ROUTED_EXPERTS, max_ids=_max_ids(max_ids))
     if len(raw) % width:
         raise ResponseError(
-            f"{ROUTED_EXPERTS} has {len(raw) // _INT32} expert ids, not a whole number of rows "
+            f"{ROUTED_EXPERTS} has {len(raw) // _INT32} expert ids, "
+            "not a whole number of rows "
             f"of {layers} layers x {top_k} experts"
         )
     ids = _native_ints(raw).tolist()
@@ -109,39 +118,50 @@ def decode_routed_experts(
 
 
 def encode_routed_experts(rows: Sequence[Sequence[Sequence[int]]]) -> str:
-    """SGLang's ``routed_experts`` string for `rows` (``rows[position][layer][k]``): Base64 of
-    little-endian int32, as SGLang writes it. Every row must have the first row's layers
-    and every layer its k: `EnvelopeError` names the first entry that is not an int32 in
-    that shape."""
+    """SGLang's ``routed_experts`` string for `rows` (``rows[position][layer][k]``):
+    Base64 of little-endian int32, as SGLang writes it. Every row must have the first
+    row's layers and every layer its k: `EnvelopeError` names the first entry that is
+    not an int32 in that shape."""
     if not _is_sequence(rows):
         raise EnvelopeError(f"rows must be a sequence of rows, got {show_value(rows)}")
     flat: list[int] = []
     shape: tuple[int, int] | None = None
     for r, row in enumerate(rows):
         if not _is_sequence(row) or not all(_is_sequence(layer) for layer in row):
-            raise EnvelopeError(f"rows[{r}] must be a sequence of layers, each a sequence of ids")
+            raise EnvelopeError(
+                f"rows[{r}] must be a sequence of layers, each a sequence of ids"
+            )
         row_shape = (len(row), len(row[0]) if row else 0)
         shape = row_shape if shape is None else shape
         if row_shape != shape or any(len(layer) != shape[1] for layer in row):
             raise EnvelopeError(
-                f"rows[{r}] must have {shape[0]} layers of {shape[1]} experts, as rows[0] has"
+                f"rows[{r}] must have {shape[0]} layers of {shape[1]} experts, "
+                "as rows[0] has"
             )
         for layer in row:
             flat.extend(layer)
     bad = next((i for i, e in enumerate(flat) if type(e) is not int), None)
     if bad is None:
-        bad = next((i for i, e in enumerate(flat) if not _INT32_MIN <= e <= _INT32_MAX), None)
-    if bad is not None and shape is not None:  # an entry exists, so rows[0] gave the shape
+        bad = next(
+            (i for i, e in enumerate(flat) if not _INT32_MIN <= e <= _INT32_MAX), None
+        )
+    if (
+        bad is not None and shape is not None
+    ):  # an entry exists, so rows[0] gave the shape
         position, at = divmod(bad, shape[0] * shape[1])
         where = f"rows[{position}][{at // shape[1]}][{at % shape[1]}]"
-        raise EnvelopeError(f"{where} must be an int32 expert id, got {show_value(flat[bad])}")
+        raise EnvelopeError(
+            f"{where} must be an int32 expert id, got {show_value(flat[bad])}"
+        )
     native = array("i", flat)
     if _SWAP:  # pragma: no cover - little-endian machines
         native.byteswap()
     return binascii.b2a_base64(native.tobytes(), newline=False).decode("ascii")
 
 
-def join_routed_experts(parts: Sequence[str], *, max_ids: int = DEFAULT_MAX_ROUTED_EXPERTS) -> str:
+def join_routed_experts(
+    parts: Sequence[str], *, max_ids: int = DEFAULT_MAX_ROUTED_EXPERTS
+) -> str:
     """The ``routed_experts`` string of one generation made in parts, from each part's.
 
     A continuation (`continuation_request`) asks SGLang for the rows from the
@@ -151,7 +171,9 @@ def join_routed_experts(parts: Sequence[str], *, max_ids: int = DEFAULT_MAX_ROUT
     than `max_ids` expert ids in all (checked before decoding).
     """
     if isinstance(parts, str) or not _is_sequence(parts):
-        raise EnvelopeError(f"parts must be a sequence of strings, got {show_value(parts)}")
+        raise EnvelopeError(
+            f"parts must be a sequence of strings, got {show_value(parts)}"
+        )
     limit = _max_ids(max_ids)
     chunks: list[bytes] = []
     for index, part in enumerate(parts):

@@ -13,20 +13,37 @@ open what they read. `relay_chunks` drives a relay over a source so.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Generator, Iterable, Iterator
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+)
 from typing import Any, Protocol
 
 from sglang_envelope.errors.exceptions import EnvelopeError
 
-__all__ = ["aclose_source", "afeed_all", "close_source", "feed_all", "open_async_source"]
-__all__ += ["open_source", "relay_chunks", "relay_chunks_async"]
+__all__ = [
+    "aclose_source",
+    "afeed_all",
+    "close_source",
+    "feed_all",
+    "open_async_source",
+    "open_source",
+    "relay_chunks",
+    "relay_chunks_async",
+]
 
 
 def open_source(items: Iterable[Any], what: str) -> Iterator[Any]:
     try:
         return iter(items)
     except TypeError:
-        raise EnvelopeError(f"{what}: expected an iterable, got {type(items).__name__}") from None
+        raise EnvelopeError(
+            f"{what}: expected an iterable, got {type(items).__name__}"
+        ) from None
 
 
 def close_source(iterator: Iterator[Any]) -> None:
@@ -35,7 +52,8 @@ def close_source(iterator: Iterator[Any]) -> None:
 
 
 def feed_all(items: Iterable[Any], what: str, feed: Callable[[Any], object]) -> None:
-    """Every item to `feed`, in order; the source closed (`close_source`) however that ends."""
+    """Every item to `feed`, in order; the source closed (`close_source`) however it
+    ends."""
     iterator = open_source(items, what)
     try:
         for item in iterator:
@@ -59,7 +77,9 @@ async def aclose_source(iterator: AsyncIterator[Any]) -> None:
         await close()
 
 
-async def afeed_all(items: AsyncIterable[Any], what: str, feed: Callable[[Any], object]) -> None:
+async def afeed_all(
+    items: AsyncIterable[Any], what: str, feed: Callable[[Any], object]
+) -> None:
     """`feed_all` for an async source: its iterator awaited closed (`aclose_source`)."""
     iterator = open_async_source(items, what)
     try:
@@ -70,7 +90,7 @@ async def afeed_all(items: AsyncIterable[Any], what: str, feed: Callable[[Any], 
 
 
 class Relay(Protocol):
-    """A sans-I/O relay (`relay`): `feed` engine bytes, get client bytes; `close` at the end."""
+    """A sans-I/O relay (`relay`): feed engine bytes, get client bytes, then close."""
 
     ended: bool
 
@@ -80,8 +100,9 @@ class Relay(Protocol):
 
 
 def relay_chunks(relay: Relay, chunks: Iterator[Any]) -> Iterator[bytes]:
-    """The client's bytes of `relay` over `chunks`: each chunk's, then the close's (after a
-    failure, the failure's last); the source closed (`close_source`) however that ends."""
+    """The client's bytes of `relay` over `chunks`: each chunk's, then the close's
+    (after a failure, the failure's last); the source closed (`close_source`) however
+    that ends."""
     try:
         for chunk in chunks:
             out = relay.feed(chunk)
@@ -96,8 +117,10 @@ def relay_chunks(relay: Relay, chunks: Iterator[Any]) -> Iterator[bytes]:
     yield out
 
 
-async def relay_chunks_async(relay: Relay, chunks: AsyncIterator[Any]) -> AsyncIterator[bytes]:
-    """`relay_chunks` over an async source, its iterator awaited closed (`aclose_source`)."""
+async def relay_chunks_async(
+    relay: Relay, chunks: AsyncIterator[Any]
+) -> AsyncIterator[bytes]:
+    """`relay_chunks` over an async source, its iterator closed (`aclose_source`)."""
     try:
         async for chunk in chunks:
             out = relay.feed(chunk)

@@ -46,7 +46,8 @@ _BOM: Final = b"\xef\xbb\xbf"
 _DONE: Final = b"[DONE]"
 _DATA_PREFIX: Final = b"data: "
 _SGLANG_PREFIX: Final = b"data: {"  # an event as SGLang writes it begins so
-_SLICE: Final = 256 * 1024  # larger chunks are read in slices, to bound the copies split makes
+#: Larger chunks are read in slices, to bound the copies split makes.
+_SLICE: Final = 256 * 1024
 _ENCODER: Final = msgspec.json.Encoder()
 
 
@@ -101,16 +102,21 @@ class SseDecoder:
     def __init__(self, *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         if type(max_event_bytes) is not int or max_event_bytes < 1:
             raise EnvelopeError(
-                f"max_event_bytes: expected a positive integer, got {show_value(max_event_bytes)}"
+                "max_event_bytes: expected a positive integer, "
+                f"got {show_value(max_event_bytes)}"
             )
         self._max_event_bytes = max_event_bytes
         self._data: Payload | None = None  # the data of the event being read, if any
         self._event_bytes = 0  # the size of its complete lines
         self._partial = bytearray()  # the unfinished line at the end of the last chunk
         self._head: bytes | None = b""  # bytes that may yet be a BOM; None once past it
-        self._after_cr = False  # the last chunk ended in CR, so a leading LF pairs with it
+        self._after_cr = (
+            False  # the last chunk ended in CR, so a leading LF pairs with it
+        )
         self._done = False
-        self._failed: EnvelopeError | None = None  # a fault found after events still returned
+        self._failed: EnvelopeError | None = (
+            None  # a fault found after events still returned
+        )
 
     @property
     def done(self) -> bool:
@@ -141,8 +147,8 @@ class SseDecoder:
         unfinished = bytes(self._head or b"") + self._partial
         if self._data is not None or (unfinished and not unfinished.startswith(b":")):
             raise ResponseError(
-                f"the stream ended inside an event ({self._event_bytes + len(unfinished)} bytes "
-                "after the last blank line)"
+                "the stream ended inside an event "
+                f"({self._event_bytes + len(unfinished)} bytes after the last blank line)"
             )
 
     def raise_pending(self) -> None:
@@ -159,7 +165,9 @@ class SseDecoder:
         self.raise_pending()
         if not isinstance(data, bytes):
             if not isinstance(data, (bytearray, memoryview)):
-                raise EnvelopeError(f"SseDecoder.feed: expected bytes, got {type(data).__name__}")
+                raise EnvelopeError(
+                    f"SseDecoder.feed: expected bytes, got {type(data).__name__}"
+                )
             data = bytes(data)
         payloads: list[Payload] = []
         try:
@@ -176,7 +184,7 @@ class SseDecoder:
         return payloads
 
     def feed_sglang_events(self, data: BytesLike) -> tuple[bytes, list[bytes]] | None:
-        """Read `data` if the events it completes are all in SGLang's shape, bytes untouched.
+        """Read `data` if the events it completes are all in SGLang's shape, untouched.
 
         SGLang's shape is ``data: {...}\\n\\n``: one ``data`` line whose value
         begins with ``{``, no CR, no comment, no other field. Returns the bytes
@@ -190,10 +198,16 @@ class SseDecoder:
         `max_event_bytes` included: `feed_payloads(data)` reads it then. The
         scans are C-level (``find``, ``split``): little Python work per event.
         """
-        if not self._between_events(data) or (self._head is not None and not self._past_head(data)):
+        if not self._between_events(data) or (
+            self._head is not None and not self._past_head(data)
+        ):
             return None
         buffer = self._partial  # the unfinished line, which has no LF
-        if not buffer and type(data) is bytes and _one_whole_event(data, self._max_event_bytes):
+        if (
+            not buffer
+            and type(data) is bytes
+            and _one_whole_event(data, self._max_event_bytes)
+        ):
             return data, [data]  # as a relay often reads it: nothing copied
         start = len(buffer)
         buffer += data
@@ -213,11 +227,12 @@ class SseDecoder:
             or self._done
             or self._failed is not None
         ) and (
-            isinstance(data, (bytes, bytearray)) or (type(data) is memoryview and data.contiguous)
+            isinstance(data, (bytes, bytearray))
+            or (type(data) is memoryview and data.contiguous)
         )
 
     def _past_head(self, data: BytesLike) -> bool:
-        """At the stream's start: whether `data` begins with ``d`` (then, past the start)."""
+        """At the stream's start: whether `data` begins with ``d`` (then, past it)."""
         if self._head or not data or data[0] != _SGLANG_PREFIX[0]:
             return False
         self._head = None
@@ -238,7 +253,8 @@ class SseDecoder:
         self._lines(data, payloads)
 
     def _lines(self, data: bytes, payloads: list[Payload]) -> None:
-        lines: list[Any] = data.split(b"\n")  # bytes, and a bytearray first if a line was open
+        # Bytes, and a bytearray first if a line was open.
+        lines: list[Any] = data.split(b"\n")
         last = lines.pop()  # the start of the next line, or b"" when data ends with LF
         if not lines:
             self._keep(last)
@@ -276,7 +292,9 @@ class SseDecoder:
         too_big = None
         if size > self._max_event_bytes:
             limit = self._max_event_bytes
-            too_big = next((i for i, line in enumerate(events) if len(line) >= limit), None)
+            too_big = next(
+                (i for i, line in enumerate(events) if len(line) >= limit), None
+            )
             found = found[:too_big]  # the events before the oversized one still count
         if self._done or _DONE in found:
             at = 0 if self._done else found.index(_DONE)
@@ -310,7 +328,8 @@ class SseDecoder:
                 if data is None:  # the usual single line
                     data = line[at:]
                     continue
-                if not isinstance(data, bytearray):  # more lines: one buffer, joined with LF
+                # More lines: one buffer, joined with LF.
+                if not isinstance(data, bytearray):
                     data = bytearray(data)
                 data += b"\n"
                 data += line[at:]
@@ -333,7 +352,7 @@ class SseDecoder:
         self._done = True
 
     def _skip_bom(self, data: bytes) -> bytes:
-        """Drop one UTF-8 BOM at the very start of the stream, even split across chunks."""
+        """Drop one UTF-8 BOM at the stream's very start, even split across chunks."""
         head = (self._head or b"") + data
         if len(head) < len(_BOM) and _BOM.startswith(head):
             self._head = head
@@ -352,7 +371,9 @@ class SseDecoder:
     def _too_big(self) -> LimitExceeded:
         limit = self._max_event_bytes
         return LimitExceeded(
-            "max_event_bytes", limit, f"an SSE event is larger than max_event_bytes ({limit} bytes)"
+            "max_event_bytes",
+            limit,
+            f"an SSE event is larger than max_event_bytes ({limit} bytes)",
         )
 
 
@@ -367,12 +388,15 @@ def _one_whole_event(data: bytes, limit: int) -> bool:
     )
 
 
-def _shaped_events(buffer: bytearray, start: int, limit: int) -> tuple[bytes, list[bytes]] | None:
+def _shaped_events(
+    buffer: bytearray, start: int, limit: int
+) -> tuple[bytes, list[bytes]] | None:
     """The complete events of `buffer` (read from `start`) and their lines, or None."""
     first = buffer.find(b"\n", start)  # the first LF: the line before it is complete
     end = buffer.rfind(b"\n") + 1 if first >= 0 else 0  # where the events end
     if (
-        (end and (end - first < 2 or buffer[end - 2] != 10))  # the last LF is not a blank line
+        # The last LF does not end a blank line.
+        (end and (end - first < 2 or buffer[end - 2] != 10))
         or buffer.find(b"\r", start) >= 0
         or len(buffer) > limit
     ):

@@ -28,15 +28,25 @@ from sglang_envelope.response.frames import CONSISTENCY
 from sglang_envelope.response.sse import BytesLike
 from sglang_envelope.response.views import DELTA_FIELDS, DELTA_ROWS
 
-__all__ = ["BufferStore", "CountStore", "DeltaStore", "JsonStore", "splice", "splice_parts"]
-__all__ += ["written"]
+__all__ = [
+    "BufferStore",
+    "CountStore",
+    "DeltaStore",
+    "JsonStore",
+    "splice",
+    "splice_parts",
+    "written",
+]
 
 _ENCODE: Final = msgspec.json.Encoder().encode
 _PATHS: Final = tuple(path for path, _ in DELTA_FIELDS)
-_TEXT: Final = "text"  # the one string field of DELTA_FIELDS: its pieces join without commas
+#: The one string field of DELTA_FIELDS: its pieces join without commas.
+_TEXT: Final = "text"
 _CLOSING: Final = {path: b'"' if kind is str else b"]" for path, kind in DELTA_FIELDS}
 _MARK: Final = b"\x00"  # never in msgspec's JSON output, which escapes control characters
-_MARKS: Final = {path: msgspec.Raw(b"%b%d%b" % (_MARK, n, _MARK)) for n, path in enumerate(_PATHS)}
+_MARKS: Final = {
+    path: msgspec.Raw(b"%b%d%b" % (_MARK, n, _MARK)) for n, path in enumerate(_PATHS)
+}
 _MARKED: Final = {b"%d" % n: path for n, path in enumerate(_PATHS)}
 _PLACES: Final = {path: (in_meta, key) for path, key, in_meta, _ in DELTA_ROWS}
 _COUNTED: Final = (
@@ -141,7 +151,8 @@ class DeltaStore:
             if path == _TEXT:
                 value: Any = "".join(pieces)
                 if copy:
-                    pieces[:] = [value]  # join each piece once, however often this is called
+                    # Join each piece once, however often this is called.
+                    pieces[:] = [value]
             else:
                 value = pieces.copy() if copy else pieces
             (meta if in_meta else response)[key] = value
@@ -190,7 +201,9 @@ class JsonStore(DeltaStore):
         empty, so that the parts live only in what this returns."""
         self.end_chunk()
         values: dict[str, list[BytesLike]] = {
-            path: [b'"', *pieces, b'"'] if path == _TEXT else [b"[", *_commas(pieces), b"]"]
+            path: [b'"', *pieces, b'"']
+            if path == _TEXT
+            else [b"[", *_commas(pieces), b"]"]
             for path, pieces in self._json.items()
             if path in self.present
         }
@@ -205,8 +218,8 @@ class CountStore(JsonStore):
     __slots__ = ()
 
     def add_views(self, views: list[Any]) -> None:
-        """Count the `CONSISTENCY` arrays of middle frames read through the incremental view
-        (views come only once the mode is known incremental); 7-9% less time than
+        """Count the `CONSISTENCY` arrays of middle frames read through the incremental
+        view (views come only once the mode is known incremental); 7-9% less time than
         keeping every delta a chunk for a relay that detects the mode."""
         ids = token = mask = None  # None: no frame had it
         for frame in views:
@@ -243,7 +256,8 @@ class BufferStore(JsonStore):
 
     def add_raw(self, view: Any, fields: dict[str, Any]) -> None:
         """Add a middle frame's deltas as their JSON came; call it after `end_chunk`."""
-        meta, raw_meta = view.meta_info, fields["meta_info"]
+        meta = view.meta_info
+        raw_meta = fields["meta_info"]
         for path, key, in_meta, _ in DELTA_ROWS:
             json = (raw_meta if in_meta else fields).get(key)
             if json is None:
@@ -273,8 +287,8 @@ class BufferStore(JsonStore):
         self._values = {}
 
     def values(self) -> dict[str, list[BytesLike]]:
-        """Per delta field any frame had, the parts its JSON so far joins to (its buffer and
-        its closing byte), for `splice`; the same dict while no field is added."""
+        """Per delta field any frame had, the parts its JSON so far joins to (its buffer
+        and its closing byte), for `splice`; the same dict while no field is added."""
         if len(self._values) != len(self.present):
             present = self.present
             self._values = {
@@ -329,10 +343,12 @@ def splice_parts(
 ) -> list[BytesLike]:
     """The parts `splice` joins (for `written`)."""
     if owned:
-        top, meta = frame, frame["meta_info"]
+        top = frame
+        meta = frame["meta_info"]
     else:
         top = dict(frame)
-        meta = top["meta_info"] = dict(frame["meta_info"])
+        meta = dict(frame["meta_info"])
+        top["meta_info"] = meta
     for path in values:
         in_meta, key = _PLACES[path]
         (meta if in_meta else top)[key] = _MARKS[path]

@@ -17,7 +17,7 @@ from typing_extensions import NotRequired, TypedDict
 __all__ = ["FinishReason", "GenerateResponse", "LogprobEntry", "MetaInfo"]
 
 LogprobEntry = list[float | int | str | None]
-"""``[logprob, token_id, token_text_or_null]``, one token's logprob as SGLang writes it."""
+"""``[logprob, token_id, token_text_or_null]``: a token's logprob as SGLang writes it."""
 
 FinishReason = dict[str, Any]
 """``{"type": "stop" | "length" | "abort", ...}``: ``matched``, ``length``, ``message``,
@@ -25,7 +25,7 @@ FinishReason = dict[str, Any]
 
 
 class MetaInfo(TypedDict):
-    """``meta_info`` of a response: the keys SGLang writes, each present when its option is on."""
+    """A response's ``meta_info``: the keys SGLang writes, each when its option is on."""
 
     id: NotRequired[str]
     finish_reason: FinishReason | None
@@ -49,7 +49,7 @@ class MetaInfo(TypedDict):
 
 
 class GenerateResponse(TypedDict):
-    """One generation's answer to /generate: what the aggregators and `parse_unary` return."""
+    """One generation's answer: what the aggregators and `parse_unary` return."""
 
     text: NotRequired[str]
     output_ids: NotRequired[list[int]]

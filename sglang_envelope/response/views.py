@@ -120,7 +120,12 @@ def _view(
     name: str, fields: list[_Field], *, strict: bool, rename: dict[str, str] | None = None
 ) -> Any:
     return msgspec.defstruct(
-        name, fields, rename=rename or None, gc=False, forbid_unknown_fields=strict, kw_only=True
+        name,
+        fields,
+        rename=rename or None,
+        gc=False,
+        forbid_unknown_fields=strict,
+        kw_only=True,
     )
 
 
@@ -133,7 +138,7 @@ def _delta_fields(in_meta: bool) -> list[_Field]:
 
 
 def _meta_fields() -> list[_Field]:
-    """The incremental view's meta_info: no finish reason, the deltas typed, the rest Any."""
+    """The incremental view's meta_info: no finish reason, deltas typed, the rest Any."""
     deltas = {field[0]: field for field in _delta_fields(True)}
     finish: _Field = ("finish_reason", None, None)
     return [
@@ -143,7 +148,10 @@ def _meta_fields() -> list[_Field]:
 
 
 _MIDDLE: Final[list[_Field]] = [("error", None, None), ("object", None, None)]
-_INDEX: Final[dict[bool, _Field]] = {False: ("index", UnsetType, UNSET), True: ("index", Any)}
+_INDEX: Final[dict[bool, _Field]] = {
+    False: ("index", UnsetType, UNSET),
+    True: ("index", Any),
+}
 _CumulativeMeta = _view("_CumulativeMeta", [("finish_reason", None, None)], strict=False)
 
 
@@ -167,7 +175,9 @@ def _incremental(
     top_fields, top_names = _learned(top)
     fields = [*_delta_fields(False), ("meta_info", meta_view), *_MIDDLE, _INDEX[indexed]]
     fields += [(key, Any, UNSET) for key in _SGLANG_TOP_KEYS]
-    frame_view = _view("_IncrementalFrame", fields + top_fields, strict=True, rename=top_names)
+    frame_view = _view(
+        "_IncrementalFrame", fields + top_fields, strict=True, rename=top_names
+    )
     return msgspec.json.Decoder(frame_view)
 
 
@@ -178,12 +188,16 @@ def _cumulative(indexed: bool) -> msgspec.json.Decoder[Any]:
 
 
 @functools.lru_cache(maxsize=32)
-def _declared(decoder: msgspec.json.Decoder[Any]) -> tuple[frozenset[str], frozenset[str]]:
+def _declared(
+    decoder: msgspec.json.Decoder[Any],
+) -> tuple[frozenset[str], frozenset[str]]:
     """The JSON keys a view declares, top level and in meta_info, read off its structs."""
     fields = msgspec.structs.fields(cast(Any, decoder.type))
     meta = next(field.type for field in fields if field.name == "meta_info")
     top_keys = frozenset(field.encode_name for field in fields)
-    return top_keys, frozenset(field.encode_name for field in msgspec.structs.fields(meta))
+    return top_keys, frozenset(
+        field.encode_name for field in msgspec.structs.fields(meta)
+    )
 
 
 #: How many keys beyond SGLang 0.5.23's one stream's view may learn, and how long each.
@@ -230,7 +244,8 @@ class MiddleReader:
         self._keys = _declared(decoder)
 
     def read(self, payload: Payload) -> Any:
-        """`payload` as a middle frame's view, or None to decode it in full (see the class)."""
+        """`payload` as a middle frame's view, or None to decode it in full
+        (see the class)."""
         if payload.find(NOT_TERMINAL) < 0:  # find: cheaper than `in`
             return None
         try:
@@ -245,14 +260,16 @@ class MiddleReader:
         except VIEW_ERRORS:
             return None
         index = self._index
-        if index is not UNSET and not (view.index is index or same_json(view.index, index)):
+        if index is not UNSET and not (
+            view.index is index or same_json(view.index, index)
+        ):
             return None
         if not self.incremental and not plain(payload):
             return None
         return view
 
     def decode(self, payload: Payload) -> Any:
-        """The incremental view of `payload`; one of `VIEW_ERRORS` where it cannot read it."""
+        """The incremental view of `payload`; one of `VIEW_ERRORS` where it cannot."""
         try:
             return self._decode(payload)
         except msgspec.ValidationError:
@@ -261,7 +278,7 @@ class MiddleReader:
         return self._decode(payload)
 
     def _learn(self, payload: Payload) -> bool:
-        """Add `payload`'s undeclared keys to the view; False when there are none to add."""
+        """Add `payload`'s undeclared keys to the view; False when there are none."""
         fields = frame_fields(payload)
         if fields is None:
             return False
@@ -304,7 +321,11 @@ def unparsed_middle(payload: Payload) -> bool:
     Never the data of several ``data`` lines (a bytearray): it goes out as one
     line, its LFs as spaces, which only JSON that parses allows.
     """
-    return type(payload) is bytes and payload[:1] == b"{" and unparsed_middles([payload], payload)
+    return (
+        type(payload) is bytes
+        and payload[:1] == b"{"
+        and unparsed_middles([payload], payload)
+    )
 
 
 _FINISH_KEY: Final = b'"finish_reason"'
@@ -336,7 +357,7 @@ def plain(data: bytes | bytearray) -> bool:
 
 
 def same_json(a: object, b: object) -> bool:
-    """`a == b` for decoded JSON, where nesting too deep to compare counts as different."""
+    """`a == b` for decoded JSON: nesting too deep to compare counts as different."""
     try:
         return a == b
     except RecursionError:

@@ -72,7 +72,7 @@ class Aborts:
         return len(self._tasks)
 
     async def wait(self) -> None:
-        """Until every abort under way has ended (each is bounded by its plan's deadline)."""
+        """Until every abort under way has ended (each bounded by its plan's deadline)."""
         import asyncio
 
         while self._tasks:
@@ -81,7 +81,8 @@ class Aborts:
     async def _abort(self, leg: Leg, reading: asyncio.Future[Any] | None) -> None:
         import asyncio
 
-        engine, watched = leg.engine, leg.watched
+        engine = leg.engine
+        watched = leg.watched
         plan = plan_abort(
             engine, first_token_seen=watched.first_output.is_set(), policy=self._policy
         )
@@ -111,7 +112,7 @@ class Aborts:
 
 
 async def _drain(leg: Leg) -> None:
-    """Read the leg's answer to its end, once it has come (nothing, when it never does)."""
+    """Read the leg's answer to its end once it has come (nothing if it never does)."""
     try:
         await leg.sending
     except Exception:  # not sent: nothing to read

@@ -60,7 +60,9 @@ def new_rid() -> str:
     return uuid.uuid4().hex
 
 
-def client_request(body: object, target: Target) -> ClientRequest | tuple[ClientRequest, ...]:
+def client_request(
+    body: object, target: Target
+) -> ClientRequest | tuple[ClientRequest, ...]:
     """The client's request: `body` decoded for `target` (a batch: its one-sample
     requests, `Sequences.samples()`), or a `ClientRequest` (`check_target`)."""
     if type(body) is ClientRequest:
@@ -91,7 +93,7 @@ def stream_of(body: object) -> bool:
 
 
 def id_bytes(engine: EngineRequest, client_rid: str) -> tuple[bytes, bytes]:
-    """The bytes that open a frame's ``meta_info`` under the engine's rid, and the client's.
+    """The bytes opening a frame's ``meta_info`` under the engine's rid, and the client's.
 
     SGLang writes ``id`` first in ``meta_info``; inside a JSON string a quote is
     escaped, so these bytes occur only where SGLang put them.
@@ -109,7 +111,9 @@ class _EnvelopeRequest(msgspec.Struct):
 def envelope_stream_requested(wire: object) -> bool:
     """The client's mode, read from an envelope that did not decode (never raises)."""
     try:
-        raw = msgspec.json.decode(wire, type=_EnvelopeRequest)  # type: ignore[call-overload]
+        raw = msgspec.json.decode(  # type: ignore[call-overload]
+            wire, type=_EnvelopeRequest
+        )
     except (msgspec.DecodeError, TypeError, ValueError):
         return False
     return stream_requested(bytes(raw.request))

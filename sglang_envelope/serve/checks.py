@@ -40,7 +40,9 @@ def check_service_arguments(arguments: Mapping[str, Any]) -> None:
         if value is None and None in kinds:
             continue
         if not any(kind is not None and type(value) is kind for kind in kinds):
-            names = " or ".join("None" if kind is None else kind.__name__ for kind in kinds)
+            names = " or ".join(
+                "None" if kind is None else kind.__name__ for kind in kinds
+            )
             raise EnvelopeError(f"{name} must be a {names}, got {type(value).__name__}")
     if arguments["prefill"] is not None:
         _check_transport("prefill.transport", arguments["prefill"].transport)
@@ -53,4 +55,6 @@ def check_service_arguments(arguments: Mapping[str, Any]) -> None:
         )
     limit = arguments["max_bytes"]
     if type(limit) is not int or limit < 1:
-        raise EnvelopeError(f"max_bytes: expected a positive int, got {show_value(limit)}")
+        raise EnvelopeError(
+            f"max_bytes: expected a positive int, got {show_value(limit)}"
+        )

@@ -46,7 +46,9 @@ class Leg:
         self.transport = transport
         self.watched = WatchedReply(streamed=engine.stream)
         body, headers = wire or (engine.to_json(), engine.headers)
-        self.sending: asyncio.Future[None] = asyncio.ensure_future(self._send(body, headers))
+        self.sending: asyncio.Future[None] = asyncio.ensure_future(
+            self._send(body, headers)
+        )
 
     async def _send(self, body: bytes, headers: Mapping[str, str]) -> None:
         try:

@@ -38,7 +38,9 @@ __all__ = ["answer_many", "fan_out", "indexed_events", "samples_of"]
 _ERROR: Final = b'{"error"'
 
 
-def samples_of(request: ClientRequest, client_rid: str) -> tuple[ClientRequest, ...] | None:
+def samples_of(
+    request: ClientRequest, client_rid: str
+) -> tuple[ClientRequest, ...] | None:
     """`request`'s one-sample requests when it asks for n > 1 samples, each named
     `f"{client_rid}_{k}"` (SGLang's scheme for a string rid), else None."""
     if samples_per_prompt(request) == 1:
@@ -59,7 +61,9 @@ async def fan_out(
         envelopes = [to_worker_envelope(sample, rid=rid()) for sample in samples]
     except EnvelopeError as exc:
         return refused(exc, stream)
-    answers = [answer(envelope, envelope.request.rid or envelope.rid) for envelope in envelopes]
+    answers = [
+        answer(envelope, envelope.request.rid or envelope.rid) for envelope in envelopes
+    ]
     return await answer_many(answers, stream=stream)
 
 
@@ -138,7 +142,9 @@ def indexed_events(decoder: SseDecoder, chunk: bytes, index: int) -> tuple[bytes
     return b"".join(out), False
 
 
-async def _merged(bodies: list[AsyncGenerator[bytes, None]]) -> AsyncGenerator[bytes, None]:
+async def _merged(
+    bodies: list[AsyncGenerator[bytes, None]],
+) -> AsyncGenerator[bytes, None]:
     """The sequences' streams, frames interleaved as they come, under one ``[DONE]``."""
     import asyncio
 
@@ -175,7 +181,7 @@ async def _merged(bodies: list[AsyncGenerator[bytes, None]]) -> AsyncGenerator[b
 
 
 async def _close(bodies: list[AsyncGenerator[bytes, None]]) -> None:
-    """Close answers not read: each is started, so that its own cleanup (the abort) runs."""
+    """Close answers not read: each is started, so its own cleanup (the abort) runs."""
     import asyncio
 
     reads = [asyncio.ensure_future(anext(body)) for body in bodies]

@@ -49,7 +49,8 @@ class PrefillServer(msgspec.Struct, frozen=True):
     bootstrap_port: int
 
     def bootstrap(self, prefill_dp_rank: int | None = None) -> Bootstrap:
-        """A new `Bootstrap` for one request, checked (`EnvelopeError` names the field)."""
+        """A new `Bootstrap` for one request,
+        checked (`EnvelopeError` names the field)."""
         room = secrets.randbits(63)
         return Bootstrap(self.bootstrap_host, self.bootstrap_port, room, prefill_dp_rank)
 
@@ -71,13 +72,15 @@ class PrefillLeg:
         self.routed_experts_shape = routed_experts_shape
 
     def failure(self) -> BaseException | None:
-        """The prefill's failure, once it has ended in one (None while it runs or after success)."""
+        """The prefill's failure, once it has ended in one
+        (None while it runs or after success)."""
         if not self.reading.done() or self.reading.cancelled():
             return None
         return self.reading.exception()
 
     async def response(self) -> dict[str, Any]:
-        """The prefill's answer; raises its failure (`EngineError`, `UpstreamError`, ...)."""
+        """The prefill's answer; raises its failure
+        (`EngineError`, `UpstreamError`, ...)."""
         import asyncio
 
         return await asyncio.shield(self.reading)

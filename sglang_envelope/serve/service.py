@@ -1,4 +1,4 @@
-"""The serving loop: a client's body in, the client's answer out, over the caller's transport.
+"""The serving loop: a client's body in, its answer out, over the caller's transport.
 
 `Service` is made once, at a server's start, with the caller's `Transport` to
 SGLang and the SGLang server's `Deployment`. `Service.generate` takes a
@@ -42,7 +42,11 @@ from sglang_envelope.errors.exceptions import (
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.deployment import Deployment
 from sglang_envelope.request.engine import EngineRequest, Role, build_engine_request
-from sglang_envelope.request.envelope import WorkerEnvelope, decode_envelope, to_worker_envelope
+from sglang_envelope.request.envelope import (
+    WorkerEnvelope,
+    decode_envelope,
+    to_worker_envelope,
+)
 from sglang_envelope.request.overrides import header_overrides
 from sglang_envelope.request.routing import Bootstrap, Routing
 from sglang_envelope.request.types import ClientRequest
@@ -88,9 +92,18 @@ class Service:
     """One SGLang server (or prefill/decode pair), served to clients."""
 
     __slots__ = (
-        "_aborts", "_client_incremental", "_deployment", "_new_rid", "_overrides", "_poll_s",
-        "_prefill", "_routing", "_target", "_transport", "max_bytes",
-    )  # fmt: skip
+        "_aborts",
+        "_client_incremental",
+        "_deployment",
+        "_new_rid",
+        "_overrides",
+        "_poll_s",
+        "_prefill",
+        "_routing",
+        "_target",
+        "_transport",
+        "max_bytes",
+    )
 
     def __init__(
         self,
@@ -167,10 +180,13 @@ class Service:
         if isinstance(request, tuple):  # a batch: one request a sequence
             return await self._many(request, disconnected, routing, prefill_dp_rank)
         return await self.answer(
-            envelope, client_rid=request.rid or envelope.rid,
+            envelope,
+            client_rid=request.rid or envelope.rid,
             body=body if type(body) is bytes else None,
-            disconnected=disconnected, routing=routing, prefill_dp_rank=prefill_dp_rank,
-        )  # fmt: skip
+            disconnected=disconnected,
+            routing=routing,
+            prefill_dp_rank=prefill_dp_rank,
+        )
 
     async def generate_envelope(
         self,
@@ -180,7 +196,7 @@ class Service:
         routing: Routing | None = None,
         prefill_dp_rank: int | None = None,
     ) -> Answer:
-        """The answer to a worker envelope off the wire (`encode_envelope`), checked again.
+        """The answer to a worker envelope off the wire (`encode_envelope`), checked anew.
 
         The client gets back its own rid, or the frontend's when it sent none.
         """
@@ -192,9 +208,13 @@ class Service:
             return refused(exc, envelope_stream_requested(wire))
         body = request_bytes(wire) if self._overrides else None
         return await self.answer(
-            owned, client_rid=client_rid, body=body, disconnected=disconnected,
-            routing=routing, prefill_dp_rank=prefill_dp_rank,
-        )  # fmt: skip
+            owned,
+            client_rid=client_rid,
+            body=body,
+            disconnected=disconnected,
+            routing=routing,
+            prefill_dp_rank=prefill_dp_rank,
+        )
 
     async def answer(
         self,
@@ -215,9 +235,12 @@ class Service:
         import asyncio
 
         try:
-            samples = samples_of(envelope.request, client_rid)  # n > 1: one request a sample
+            # n > 1: one request a sample.
+            samples = samples_of(envelope.request, client_rid)
             if samples is None:
-                engines = self._engine_requests(envelope, routing or self._routing, prefill_dp_rank)
+                engines = self._engine_requests(
+                    envelope, routing or self._routing, prefill_dp_rank
+                )
         except EnvelopeError as exc:
             return refused(exc, envelope.stream)
         if samples is not None:
@@ -230,7 +253,9 @@ class Service:
         except BaseException:  # cancelled (aiohttp cancels a handler whose client left)
             self._settle_all(legs)
             raise
-        failed = [] if gone else [e for e in sending.result() if isinstance(e, BaseException)]
+        failed = (
+            [] if gone else [e for e in sending.result() if isinstance(e, BaseException)]
+        )
         failure = failed[0] if failed else None
         if gone or failure is not None:  # a leg not sent: the other is aborted
             self._settle_all(legs)
@@ -249,47 +274,69 @@ class Service:
         return await self._unary(main, client_rid, disconnected, prefill)
 
     async def _many(
-        self, samples: tuple[ClientRequest, ...], disconnected: Disconnected | None,
-        routing: Routing | None, prefill_dp_rank: int | None,
-    ) -> Answer:  # fmt: skip
+        self,
+        samples: tuple[ClientRequest, ...],
+        disconnected: Disconnected | None,
+        routing: Routing | None,
+        prefill_dp_rank: int | None,
+    ) -> Answer:
         def one(envelope: WorkerEnvelope, client_rid: str) -> Awaitable[Answer]:
             return self.answer(
-                envelope, client_rid=client_rid, disconnected=disconnected, routing=routing,
+                envelope,
+                client_rid=client_rid,
+                disconnected=disconnected,
+                routing=routing,
                 prefill_dp_rank=prefill_dp_rank,
-            )  # fmt: skip
+            )
 
         return await fan_out(one, samples, self._new_rid)
 
     def _wire(
         self, engine: EngineRequest, request: ClientRequest, body: bytes | None
     ) -> tuple[bytes, Mapping[str, str]] | None:
-        """The client's own body and SGLang's override headers, when they can carry `engine`."""
+        """The client's own body and SGLang's override headers,
+        when they can carry `engine`."""
         if not self._overrides or body is None:
             return None
         headers = header_overrides(engine, request)
         return None if headers is None else (body, headers)
 
     def _engine_requests(
-        self, envelope: WorkerEnvelope, routing: Routing | None, prefill_dp_rank: int | None
+        self,
+        envelope: WorkerEnvelope,
+        routing: Routing | None,
+        prefill_dp_rank: int | None,
     ) -> list[tuple[EngineRequest, Transport]]:
         """The engine requests to send, with their transports: the prefill leg first."""
         if self._prefill is None:
-            return [(self._build(envelope, Role.AGGREGATED, None, routing), self._transport)]
+            return [
+                (self._build(envelope, Role.AGGREGATED, None, routing), self._transport)
+            ]
         bootstrap = self._prefill.bootstrap(prefill_dp_rank)
         legs = ((Role.PREFILL, self._prefill.transport), (Role.DECODE, self._transport))
-        return [(self._build(envelope, role, bootstrap, routing), to) for role, to in legs]
+        return [
+            (self._build(envelope, role, bootstrap, routing), to) for role, to in legs
+        ]
 
     def _build(
-        self, envelope: WorkerEnvelope, role: Role, bootstrap: Bootstrap | None,
+        self,
+        envelope: WorkerEnvelope,
+        role: Role,
+        bootstrap: Bootstrap | None,
         routing: Routing | None,
-    ) -> EngineRequest:  # fmt: skip
+    ) -> EngineRequest:
         return build_engine_request(
-            envelope, input_ids=envelope.request.input_ids, role=role,
-            deployment=self._deployment, bootstrap=bootstrap, routing=routing,
-        )  # fmt: skip
+            envelope,
+            input_ids=envelope.request.input_ids,
+            role=role,
+            deployment=self._deployment,
+            bootstrap=bootstrap,
+            routing=routing,
+        )
 
     def _read_prefill(self, leg: Leg, main: Leg) -> PrefillLeg:
-        """Read the prefill's answer to its end; its failure aborts the decode leg at once."""
+        """Read the prefill's answer to its end;
+        its failure aborts the decode leg at once."""
         import asyncio
 
         reading = asyncio.ensure_future(leg.response(self._deployment, self.max_bytes))
@@ -299,8 +346,11 @@ class Service:
             import asyncio
 
             failed = not task.cancelled() and task.exception() is not None
-            if failed and not main.watched.finished.is_set():  # its reader reads it to the end
-                self._aborts.start(main, asyncio.ensure_future(main.watched.finished.wait()))
+            # Its reader reads it to the end.
+            if failed and not main.watched.finished.is_set():
+                self._aborts.start(
+                    main, asyncio.ensure_future(main.watched.finished.wait())
+                )
 
         reading.add_done_callback(ended)
         return prefill
@@ -308,7 +358,7 @@ class Service:
     async def _refused_by_engine(
         self, main: Leg, prefill: PrefillLeg | None, stream: bool
     ) -> Answer:
-        """SGLang's error answer (not 200), in the client's mode; the other leg aborted."""
+        """SGLang's error answer (not 200) in the client's mode; the other leg aborted."""
         try:
             await main.response(self._deployment, self.max_bytes)  # raises SGLang's error
             error: EnvelopeError = ResponseError(f"SGLang answered {main.status}")
@@ -341,8 +391,9 @@ class Service:
     ) -> AsyncGenerator[bytes, None]:
         """SGLang's stream, relayed in the client's mode under the client's rid."""
         engine_id, client_id = id_bytes(main.engine, client_rid)
-        body = main.engine.body
-        merge = prefill is not None and (body.return_logprob or body.return_routed_experts)
+        # The pair's prefill leg, when its prompt side goes into the decode frames.
+        asks = main.engine.body.return_logprob or main.engine.body.return_routed_experts
+        merging = prefill if asks else None
         try:
             async for out in relay_sse_async(
                 main.watched,
@@ -352,8 +403,8 @@ class Service:
             ):
                 if prefill is not None and prefill.failure() is not None:
                     raise prefill.failure()  # type: ignore[misc]
-                if merge:
-                    out = await with_prefill_side(out, prefill)  # type: ignore[arg-type]
+                if merging is not None:
+                    out = await with_prefill_side(out, merging)
                 yield out.replace(engine_id, client_id)
             await read_past_done(main.watched)
         except UpstreamError as error:  # the connection broke mid-answer

@@ -63,7 +63,7 @@ def transport_failures() -> tuple[type[BaseException], ...]:
 
 
 def as_upstream_error(error: BaseException) -> UpstreamError:
-    """`error`, raised by a transport, as the `UpstreamError` the client is answered with."""
+    """`error`, raised by a transport, as the `UpstreamError` the client is answered."""
     if isinstance(error, UpstreamError):
         return error
     if isinstance(error, _timeouts()):
@@ -78,5 +78,7 @@ def check_reply(reply: object) -> EngineReply:
             f"transport.generate must return an EngineReply, got {type(reply).__name__}"
         )
     if type(reply.status) is not int or not 100 <= reply.status <= 599:
-        raise EnvelopeError(f"EngineReply.status: expected an HTTP status, got {reply.status!r}")
+        raise EnvelopeError(
+            f"EngineReply.status: expected an HTTP status, got {reply.status!r}"
+        )
     return reply

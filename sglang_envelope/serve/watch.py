@@ -32,7 +32,7 @@ __all__ = [
 
 
 def is_output(frame: dict[str, Any]) -> bool:
-    """Whether an SSE frame carries output, by Dynamo's rule: ``output_ids`` or ``text``."""
+    """Whether an SSE frame carries output (Dynamo's rule: ``output_ids`` or ``text``)."""
     return bool(frame.get("output_ids")) or bool(frame.get("text"))
 
 
@@ -57,9 +57,16 @@ class WatchedReply:
     """
 
     __slots__ = (
-        "_decoder", "_pump", "_queue", "_released", "aborting", "attached", "finished",
-        "first_output", "reply",
-    )  # fmt: skip
+        "_decoder",
+        "_pump",
+        "_queue",
+        "_released",
+        "aborting",
+        "attached",
+        "finished",
+        "first_output",
+        "reply",
+    )
 
     def __init__(self, *, streamed: bool) -> None:
         #: SGLang's answer, once its head has arrived (`attach`).
@@ -135,7 +142,7 @@ class WatchedReply:
         """A reader stopped: keep the connection, for `drain` (this never suspends)."""
 
     async def drain(self, max_bytes: int) -> None:
-        """Read the rest of the answer, once it has arrived, up to `max_bytes`, dropping it."""
+        """Read and drop the rest of the answer once it has arrived, up to `max_bytes`."""
         await self.attached.wait()
         read = 0
         try:
@@ -154,7 +161,8 @@ class WatchedReply:
             self._released = True
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
-            while not self._queue.empty():  # a reader still waiting is told the answer ended
+            # A reader still waiting is told the answer ended.
+            while not self._queue.empty():
                 self._queue.get_nowait()
             self._queue.put_nowait(_Failed(ResponseError("SGLang's answer was given up")))
             await self.reply.close()

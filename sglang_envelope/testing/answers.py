@@ -1,4 +1,4 @@
-"""The fake engine's answers: made-up tokens, in the shapes SGLang 0.5.23's /generate writes.
+"""The fake engine's answers: made-up tokens, in the shapes SGLang 0.5.23 writes.
 
 Pure functions of a checked `ClientRequest`: `plan_answer` decides the whole
 output (token ids, and why it ends) from the prompt, and `answer_object` gives
@@ -54,9 +54,11 @@ EXPERTS: Final = 8
 #: SGLang's ``--disaggregation-mode``: an aggregated server, or one role of a pair.
 Role = Literal["null", "prefill", "decode"]
 
-#: Ids below this are the model's special tokens (``<s>``, ``</s>``, ``<pad>``): never made.
+#: Ids below this are the model's special tokens (``<s>``, ``</s>``, ``<pad>``),
+#: never made.
 FIRST_ID: Final = 3
-#: The finish reason of a running request aborted by ``/abort_request`` (``FINISH_ABORT()``).
+#: The finish reason of a running request aborted by ``/abort_request``
+#: (``FINISH_ABORT()``).
 ABORTED: Final[dict[str, Any]] = {
     "type": "abort",
     "message": "Aborted",
@@ -90,7 +92,10 @@ class _Rows(NamedTuple):
         ]
 
     def asked_row(self, position: int) -> list[list[Any]]:
-        return [self.entry(_logprob(token_id, position), token_id) for token_id in self.asked or ()]
+        return [
+            self.entry(_logprob(token_id, position), token_id)
+            for token_id in self.asked or ()
+        ]
 
 
 class AnswerPlan(NamedTuple):
@@ -113,7 +118,8 @@ class AnswerPlan(NamedTuple):
 
 
 class Span(NamedTuple):
-    """What one answer object covers: output ids ``[start, end)`` of the plan (``start`` is
+    """What one answer object covers: output ids ``[start, end)`` of the plan
+    (``start`` is
     0 for a cumulative frame and a unary body), and the finish reason once finished."""
 
     start: int
@@ -175,14 +181,16 @@ def plan_answer(
     count = room if limit is None else min(limit, room)
     # Each id is a function of the sequence before it (its sum and length), as a model's
     # next token is: a continuation (the prompt with the output so far) goes on alike.
-    total, length = sum(given), len(given)
+    total = sum(given)
+    length = len(given)
     span = vocab_size - FIRST_ID
     stops = _stop_ids(request)
     ids: list[int] = []
     finish: dict[str, Any] = {"type": "length", "length": count}
     for _ in range(count):
         token = FIRST_ID + (total * 31 + 7 * length * (length + 1) + 101 * seed) % span
-        total, length = total + token, length + 1
+        total += token
+        length += 1
         ids.append(token)
         if token in stops:
             finish = {"type": "stop", "matched": token}
@@ -192,11 +200,20 @@ def plan_answer(
     rows = _rows(request, vocab_size)
     prompt = _prompt_fields(request, rows) if request.return_logprob else {}
     if role == "decode":
-        prompt = {key: _empty(key, value, request, rows.k) for key, value in prompt.items()}
+        prompt = {
+            key: _empty(key, value, request, rows.k) for key, value in prompt.items()
+        }
     return AnswerPlan(
-        request, rid, tuple(ids), finish, rows, prompt, time.monotonic(), role,
+        request,
+        rid,
+        tuple(ids),
+        finish,
+        rows,
+        prompt,
+        time.monotonic(),
+        role,
         routed_experts_shape,
-    )  # fmt: skip
+    )
 
 
 def _empty(key: str, value: Any, request: ClientRequest, k: int) -> Any:
@@ -217,17 +234,17 @@ def _routed_experts(plan: AnswerPlan, made: int) -> str:
     layers, top_k = plan.routed_experts_shape
     sequence = (*prompt_ids(plan.request), *plan.output_ids[:made])
     prompt = len(sequence) - made
+
+    def expert(at: int, layer: int, rank: int) -> int:
+        if plan.role == "decode" and at < prompt:
+            return 0
+        return (sequence[at] * 5 + at * 3 + layer * 7 + rank * 11) % EXPERTS
+
+    positions = range(plan.request.routed_experts_start_len, len(sequence) - 1)
     rows = [
-        [
-            [
-                0 if plan.role == "decode" and at < prompt
-                else (sequence[at] * 5 + at * 3 + layer * 7 + rank * 11) % EXPERTS
-                for rank in range(top_k)
-            ]
-            for layer in range(layers)
-        ]
-        for at in range(plan.request.routed_experts_start_len, len(sequence) - 1)
-    ]  # fmt: skip
+        [[expert(at, layer, rank) for rank in range(top_k)] for layer in range(layers)]
+        for at in positions
+    ]
     return encode_routed_experts(rows)
 
 
@@ -240,30 +257,42 @@ def prompt_ids(request: ClientRequest) -> tuple[int, ...]:
 
 
 def _rows(request: ClientRequest, vocab_size: int) -> _Rows:
-    raw, asked = request.token_ids_logprob, None
+    raw = request.token_ids_logprob
+    asked = None
     if raw is not UNSET:
         value = _decode(raw)  # checked and bounded when the request was decoded
-        asked = [item for item in value if type(item) is int] if isinstance(value, list) else []
+        asked = (
+            [item for item in value if type(item) is int]
+            if isinstance(value, list)
+            else []
+        )
     k = min(request.top_logprobs_num or 0, vocab_size)
     return _Rows(bool(request.return_text_in_logprobs), vocab_size, k, asked)
 
 
 def _prompt_fields(request: ClientRequest, rows: _Rows) -> dict[str, Any]:
     """The prompt's logprob fields, the same in every frame: made once a request."""
-    start, prompt = request.logprob_start_len, prompt_ids(request)
+    start = request.logprob_start_len
+    prompt = prompt_ids(request)
     inputs = range(0) if start is None or start < 0 else range(start, len(prompt))
     fields: dict[str, Any] = {
         "input_token_logprobs": [
-            rows.entry(None if at == inputs.start else _logprob(prompt[at], at), prompt[at])
+            rows.entry(
+                None if at == inputs.start else _logprob(prompt[at], at), prompt[at]
+            )
             for at in inputs
         ]
     }
     if rows.k > 0:
-        top: list[Any] = [None if at == inputs.start else rows.top(prompt[at], at) for at in inputs]
+        top: list[Any] = [
+            None if at == inputs.start else rows.top(prompt[at], at) for at in inputs
+        ]
         if request.return_flat_raw_top_logprobs:
             b64 = request.return_flat_raw_top_logprobs_b64
             fields.update(
-                encode_flat_top_logprobs(top, side="input", top_logprobs_num=rows.k, b64=b64)
+                encode_flat_top_logprobs(
+                    top, side="input", top_logprobs_num=rows.k, b64=b64
+                )
             )
         else:
             fields["input_top_logprobs"] = top
@@ -276,27 +305,39 @@ def _prompt_fields(request: ClientRequest, rows: _Rows) -> dict[str, Any]:
 
 def _logprob_fields(plan: AnswerPlan, span: Span, unary: bool) -> dict[str, Any]:
     """SGLang's logprob block of ``meta_info`` (``add_logprob_to_meta_info``)."""
-    request, rows, prompt = plan.request, plan.rows, plan.prompt_fields
-    outputs, out_ids = range(span.start, span.end), plan.output_ids
+    request = plan.request
+    rows = plan.rows
+    prompt = plan.prompt_fields
+    outputs = range(span.start, span.end)
+    out_ids = plan.output_ids
     fields: dict[str, Any] = {
         "input_token_logprobs": prompt["input_token_logprobs"],
-        "output_token_logprobs": [rows.entry(_logprob(out_ids[i], i), out_ids[i]) for i in outputs],
+        "output_token_logprobs": [
+            rows.entry(_logprob(out_ids[i], i), out_ids[i]) for i in outputs
+        ],
         "output_token_logprobs_length": span.end,
     }
     if rows.k > 0:
         fields.update((key, value) for key, value in prompt.items() if "_top_" in key)
         top = [rows.top(out_ids[i], i) for i in outputs]
-        if request.return_flat_raw_output_top_logprobs and unary and span.finish is not None:
+        if (
+            request.return_flat_raw_output_top_logprobs
+            and unary
+            and span.finish is not None
+        ):
             b64 = request.return_flat_raw_top_logprobs_b64
             fields.update(
-                encode_flat_top_logprobs(top, side="output", top_logprobs_num=rows.k, b64=b64)
+                encode_flat_top_logprobs(
+                    top, side="output", top_logprobs_num=rows.k, b64=b64
+                )
             )
         else:
             fields["output_top_logprobs"] = top
     if rows.asked is not None:
         fields["input_token_ids_logprobs"] = prompt["input_token_ids_logprobs"]
         fields["output_token_ids_logprobs"] = [
-            None if plan.role == "decode" and i == 0 else rows.asked_row(i) for i in outputs
+            None if plan.role == "decode" and i == 0 else rows.asked_row(i)
+            for i in outputs
         ]
     return fields
 

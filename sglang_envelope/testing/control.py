@@ -86,7 +86,7 @@ def parse_pause(body: bytes) -> str | ValueError:
 
 
 def parse_continue(body: bytes) -> ValueError | None:
-    """None for a body ``/continue_generation`` takes, else why SGLang's parse refuses it."""
+    """None for a body ``/continue_generation`` takes, else why SGLang refuses it."""
     read = _read(body, _ContinueReq)
     return None if isinstance(read, _ContinueReq) else read
 
@@ -119,8 +119,12 @@ def loads_body(*, running: int, dp_size: int, query: bytes) -> bytes:
     now = datetime.now(timezone.utc)
     loads = []
     for rank in range(dp_size):
-        load = {**_CORE, "timestamp": now.timestamp(), "dp_rank": rank}
-        load["num_running_reqs"] = running if rank == 0 else 0
+        load = {
+            **_CORE,
+            "timestamp": now.timestamp(),
+            "dp_rank": rank,
+            "num_running_reqs": running if rank == 0 else 0,
+        }
         if not core_only:
             load["queues"] = {
                 "waiting": 0,
@@ -146,9 +150,14 @@ class _Haltable(Protocol):
 
 
 async def serve_control(
-    scope: Message, receive: Receive, send: Send, running: Mapping[str, _Haltable], pause: Pause
+    scope: Message,
+    receive: Receive,
+    send: Send,
+    running: Mapping[str, _Haltable],
+    pause: Pause,
 ) -> None:
-    """``POST /pause_generation`` or ``POST /continue_generation``, on the fake's generations."""
+    """``POST /pause_generation`` or ``POST /continue_generation``,
+    on the fake's generations."""
     try:
         body = await read_body(receive, scope["headers"], 65536)
     except ClientGone:

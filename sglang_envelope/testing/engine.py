@@ -25,9 +25,21 @@ from sglang_envelope.request.deployment import Deployment
 from sglang_envelope.request.limits import DEFAULT_MAX_BODY_BYTES
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.sse import SSE_DONE
-from sglang_envelope.testing.answers import ABORTED, Role, Span, answer_object, plan_answer
+from sglang_envelope.testing.answers import (
+    ABORTED,
+    Role,
+    Span,
+    answer_object,
+    plan_answer,
+)
 from sglang_envelope.testing.control import Pause, loads_body, serve_control
-from sglang_envelope.testing.many import Ending, Generation, plan_many, serve_many
+from sglang_envelope.testing.many import (
+    Ending,
+    Generation,
+    plan_many,
+    serve_many,
+    span_ending,
+)
 from sglang_envelope.testing.requests import (
     ClientGone,
     Message,
@@ -68,7 +80,12 @@ class Outcome(NamedTuple):
 
 
 def _check_options(options: dict[str, Any]) -> None:
-    for name in ("default_max_new_tokens", "tokens_per_frame", "vocab_size", "context_length"):
+    for name in (
+        "default_max_new_tokens",
+        "tokens_per_frame",
+        "vocab_size",
+        "context_length",
+    ):
         value = options[name]
         low = 4 if name == "vocab_size" else 0 if name == "default_max_new_tokens" else 1
         if type(value) is not int or value < low:
@@ -78,7 +95,9 @@ def _check_options(options: dict[str, Any]) -> None:
             raise EnvelopeError(f"{name} must be an int >= 1, got {options[name]!r}")
     delay = options["frame_delay"]
     if type(delay) not in (int, float) or not 0 <= delay <= 60:
-        raise EnvelopeError(f"frame_delay must be a number of seconds in [0, 60], got {delay!r}")
+        raise EnvelopeError(
+            f"frame_delay must be a number of seconds in [0, 60], got {delay!r}"
+        )
     fail_after = options["fail_after"]
     if fail_after is not None and (type(fail_after) is not int or fail_after < 0):
         raise EnvelopeError(f"fail_after must be None or an int >= 0, got {fail_after!r}")
@@ -86,7 +105,10 @@ def _check_options(options: dict[str, Any]) -> None:
         raise EnvelopeError(
             f"fail_status must be an HTTP error status, got {options['fail_status']!r}"
         )
-    if type(options["incremental"]) is not bool or type(options["fail_message"]) is not str:
+    if (
+        type(options["incremental"]) is not bool
+        or type(options["fail_message"]) is not str
+    ):
         raise EnvelopeError("incremental must be a bool and fail_message a str")
     if options["disaggregation_mode"] not in ("null", "prefill", "decode"):
         raise EnvelopeError(
@@ -95,15 +117,20 @@ def _check_options(options: dict[str, Any]) -> None:
         )
     shape = options["routed_experts_shape"]
     if shape is not None and not (
-        type(shape) is tuple and len(shape) == 2 and all(type(n) is int and n >= 1 for n in shape)
+        type(shape) is tuple
+        and len(shape) == 2
+        and all(type(n) is int and n >= 1 for n in shape)
     ):
-        raise EnvelopeError(f"routed_experts_shape must be None or (layers, top_k), got {shape!r}")
+        raise EnvelopeError(
+            f"routed_experts_shape must be None or (layers, top_k), got {shape!r}"
+        )
 
 
 class FakeEngine:
-    """A fake SGLang 0.5.23 server: an ASGI 3 app (``await engine(scope, receive, send)``).
+    """A fake SGLang 0.5.23 server, an ASGI 3 app: ``await engine(scope, receive, send)``.
 
-    - `incremental`: the server's ``--incremental-streaming-output`` (default: cumulative).
+    - `incremental`: the server's ``--incremental-streaming-output``
+      (default: cumulative).
     - `default_max_new_tokens`: the output length when a request sets none
       (SGLang's is 128); a null ``max_new_tokens`` runs to the context length.
     - `frame_delay`: seconds between tokens (both modes), so a test can abort or
@@ -128,6 +155,10 @@ class FakeEngine:
     `running` (generations still running). A request for many sequences
     (``n`` > 1, a batch) is one generation a sequence. The records keep the last
     `max_recorded` items.
+
+    `is_running`, `forget`, `end_on_disconnect`, `next_step` and `record_outcome`
+    are the steps of serving generations, which ``testing/many.py`` drives for a
+    request of many sequences; a test has no need of them.
     """
 
     __slots__ = (
@@ -185,12 +216,15 @@ class FakeEngine:
         self.max_body_bytes = max_body_bytes
         self.disaggregation_mode: Role = disaggregation_mode
         self.routed_experts_shape = routed_experts_shape
-        #: What SGLang's checks after dispatch read, as `Deployment.from_server_info` gives
-        #: it; without the flag SGLang answers without routed experts (no refusal of its own).
+        #: What SGLang's checks after dispatch read, as `Deployment.from_server_info`
+        #: gives it; without the flag SGLang answers without routed experts (no refusal
+        #: of its own).
         described = Deployment.from_server_info(
             _ENCODE(self.server_info()), model_config=_ENCODE(self.model_config())
         )
-        self.deployment = msgspec.structs.replace(described, enable_return_routed_experts=None)
+        self.deployment = msgspec.structs.replace(
+            described, enable_return_routed_experts=None
+        )
         self.requests: collections.deque[bytes] = collections.deque(maxlen=max_recorded)
         self.aborts: collections.deque[Any] = collections.deque(maxlen=max_recorded)
         self.outcomes: collections.deque[Outcome] = collections.deque(maxlen=max_recorded)
@@ -205,11 +239,13 @@ class FakeEngine:
 
     @property
     def paused(self) -> bool:
-        """Whether generation is paused (``/pause_generation`` without ``/continue_generation``)."""
+        """Whether generation is paused
+        (``/pause_generation`` without ``/continue_generation``)."""
         return self._pause.paused
 
     def server_info(self) -> dict[str, Any]:
-        """The body of ``GET /get_server_info``: the keys the library reads, as SGLang has them."""
+        """The body of ``GET /get_server_info``:
+        the keys the library reads, as SGLang has them."""
         return server_info(
             context_length=self.context_length,
             dp_size=self.dp_size,
@@ -244,7 +280,9 @@ class FakeEngine:
             await answer(send, 200, None, b"")
         elif route == ("GET", "/v1/loads"):
             body = loads_body(
-                running=self.running, dp_size=self.dp_size, query=scope.get("query_string", b"")
+                running=self.running,
+                dp_size=self.dp_size,
+                query=scope.get("query_string", b""),
             )
             await answer(send, 200, JSON, body)
         elif route in (("POST", "/pause_generation"), ("POST", "/continue_generation")):
@@ -287,7 +325,9 @@ class FakeEngine:
                 self._running.update((g.plan.rid, g) for g in generations)
             else:
                 one = body if many is None else many.prompts[0]
-                generation = self._start(check_generate(one, self.deployment, self.max_body_bytes))
+                generation = self._start(
+                    check_generate(one, self.deployment, self.max_body_bytes)
+                )
         except (RequestRejected, EngineError) as error:
             refusal = error_response(error, stream=stream)
             await answer(send, *refusal)
@@ -299,7 +339,7 @@ class FakeEngine:
 
     def _start(self, request: ClientRequest) -> Generation:
         rid = request.rid or uuid.uuid4().hex
-        if rid in self._running:
+        if self.is_running(rid):
             raise EngineError(f"Duplicate request ID detected: {rid}", 400)
         plan = plan_answer(
             request,
@@ -315,7 +355,7 @@ class FakeEngine:
         return generation
 
     async def _serve(self, generation: Generation, receive: Receive, send: Send) -> None:
-        watcher = asyncio.ensure_future(self._watch([generation], receive))
+        watcher = asyncio.ensure_future(self.end_on_disconnect([generation], receive))
         try:
             if generation.plan.request.stream:
                 await self._stream(generation, send)
@@ -323,11 +363,21 @@ class FakeEngine:
                 await self._unary(generation, send)
         finally:
             watcher.cancel()
-            if self._running.get(generation.plan.rid) is generation:
-                del self._running[generation.plan.rid]
+            self.forget(generation)
 
-    async def _watch(self, generations: list[Generation], receive: Receive) -> None:
-        """End a request's generations when its client goes away, as SGLang's server does."""
+    def is_running(self, rid: str) -> bool:
+        """Whether a generation is running under `rid` (SGLang refuses a second one)."""
+        return rid in self._running
+
+    def forget(self, generation: Generation) -> None:
+        """Drop `generation` from the running ones, unless another has taken its rid."""
+        if self._running.get(generation.plan.rid) is generation:
+            del self._running[generation.plan.rid]
+
+    async def end_on_disconnect(
+        self, generations: list[Generation], receive: Receive
+    ) -> None:
+        """End a request's generations when its client goes away, as SGLang does."""
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
@@ -337,7 +387,7 @@ class FakeEngine:
                     generation.halt("disconnect")
                 return
 
-    async def _step(self, generation: Generation) -> Span | Ending:
+    async def next_step(self, generation: Generation) -> Span | Ending:
         """Make the next frame's tokens (after the delay): their span, or how it ended."""
         if self.frame_delay > 0 and generation.stop is None:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -346,7 +396,8 @@ class FakeEngine:
             await asyncio.sleep(0)
         if generation.stop is None:  # held while paused, until continued or stopped
             await self._pause.wait(generation.stopped)
-        plan, start = generation.plan, generation.made
+        plan = generation.plan
+        start = generation.made
         if generation.stop == "disconnect":
             return "disconnect"
         total = len(plan.output_ids)
@@ -357,13 +408,9 @@ class FakeEngine:
         finish = plan.finish if generation.made == total else None
         return Span(start, generation.made, finish, start == 0)
 
-    def _record(self, generation: Generation, ending: Ending) -> None:
+    def record_outcome(self, generation: Generation, ending: Ending) -> None:
+        """Count how `generation` ended (`outcomes`)."""
         self.outcomes.append(Outcome(generation.plan.rid, ending, generation.made))
-
-    def _ending(self, span: Span) -> Ending:
-        assert span.finish is not None
-        kind: Ending = span.finish["type"]
-        return kind
 
     async def _stream(self, generation: Generation, send: Send) -> None:
         await stream_start(send)
@@ -372,18 +419,18 @@ class FakeEngine:
             if self.fail_after is not None and frames >= self.fail_after:
                 frame = error_event(EngineError(self.fail_message, self.fail_status))
                 await body_chunk(send, frame + SSE_DONE, more=False)
-                self._record(generation, "error")
+                self.record_outcome(generation, "error")
                 return
-            step = await self._step(generation)
+            step = await self.next_step(generation)
             if not isinstance(step, Span):
-                self._record(generation, step)
+                self.record_outcome(generation, step)
                 return
             shown = step if self.incremental else step._replace(start=0)
             data = _ENCODE(answer_object(generation.plan, shown, unary=False))
             frames += 1
             if step.finish is not None:
                 await body_chunk(send, b"data: " + data + b"\n\n" + SSE_DONE, more=False)
-                self._record(generation, self._ending(step))
+                self.record_outcome(generation, span_ending(step))
                 return
             await body_chunk(send, b"data: " + data + b"\n\n", more=True)
 
@@ -393,15 +440,15 @@ class FakeEngine:
             if self.fail_after is not None and frames >= self.fail_after:
                 error = EngineError(self.fail_message, self.fail_status)
                 await answer(send, *error_response(error, stream=False))
-                self._record(generation, "error")
+                self.record_outcome(generation, "error")
                 return
-            step = await self._step(generation)
+            step = await self.next_step(generation)
             if not isinstance(step, Span):
-                self._record(generation, step)
+                self.record_outcome(generation, step)
                 return
             frames += 1
             if step.finish is not None:
                 body = answer_object(generation.plan, step._replace(start=0), unary=True)
                 await answer(send, 200, JSON, _ENCODE(body))
-                self._record(generation, self._ending(step))
+                self.record_outcome(generation, span_ending(step))
                 return

@@ -1,4 +1,4 @@
-"""The fake engine's requests for many sequences: a batch, ``sampling_params.n`` > 1, or both.
+"""The fake engine's requests for many sequences: a batch, ``n`` > 1 samples, or both.
 
 As SGLang 0.5.23 serves them (``TokenizerManager._handle_batch_request``):
 every sequence (index ``i * n + j``: prompt ``i``, sample ``j``) is a
@@ -22,11 +22,17 @@ from sglang_envelope.request.checks import SAMPLING_EPS, effective_temperature
 from sglang_envelope.request.deployment import Deployment
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.sse import SSE_DONE
-from sglang_envelope.testing.answers import AnswerPlan, Role, Span, answer_object, plan_answer
+from sglang_envelope.testing.answers import (
+    AnswerPlan,
+    Role,
+    Span,
+    answer_object,
+    plan_answer,
+)
 from sglang_envelope.testing.requests import Receive, Send, Sequences, check_generate
 from sglang_envelope.testing.server import JSON, answer, body_chunk, stream_start
 
-__all__ = ["Ending", "Generation", "plan_many", "serve_many"]
+__all__ = ["Ending", "Generation", "plan_many", "serve_many", "span_ending"]
 
 _ENCODE: Final = msgspec.json.Encoder().encode
 #: How one generation ends.
@@ -51,6 +57,13 @@ class Generation:
             self.stopped.set()
 
 
+def span_ending(span: Span) -> Ending:
+    """How the generation of a finished `span` ended: its finish reason's type."""
+    assert span.finish is not None
+    kind: Ending = span.finish["type"]
+    return kind
+
+
 class _Engine(Protocol):
     """What the many-sequence serving reads of `FakeEngine`."""
 
@@ -65,19 +78,23 @@ class _Engine(Protocol):
     fail_after: int | None
     fail_message: str
     fail_status: int
-    _running: dict[str, Generation]
 
-    async def _watch(self, generations: list[Generation], receive: Receive) -> None: ...
+    def is_running(self, rid: str) -> bool: ...
 
-    async def _step(self, generation: Generation) -> Span | Ending: ...
+    def forget(self, generation: Generation) -> None: ...
 
-    def _record(self, generation: Generation, ending: Ending) -> None: ...
+    async def end_on_disconnect(
+        self, generations: list[Generation], receive: Receive
+    ) -> None: ...
 
-    def _ending(self, span: Span) -> Ending: ...
+    async def next_step(self, generation: Generation) -> Span | Ending: ...
+
+    def record_outcome(self, generation: Generation, ending: Ending) -> None: ...
 
 
 def _sampled(request: ClientRequest) -> bool:
-    """Whether samples of the request differ: SGLang samples above its smallest temperature."""
+    """Whether samples of the request differ:
+    SGLang samples above its smallest temperature."""
     params = request.sampling_params
     if params is None or isinstance(params, msgspec.UnsetType):
         return True  # SGLang's default temperature is 1.0
@@ -88,10 +105,11 @@ def plan_many(engine: _Engine, sequences: Sequences) -> list[AnswerPlan]:
     """The answer of each sequence, once every prompt's body is checked;
     raises as SGLang refuses one, or for a rid a running generation has."""
     requests = [
-        check_generate(body, engine.deployment, engine.max_body_bytes) for body in sequences.prompts
+        check_generate(body, engine.deployment, engine.max_body_bytes)
+        for body in sequences.prompts
     ]
     for rid in sequences.rids:
-        if rid in engine._running:
+        if engine.is_running(rid):
             raise EngineError(f"Duplicate request ID detected: {rid}", 400)
     n = sequences.n
     sampled = [_sampled(request) for request in requests]
@@ -114,7 +132,7 @@ async def serve_many(
     engine: _Engine, generations: list[Generation], receive: Receive, send: Send
 ) -> None:
     """Answer the request of `generations` (a stream or an array), and end them."""
-    watcher = asyncio.ensure_future(engine._watch(generations, receive))
+    watcher = asyncio.ensure_future(engine.end_on_disconnect(generations, receive))
     try:
         if generations[0].plan.request.stream:
             await _stream(engine, generations, send)
@@ -123,8 +141,7 @@ async def serve_many(
     finally:
         watcher.cancel()
         for generation in generations:
-            if engine._running.get(generation.plan.rid) is generation:
-                del engine._running[generation.plan.rid]
+            engine.forget(generation)
 
 
 def _frame(engine: _Engine, generation: Generation, step: Span, index: int) -> bytes:
@@ -143,48 +160,56 @@ async def _stream(engine: _Engine, generations: list[Generation], send: Send) ->
             error = error_event(EngineError(engine.fail_message, engine.fail_status))
             await body_chunk(send, error + SSE_DONE, more=False)
             for _, generation in live:
-                engine._record(generation, "error")
+                engine.record_outcome(generation, "error")
             return
-        steps = await asyncio.gather(*(engine._step(generation) for _, generation in live))
+        steps = await asyncio.gather(
+            *(engine.next_step(generation) for _, generation in live)
+        )
         frames += 1
-        chunks, going, gone = [], [], False
+        chunks = []
+        going = []
+        gone = False
         for (index, generation), step in zip(live, steps, strict=True):
             if not isinstance(step, Span):
-                engine._record(generation, step)
+                engine.record_outcome(generation, step)
                 gone = True
                 continue
             chunks.append(_frame(engine, generation, step, index))
             if step.finish is None:
                 going.append((index, generation))
             else:
-                engine._record(generation, engine._ending(step))
+                engine.record_outcome(generation, span_ending(step))
         if gone:  # the client went away: nothing more is sent
             for _, generation in going:
-                engine._record(generation, "disconnect")
+                engine.record_outcome(generation, "disconnect")
             return
         live = going
-        await body_chunk(send, b"".join(chunks) + (b"" if live else SSE_DONE), more=bool(live))
+        await body_chunk(
+            send, b"".join(chunks) + (b"" if live else SSE_DONE), more=bool(live)
+        )
 
 
 async def _to_end(engine: _Engine, generation: Generation) -> Span | Ending:
-    """Run one generation of a unary request to its end: its last span, or how it ended."""
+    """Run one generation of a unary request to its end: its last span, or its ending."""
     frames = 0
     while True:
         if engine.fail_after is not None and frames >= engine.fail_after:
-            engine._record(generation, "error")
+            engine.record_outcome(generation, "error")
             return "error"
-        step = await engine._step(generation)
+        step = await engine.next_step(generation)
         if not isinstance(step, Span):
-            engine._record(generation, step)
+            engine.record_outcome(generation, step)
             return step
         frames += 1
         if step.finish is not None:
-            engine._record(generation, engine._ending(step))
+            engine.record_outcome(generation, span_ending(step))
             return step
 
 
 async def _unary(engine: _Engine, generations: list[Generation], send: Send) -> None:
-    ends = await asyncio.gather(*(_to_end(engine, generation) for generation in generations))
+    ends = await asyncio.gather(
+        *(_to_end(engine, generation) for generation in generations)
+    )
     if "error" in ends:
         error = EngineError(engine.fail_message, engine.fail_status)
         await answer(send, *error_response(error, stream=False))

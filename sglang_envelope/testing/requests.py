@@ -1,4 +1,4 @@
-"""What the fake engine reads from a request: its body, bounded, and the request SGLang serves.
+"""What the fake engine reads of a request: its body, bounded, and the request served.
 
 `check_generate` decodes a ``POST /generate`` body with the library's own
 `decode_client_request` and checks it on the fake's `Deployment`, so the fake
@@ -50,7 +50,8 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-#: The codes of rules the library keeps for clients but a worker's engine request may break.
+#: The codes of rules the library keeps for clients, but that a worker's engine
+#: request may break.
 _SERVED_CODES: Final = frozenset(("orchestrator_field", "unknown_field"))
 _CLIENT_COUNT: Final = len(RequestFields.__struct_fields__)
 
@@ -60,7 +61,8 @@ class ClientGone(Exception):
 
 
 class _Orchestration(msgspec.Struct):
-    """The serving system's fields SGLang's checks read, typed as ``GenerateReqInput`` has them."""
+    """The serving system's fields SGLang's checks read, typed as in
+    ``GenerateReqInput``."""
 
     bootstrap_host: str | None = None
     bootstrap_port: int | None = None
@@ -70,7 +72,8 @@ class _Orchestration(msgspec.Struct):
 
 
 def json_content(headers: list[tuple[bytes, bytes]]) -> bool:
-    """True when ``Content-Type`` is JSON (``application/json`` or ``application/*+json``),
+    """True when ``Content-Type`` is JSON (``application/json`` or
+    ``application/*+json``),
     which FastAPI requires before it parses a body."""
     for name, value in headers:
         if name.lower() == b"content-type":
@@ -125,7 +128,9 @@ def _served_part(body: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
         for key, value in mapping.items()
         if key in known and FIELD_OWNERS.get(key) != ORCHESTRATOR_FIELD
     }
-    served = {k: v for k, v in mapping.items() if FIELD_OWNERS.get(k) == ORCHESTRATOR_FIELD}
+    served = {
+        k: v for k, v in mapping.items() if FIELD_OWNERS.get(k) == ORCHESTRATOR_FIELD
+    }
     return client, served
 
 
@@ -136,7 +141,9 @@ def _orchestration(served: dict[str, Any]) -> _Orchestration:
         raise RequestRejected("wrong_type", None, f"wrong type: {error}") from None
 
 
-def check_generate(body: bytes, deployment: Deployment, max_body_bytes: int) -> ClientRequest:
+def check_generate(
+    body: bytes, deployment: Deployment, max_body_bytes: int
+) -> ClientRequest:
     """The request `body` asks for; raises `RequestRejected` for
     a body SGLang refuses (and for what the library refuses on purpose: JSON past
     the library's bounds). `body` asks for one token-input sequence (`split_many`
@@ -194,7 +201,8 @@ _samples = msgspec.json.Decoder(_Samples).decode
 
 class Sequences(NamedTuple):
     """A request for many sequences, split: one one-sequence body a prompt (with
-    the client's rid item, for its checks), ``n``, and each sequence's rid in index order."""
+    the client's rid item, for its checks), ``n``, and each sequence's rid, in
+    index order."""
 
     prompts: list[bytes]
     n: int
@@ -234,7 +242,9 @@ def _prompts(mapping: dict[str, Any], vocab_size: int) -> tuple[list[Any], bool]
         if not isinstance(item, str):
             where = f"text[{at}]" if batch else "text"
             got = type(item).__name__
-            raise RequestRejected("wrong_type", where, f"{where} must be a string, got {got}")
+            raise RequestRejected(
+                "wrong_type", where, f"{where} must be a string, got {got}"
+            )
         prompts.append(text_ids(item, vocab_size))
     return prompts, batch
 
@@ -244,13 +254,16 @@ def _rids(rid: Any, count: int, n: int) -> tuple[list[Any], list[str]]:
     if isinstance(rid, list):
         if len(rid) != count:
             raise EngineError(
-                "The specified rids length mismatch with the batch_size for batch processing.",
+                "The specified rids length mismatch with the batch_size for batch "
+                "processing.",
                 400,
             )
         counts = Counter(item for item in rid if isinstance(item, str))
         twice = [item for item, seen in counts.items() if seen > 1]
         if twice:
-            raise EngineError(f"Duplicate request IDs detected within the request: {twice}", 400)
+            raise EngineError(
+                f"Duplicate request IDs detected within the request: {twice}", 400
+            )
         given = rid
     else:
         given = [rid] * count
@@ -264,7 +277,9 @@ def _rids(rid: Any, count: int, n: int) -> tuple[list[Any], list[str]]:
 def _per_item(mapping: dict[str, Any]) -> None:
     for name in _PER_ITEM:
         value = mapping.get(name)
-        one = name == "token_ids_logprob" and not any(isinstance(v, list) for v in value or ())
+        one = name == "token_ids_logprob" and not any(
+            isinstance(v, list) for v in value or ()
+        )
         if isinstance(value, list) and not one:
             raise EngineError(
                 f"{name} is a list: the fake engine serves one {name} for every "
@@ -281,7 +296,8 @@ def _one_body(rest: dict[str, Any], prompt: Any, rid: Any) -> bytes:
 
 
 def split_many(body: bytes, vocab_size: int) -> Sequences | None:
-    """`body` split into one body a prompt, or None when it asks for one token-input sequence."""
+    """`body` split into one body a prompt,
+    or None when it asks for one token-input sequence."""
     if not _many_shape(body):
         return None
     try:
@@ -305,5 +321,7 @@ def split_many(body: bytes, vocab_size: int) -> Sequences | None:
     given, rids = _rids(mapping.get("rid"), len(prompts), n)
     if isinstance(params, dict):
         rest["sampling_params"] = {key: v for key, v in params.items() if key != "n"}
-    bodies = [_one_body(rest, prompt, rid) for prompt, rid in zip(prompts, given, strict=True)]
+    bodies = [
+        _one_body(rest, prompt, rid) for prompt, rid in zip(prompts, given, strict=True)
+    ]
     return Sequences(bodies, n, rids, True)

@@ -1,4 +1,4 @@
-"""The fake engine's HTTP side: responses, ``/abort_request``'s rules, ``/get_server_info``.
+"""The fake engine's HTTP side: responses, ``/abort_request``'s rules, server info.
 
 ``/abort_request`` follows SGLang 0.5.23 with one tokenizer worker
 (``TokenizerManager.abort_request``, then ``Scheduler.abort_request``): an
@@ -41,8 +41,9 @@ NOT_JSON_MESSAGE: Final = (
 )
 _ENCODE = msgspec.json.Encoder().encode
 
-#: ``GET /get_server_info`` keys a live 0.5.23 server (``tests/fixtures/live_server_info.json``)
-#: writes, with its values; `server_info` sets the ones the fake's options decide.
+#: ``GET /get_server_info`` keys a live 0.5.23 server
+#: (``tests/fixtures/live_server_info.json``) writes, with its values; `server_info` sets
+#: the ones the fake's options decide.
 SERVER_INFO: Final[Mapping[str, Any]] = {
     "model_path": "fake-sglang-model",
     "tokenizer_path": "fake-sglang-model",
@@ -122,9 +123,16 @@ async def stream_start(send: Send) -> None:
 
 async def not_found(send: Send, path: str, method: str) -> None:
     """FastAPI's 404 or 405 for a route the fake does not serve."""
-    routes = {"/generate": "POST", "/abort_request": "POST", "/get_server_info": "GET"}
-    routes.update({"/server_info": "GET", "/health": "GET", "/v1/loads": "GET"})
-    routes.update({"/pause_generation": "POST", "/continue_generation": "POST"})
+    routes = {
+        "/generate": "POST",
+        "/abort_request": "POST",
+        "/get_server_info": "GET",
+        "/server_info": "GET",
+        "/health": "GET",
+        "/v1/loads": "GET",
+        "/pause_generation": "POST",
+        "/continue_generation": "POST",
+    }
     if path in routes and routes[path] != method:
         await answer(send, 405, JSON, b'{"detail":"Method Not Allowed"}')
     else:
@@ -151,12 +159,16 @@ def pydantic_error(message: str) -> tuple[int, str, bytes]:
     return 400, JSON, _ENCODE({**body, "code": 400})
 
 
-def parse_abort(body: bytes | Exception, is_json: bool) -> AbortBody | tuple[int, str, bytes]:
+def parse_abort(
+    body: bytes | Exception, is_json: bool
+) -> AbortBody | tuple[int, str, bytes]:
     """The abort `body` asks for, or the 400 answer SGLang's parse gives a bad one."""
     if isinstance(body, Exception):
         return pydantic_error(str(body))
     if not is_json:
-        return pydantic_error("abort_request body must be sent as Content-Type: application/json")
+        return pydantic_error(
+            "abort_request body must be sent as Content-Type: application/json"
+        )
     try:
         value = msgspec.json.decode(body)
         read = msgspec.convert(value, _AbortReq)
@@ -170,7 +182,8 @@ class _Abortable(Protocol):
 
 
 def abort_order(running: Mapping[str, Any], abort: AbortBody) -> Iterator[Any]:
-    """The running generations an abort ends (`running`: rid -> generation), by SGLang's rules."""
+    """The running generations an abort ends, by SGLang's rules
+    (`running`: rid -> generation)."""
     if abort.abort_all:
         yield from list(running.values())
         return
