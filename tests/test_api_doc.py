@@ -219,6 +219,9 @@ def test_right_signatures_pass() -> None:
     assert mismatches("sglang_envelope", "Service.generate(body, *, disconnected=None, ...)") == []
     assert mismatches("sglang_envelope.rollout", "read_loads(body, *, max_bytes=1048576)") == []
     assert (
-        mismatches("sglang_envelope", "Deployment.from_server_info(server_info, *, model_config)")
+        mismatches(
+            "sglang_envelope",
+            "Deployment.from_server_info(server_info, *, model_config=None, vocab_size=None)",
+        )
         == []
     )

@@ -92,7 +92,7 @@ def test_what_the_server_info_says_is_read(changes: dict[str, Any], field: str) 
         (b'{"context_length": "big"}', MODEL_CONFIG, "deployment.context_length must be int"),
         (b'{"dp_size": 0}', MODEL_CONFIG, "deployment.dp_size must be int >= 1"),
         (SERVER_INFO, b'{"vocab_size": true}', "deployment.vocab_size must be int"),
-        ("{}", MODEL_CONFIG, "server_info must be JSON bytes"),
+        (7, MODEL_CONFIG, "server_info must be JSON bytes, text or a mapping"),
         (b"[" * 100_000, MODEL_CONFIG, "server_info is not valid JSON"),
     ],
 )
@@ -285,3 +285,75 @@ def test_token_ids_logprob_is_read_a_chunk_at_a_time(where: int, bad: int) -> No
         )  # fmt: skip
     assert caught.value.code == "token_ids_logprob_out_of_vocab"
     assert f"token id {bad};" in caught.value.message
+
+
+# --- the deployment from what a worker holds ---
+
+
+def test_server_info_and_config_as_text_or_mappings_describe_the_same_server() -> None:
+    info, config = SERVER_INFO, MODEL_CONFIG
+    decoded = msgspec.json.decode(info), msgspec.json.decode(config)
+    every = [
+        Deployment.from_server_info(info.decode(), model_config=config.decode()),
+        Deployment.from_server_info(decoded[0], model_config=decoded[1]),
+        Deployment.from_server_info(bytearray(info), model_config=memoryview(config)),
+        Deployment.from_server_info(info, vocab_size=320),
+    ]
+    assert every == [LIVE] * 4
+    assert Deployment.from_server_info(info, model_config=config, vocab_size=99).vocab_size == 99
+
+
+@pytest.mark.parametrize(
+    ("arguments", "words"),
+    [({}, "pass model_config .the model's config.json. or vocab_size"),
+     ({"model_config": {}}, "model_config has no vocab_size"),
+     ({"model_config": 7}, "model_config must be JSON bytes, text or a mapping, got int"),
+     ({"model_config": "[1]"}, "model_config must be a JSON object, got list")],
+)  # fmt: skip
+def test_a_deployment_without_a_vocabulary_says_what_to_pass(
+    arguments: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(EnvelopeError, match=words):
+        Deployment.from_server_info(SERVER_INFO, **arguments)
+
+
+class _Config:
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
+
+
+class _Args:
+    """Stands in for SGLang's ServerArgs: the live server's resolved arguments."""
+
+    def resolved_dict(self) -> dict[str, Any]:
+        info: dict[str, Any] = msgspec.json.decode(SERVER_INFO)
+        return {key: value for key, value in info.items() if key != "max_req_input_len"}
+
+
+def _engine(**model: Any) -> Any:
+    manager = _Config(
+        server_args=_Args(),
+        model_config=_Config(vocab_size=320, hf_text_config=_Config(**model)),
+        context_len=1024,
+        max_req_input_len=1018,
+    )
+    return _Config(tokenizer_manager=manager)
+
+
+def test_an_in_process_engine_describes_itself() -> None:
+    assert Deployment.from_engine(_engine()) == LIVE
+    assert Deployment.from_engine(_engine().tokenizer_manager) == LIVE  # the manager alone
+    moe = Deployment.from_engine(_engine(num_hidden_layers=2, num_experts_per_tok=2))
+    assert moe.routed_experts_shape == (2, 2)
+
+
+@pytest.mark.parametrize(
+    ("engine", "words"),
+    [(object(), "object has no server_args"),
+     (_Config(server_args=7, model_config=None), "server_args must be SGLang's ServerArgs"),
+     (_Config(server_args=_Args(), model_config=object(), context_len=9),
+      "object has no vocab_size")],
+)  # fmt: skip
+def test_what_is_not_an_engine_is_named(engine: Any, words: str) -> None:
+    with pytest.raises(EnvelopeError, match=words):
+        Deployment.from_engine(engine)

@@ -27,7 +27,7 @@ from sglang_envelope import (
     error_response,
     parse_unary,
 )
-from sglang_envelope.errors.answers import ERROR_STATUSES, FIELD_LAYERS, REFUSAL_LAYERS
+from sglang_envelope.errors.answers import FIELD_LAYERS, REFUSAL_LAYERS
 from sglang_envelope.request.deployment import DEPLOYMENT_RULES
 from sglang_envelope.request.rules import RULES
 from sglang_envelope.stream import SSE_DONE, error_event
@@ -263,14 +263,17 @@ def _table(name: str) -> list[list[str]]:
 
 def test_the_documented_table_is_the_code_s() -> None:
     rows = {name.strip("`"): (status, kind) for name, status, kind, _ in _table("error-statuses")}
-    assert list(rows) == [cls.__name__ for cls in ERROR_STATUSES]
+    classes = [RequestRejected, EngineError, LimitExceeded, UpstreamError, ResponseError]
+    assert list(rows) == [cls.__name__ for cls in [*classes, EnvelopeError]]
+    for cls in (LimitExceeded, ResponseError, EnvelopeError):  # a status of the class's own
+        assert rows[cls.__name__] == (str(cls.status), f"`{cls.error_type}`")
     assert rows["RequestRejected"] == (
         "400; 413 for `body_too_large`",
         "`invalid_request_error`; its `code` with `detail=True`",
     )
     assert rows["EngineError"] == (
         "its `code` when in [400, 600), else 500",
-        f"`{ERROR_STATUSES[EngineError].type}`",
+        f"`{EngineError.error_type}`",
     )
     for exc in EXAMPLES:
         status, kind = rows[type(exc).__name__]
@@ -298,3 +301,19 @@ def test_the_documented_layers_are_the_code_s() -> None:
     }
     listed["every other rule"] = "engine"
     assert documented == listed
+
+
+@pytest.mark.parametrize("exc", EXAMPLES, ids=lambda exc: type(exc).__name__)
+def test_an_exception_carries_what_its_answer_is_made_of(exc: EnvelopeError) -> None:
+    """A caller that runs SGLang in-process reads the answer's fields off the exception."""
+    status, _, body = error_response(exc, detail=True)
+    error = msgspec.json.decode(body)["error"]
+    frame = msgspec.json.decode(error_event(exc)[6:])["error"]
+    assert (exc.status, exc.message, exc.retryable) == (status, error["message"], False)
+    assert (frame["type"], frame["code"], frame["retryable"]) == (
+        exc.error_type,
+        exc.status,
+        exc.retryable,
+    )
+    assert error_response(exc).status == exc.status  # a unary client's answer
+    assert exc.message == str(exc)

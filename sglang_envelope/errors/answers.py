@@ -17,31 +17,26 @@ The first two answer both modes alike. `REFUSAL_LAYERS` and `FIELD_LAYERS`
 say which layer refuses a body that breaks each rule; a rule the library keeps
 on purpose where SGLang would serve the body (or fail on it) is answered in
 the engine's shape. Every other library exception takes the engine's shape,
-with the status `ERROR_STATUSES` gives it.
+with the `status` and `error_type` it carries (`EnvelopeError`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final, Literal, NamedTuple
 
 import msgspec
 
 from sglang_envelope.errors.exceptions import (
-    EngineError,
     EnvelopeError,
-    LimitExceeded,
     RequestRejected,
-    ResponseError,
     UpstreamError,
 )
 
 __all__ = [
-    "ERROR_STATUSES",
     "FIELD_LAYERS",
     "REFUSAL_LAYERS",
     "ErrorAnswer",
-    "ErrorStatus",
     "error_event",
     "error_response",
     "stream_requested",
@@ -59,36 +54,10 @@ class ErrorAnswer(NamedTuple):
     body: bytes
 
 
-class ErrorStatus(NamedTuple):
-    """How one exception class is answered."""
-
-    #: The HTTP status, unless the exception has its own (`OWN_STATUSES`).
-    status: int
-    #: The ``type`` of the error object (a `RequestRejected`'s rule code with ``detail``).
-    type: str
-
-
-#: SGLang's type for every error its /generate writes in a stream.
-SGLANG_ERROR_TYPE: Final = "invalid_request_error"
 JSON: Final = "application/json"
 #: What Starlette's StreamingResponse(media_type="text/event-stream") sends.
 EVENT_STREAM: Final = "text/event-stream; charset=utf-8"
 _DONE: Final = b"data: [DONE]\n\n"
-
-#: Exception class -> its answer; a class not listed takes its nearest listed base's.
-ERROR_STATUSES: Final[dict[type[EnvelopeError], ErrorStatus]] = {
-    RequestRejected: ErrorStatus(400, SGLANG_ERROR_TYPE),  # 413 for body_too_large
-    # EngineError: SGLang's own status when it gave one.
-    EngineError: ErrorStatus(500, SGLANG_ERROR_TYPE),
-    LimitExceeded: ErrorStatus(502, "limit_exceeded"),
-    UpstreamError: ErrorStatus(502, "upstream_error"),  # 504 when it timed out
-    ResponseError: ErrorStatus(502, "response_error"),
-    EnvelopeError: ErrorStatus(500, "envelope_error"),
-}
-
-#: Rule codes answered with a status other than 400: in both modes, and in the
-#: engine's unary shape.
-REJECTION_STATUSES: Final[dict[str, int]] = {"body_too_large": 413}
 
 #: Rule code -> the layer of SGLang 0.5.23's /generate (over HTTP) that refuses a body
 #: breaking it. A code not listed is refused by the engine, or served by SGLang where
@@ -117,24 +86,6 @@ FIELD_RULES: Final = frozenset(("wrong_type", "invalid_value"))
 _ENCODER: Final = msgspec.json.Encoder()
 
 
-def _rejection_status(exc: RequestRejected) -> int:
-    code: object = exc.code
-    return REJECTION_STATUSES.get(code, 400) if type(code) is str else 400
-
-
-def _engine_status(exc: EngineError) -> int:
-    code = exc.code
-    return code if type(code) is int and 400 <= code < 600 else 500
-
-
-#: Exception class -> its own status, read from the exception.
-OWN_STATUSES: Final[dict[type[EnvelopeError], Callable[[Any], int]]] = {
-    RequestRejected: _rejection_status,
-    EngineError: _engine_status,
-    UpstreamError: lambda exc: exc.status,
-}
-
-
 def refusal_layer(exc: RequestRejected) -> Layer:
     """The layer of SGLang that refuses what `exc` refuses
     (`REFUSAL_LAYERS`, `FIELD_LAYERS`)."""
@@ -159,11 +110,7 @@ def _status_and_error(exc: EnvelopeError, detail: bool) -> tuple[int, dict[str, 
     """The status, and the error object of SGLang's stream frame (`detail`: with rule)."""
     if not isinstance(exc, EnvelopeError):
         raise EnvelopeError(f"exc must be an EnvelopeError, got {type(exc).__name__}")
-    cls = next(cls for cls in type(exc).__mro__ if cls in ERROR_STATUSES)
-    status, kind = ERROR_STATUSES[cls]
-    own_status = OWN_STATUSES.get(cls)
-    if own_status is not None:
-        status = own_status(exc)
+    status, kind = exc.status, exc.error_type
     rejected = isinstance(exc, RequestRejected)
     if rejected and detail:
         kind = _json_text(str(getattr(exc, "code", "")))
@@ -171,7 +118,7 @@ def _status_and_error(exc: EnvelopeError, detail: bool) -> tuple[int, dict[str, 
         "message": _json_text(str(exc)),
         "type": kind,
         "code": status,
-        "retryable": False,
+        "retryable": exc.retryable,
     }
     if rejected and detail:
         field = getattr(exc, "field", None)

@@ -15,7 +15,7 @@ as attributes, so callers never parse messages, and survives pickling with them
 from __future__ import annotations
 
 import reprlib
-from typing import Any, Literal, cast
+from typing import Any, Final, Literal, cast
 
 __all__ = [
     "EngineError",
@@ -26,6 +26,9 @@ __all__ = [
     "ResponseError",
     "UpstreamError",
 ]
+
+#: SGLang's ``type`` for every error its /generate writes in a stream.
+SGLANG_ERROR_TYPE: Final = "invalid_request_error"
 
 RejectionCode = Literal[
     "body_too_large",
@@ -136,8 +139,30 @@ RejectionCode = Literal[
 (`RULES`, then the deployment's rules that `RULES` does not have)."""
 
 
+#: Rule codes a unary client is answered with a status other than 400 for.
+REJECTION_STATUSES: dict[str, int] = {"body_too_large": 413}
+
+
 class EnvelopeError(ValueError):
-    """Base of every error raised by sglang-envelope."""
+    """Base of every error raised by sglang-envelope.
+
+    Each carries what an answer to its client is made of, so that a caller
+    raises it, or turns it into its own framework's error, without parsing
+    text: `message`; `status`, the HTTP status SGLang's /generate gives a
+    unary client that failed so (`error_response`'s); `error_type`, the
+    ``type`` of SGLang's error object; `retryable`, as SGLang writes it (false).
+    """
+
+    #: The HTTP status of the answer to a unary client (a class's default).
+    status: int = 500
+    #: The ``type`` of the error object in SGLang's error frame.
+    error_type: str = "envelope_error"
+    #: Whether sending the same request again may succeed; SGLang writes false.
+    retryable: bool = False
+
+    def __init__(self, message: object = "") -> None:
+        super().__init__(message)
+        self.message = str(message)
 
 
 class RequestRejected(EnvelopeError):
@@ -148,6 +173,9 @@ class RequestRejected(EnvelopeError):
     at fault) and `message` the human text, which is also `str(error)`.
     """
 
+    status = 400
+    error_type = SGLANG_ERROR_TYPE
+
     def __init__(
         self, code: RejectionCode | str, field: str | None, message: str
     ) -> None:
@@ -155,6 +183,8 @@ class RequestRejected(EnvelopeError):
         self.code: RejectionCode = cast(RejectionCode, code)
         self.field = field
         self.message = message
+        if type(code) is str and code in REJECTION_STATUSES:
+            self.status = REJECTION_STATUSES[code]
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.code, self.field, self.message), self.__dict__
@@ -167,12 +197,17 @@ class RequestRejected(EnvelopeError):
 class ResponseError(EnvelopeError):
     """An engine response is malformed, truncated or inconsistent."""
 
+    status = 502
+    error_type = "response_error"
+
 
 class LimitExceeded(ResponseError):
     """Input passed a size bound; raised before the excess is parsed.
 
     `bound` names the bound (such as ``"max_bytes"``) and `limit` is its value.
     """
+
+    error_type = "limit_exceeded"
 
     def __init__(self, bound: str, limit: int, message: str | None = None) -> None:
         super().__init__(message or f"{bound} exceeded: the limit is {limit}")
@@ -187,13 +222,16 @@ class EngineError(ResponseError):
     """SGLang answered with an error (an error frame, an error body or an abort).
 
     `message` is SGLang's text and `code` the HTTP status code it gave (None
-    when it gave none).
+    when it gave none); `status` is that code when it is an error status, else 500.
     """
+
+    error_type = SGLANG_ERROR_TYPE
 
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
+        self.status = code if type(code) is int and 400 <= code < 600 else 500
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.message, self.code), self.__dict__
@@ -206,6 +244,8 @@ class UpstreamError(ResponseError):
     or the connection broke mid-answer) or 504 (timed out). `message` says what
     failed.
     """
+
+    error_type = "upstream_error"
 
     def __init__(self, message: str, status: int = 502) -> None:
         if status not in (502, 504):

@@ -15,7 +15,7 @@ with ``vocab_size=None``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple, cast
 
 import msgspec
@@ -29,6 +29,8 @@ from sglang_envelope.request.rules import RULES_BY_CODE
 __all__ = ["DEPLOYMENT_RULES", "Deployment", "DeploymentRule", "check_engine_body"]
 
 HiddenStates = Literal["off", "last", "full"]
+#: A JSON object as the caller holds it: its bytes, its text, or decoded.
+JsonObject = bytes | bytearray | memoryview | str | Mapping[str, Any]
 
 
 def _optional(kind: type, low: int | None = None) -> Callable[[str, Any], None]:
@@ -119,18 +121,32 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
             )
 
     @classmethod
-    def from_server_info(cls, server_info: bytes, *, model_config: bytes) -> Deployment:
+    def from_server_info(
+        cls,
+        server_info: JsonObject,
+        *,
+        model_config: JsonObject | None = None,
+        vocab_size: int | None = None,
+    ) -> Deployment:
         """The deployment SGLang describes: the body of its ``GET /get_server_info``
-        (or ``/server_info``) and the model's ``config.json``.
+        (or ``/server_info``), and the model's ``config.json`` (which SGLang does not
+        serve) or its vocabulary stated as `vocab_size`. Each is JSON bytes, text or
+        a mapping already decoded; a stated `vocab_size` wins over the config's.
 
-        Raises `EnvelopeError` naming the key when either is not what SGLang writes.
+        Raises `EnvelopeError` naming the key when either is not what SGLang writes,
+        and when neither gives the vocabulary.
         """
         info = _json_object(server_info, "server_info")
-        config = _json_object(model_config, "model_config")
-        vocab = _model_value(config, "vocab_size")
+        config = (
+            {} if model_config is None else _json_object(model_config, "model_config")
+        )
+        vocab = _model_value(config, "vocab_size") if vocab_size is None else vocab_size
         if vocab is None:
             raise EnvelopeError(
                 "model_config has no vocab_size (nor text_config.vocab_size)"
+                if model_config is not None
+                else "the vocabulary is not known: pass model_config (the model's "
+                "config.json) or vocab_size"
             )
         layers = _model_value(config, "num_hidden_layers")
         top_k = _model_value(config, "num_experts_per_tok")
@@ -152,10 +168,56 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
             else (layers, top_k),
         )
 
+    @classmethod
+    def from_engine(cls, engine: Any) -> Deployment:
+        """The deployment of an SGLang engine run in-process: an ``sgl.Engine`` or its
+        ``tokenizer_manager``, read (duck-typed) from what its ``get_server_info``
+        reads: the server arguments (``resolved_dict()``), the model config, and the
+        lengths the tokenizer manager holds. Safe inside a running event loop, where
+        ``get_server_info`` is not.
 
-def _json_object(data: bytes, name: str) -> dict[str, Any]:
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise EnvelopeError(f"{name} must be JSON bytes, got {type(data).__name__}")
+        Raises `EnvelopeError` naming the attribute the engine lacks.
+        """
+        manager = getattr(engine, "tokenizer_manager", engine)
+        args = _attribute(manager, "server_args")
+        model = _attribute(manager, "model_config")
+        resolved = getattr(args, "resolved_dict", None)  # SGLang 0.5.21-0.5.23's
+        if not callable(resolved):
+            raise EnvelopeError(
+                "engine: server_args must be SGLang's ServerArgs (with resolved_dict()), "
+                f"got {type(args).__name__}"
+            )
+        info = dict(resolved())
+        info["context_length"] = _attribute(manager, "context_len")
+        info["max_req_input_len"] = getattr(manager, "max_req_input_len", None)
+        text_config = getattr(model, "hf_text_config", None)
+        config = {
+            key: getattr(text_config, key, None)
+            for key in ("num_hidden_layers", "num_experts_per_tok")
+        }
+        config["vocab_size"] = _attribute(model, "vocab_size")
+        return cls.from_server_info(info, model_config=config)
+
+
+def _attribute(owner: object, name: str) -> Any:
+    """`owner.name`, or `EnvelopeError` saying the engine lacks it."""
+    try:
+        return getattr(owner, name)
+    except AttributeError:
+        raise EnvelopeError(
+            f"engine: {type(owner).__name__} has no {name}: expected an sgl.Engine or "
+            "its tokenizer_manager"
+        ) from None
+
+
+def _json_object(data: JsonObject, name: str) -> dict[str, Any]:
+    """`data` as a dict: a mapping as it is (copied), JSON bytes or text decoded."""
+    if isinstance(data, Mapping):
+        return dict(data)
+    if not isinstance(data, (bytes, bytearray, memoryview, str)):
+        raise EnvelopeError(
+            f"{name} must be JSON bytes, text or a mapping, got {type(data).__name__}"
+        )
     try:
         value = msgspec.json.decode(data)
     except (msgspec.DecodeError, RecursionError) as error:  # RecursionError: too deep
