@@ -38,6 +38,7 @@ __all__ = [
     "REFUSAL_LAYERS",
     "ErrorAnswer",
     "error_event",
+    "error_frame",
     "error_response",
     "stream_requested",
 ]
@@ -184,6 +185,14 @@ def error_response(
 
 def _frame(error: dict[str, Any]) -> bytes:
     return b"data: " + _ENCODER.encode({"error": error}) + b"\n\n"
+
+
+def error_frame(exc: EnvelopeError, *, detail: bool = False) -> dict[str, Any]:
+    """SGLang's error object for a streaming request failed with `exc`:
+    ``{"error": {"message", "type", "code", "retryable"}}``, the frame `error_event`
+    writes, for a caller that relays frames as objects (an in-process engine's).
+    Raises `EnvelopeError` when `exc` is not a library exception."""
+    return {"error": _status_and_error(exc, detail)[1]}
 
 
 def error_event(exc: EnvelopeError, *, detail: bool = False) -> bytes:

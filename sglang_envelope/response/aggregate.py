@@ -37,6 +37,9 @@ from sglang_envelope.response.stores import DeltaStore
 from sglang_envelope.response.types import GenerateResponse
 from sglang_envelope.response.views import DELTA_FIELDS
 
+#: A unary answer as an in-process engine gives it: one object, or a list of them.
+UnaryObject = dict[str, Any] | list[dict[str, Any]]
+
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_EVENT_BYTES",
@@ -220,20 +223,32 @@ def aggregate_sse(
 
 @overload
 def parse_unary(
-    body: BytesLike, *, status: int = ..., max_bytes: int = ..., choices: None = ...
+    body: BytesLike | UnaryObject,
+    *,
+    status: int = ...,
+    max_bytes: int = ...,
+    choices: None = ...,
 ) -> GenerateResponse: ...
 @overload
 def parse_unary(
-    body: BytesLike, *, status: int = ..., max_bytes: int = ..., choices: int
+    body: BytesLike | UnaryObject,
+    *,
+    status: int = ...,
+    max_bytes: int = ...,
+    choices: int,
 ) -> list[GenerateResponse]: ...
 def parse_unary(
-    body: BytesLike,
+    body: BytesLike | UnaryObject,
     *,
     status: int = 200,
     max_bytes: int = DEFAULT_MAX_BYTES,
     choices: int | None = None,
 ) -> GenerateResponse | list[GenerateResponse]:
     """The response of a non-streaming /generate, returned as sent.
+
+    `body` is the answer's bytes, or the object (a dict; a list for many
+    sequences) an in-process engine's ``generate_request`` gives for a unary
+    request, read with the same checks; `max_bytes` bounds bytes only.
 
     `status` is the HTTP status SGLang answered with. An SGLang error body
     raises `EngineError` whose `code` is `status` when that is an error status
@@ -253,11 +268,14 @@ def parse_unary(
     if type(status) is not int or not 100 <= status < 600:
         shown = show_value(status)
         raise EnvelopeError(f"status: expected an HTTP status in [100, 600), got {shown}")
-    if not isinstance(body, bytes):
-        body = _as_bytes(body, "parse_unary body")
-    if len(body) > max_bytes:
-        raise too_big(max_bytes, "the response body")
-    response = decode_json(body, "the response body")
+    if type(body) is dict or type(body) is list:  # as an in-process engine gives it
+        response: Any = body
+    else:
+        if not isinstance(body, bytes):
+            body = _as_bytes(body, "parse_unary body")
+        if len(body) > max_bytes:
+            raise too_big(max_bytes, "the response body")
+        response = decode_json(body, "the response body")
     error = engine_error(response) if type(response) is dict else None
     if error is not None:
         raise EngineError(error.message, status) if status >= 400 else error

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, overload
 
+from sglang_envelope.response.aggregate import StreamAggregator
 from sglang_envelope.response.choices import ChoicesAggregator
 from sglang_envelope.response.core import StreamCore, answer
 from sglang_envelope.response.reading import DEFAULT_MAX_BYTES, SseReader
@@ -23,7 +24,7 @@ from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, Sse
 from sglang_envelope.response.stores import DeltaStore
 from sglang_envelope.response.types import GenerateResponse
 
-__all__ = ["aggregate_sse_async", "aiter_frames"]
+__all__ = ["aggregate_frames_async", "aggregate_sse_async", "aiter_frames"]
 
 
 def aiter_frames(
@@ -88,3 +89,31 @@ async def aggregate_sse_async(
     reader = SseReader("aggregate_sse_async", core, max_bytes, max_event_bytes)
     await afeed_all(chunks, "aggregate_sse_async chunks", reader.feed)
     return answer(core, said_done=reader.close())
+
+
+@overload
+async def aggregate_frames_async(
+    frames: AsyncIterable[dict[str, Any]],
+    *,
+    incremental: bool | None = ...,
+    choices: None = ...,
+) -> GenerateResponse: ...
+@overload
+async def aggregate_frames_async(
+    frames: AsyncIterable[dict[str, Any]], *, incremental: bool | None = ..., choices: int
+) -> list[GenerateResponse]: ...
+async def aggregate_frames_async(
+    frames: AsyncIterable[dict[str, Any]],
+    *,
+    incremental: bool | None = None,
+    choices: int | None = None,
+) -> GenerateResponse | list[GenerateResponse]:
+    """`aggregate_frames` for an async iterable of frames as an in-process SGLang engine
+    yields them (``tokenizer_manager.generate_request``): same answer, same errors."""
+    if choices is not None:
+        many = ChoicesAggregator(choices, incremental=incremental)
+        await afeed_all(frames, "aggregate_frames_async frames", many.add)
+        return many.result()
+    aggregator = StreamAggregator(incremental=incremental)
+    await afeed_all(frames, "aggregate_frames_async frames", aggregator.add)
+    return aggregator.result()

@@ -1,0 +1,188 @@
+"""Relay SGLang's output objects to a streaming client, checked, in the client's mode.
+
+An SGLang engine run in-process (``tokenizer_manager.generate_request``)
+yields its answer as Python dicts, one per output, in its stream mode; an
+in-process caller gives its client frames in the client's mode, as objects, or
+as SSE bytes (`encode_sse` each, then `SSE_DONE`). Every frame is read by the
+stream core (`core.StreamCore`: mode detection, bounds of the types, the final
+checks), as `aggregate_frames` reads it: a frame goes out only once admitted,
+the terminal frame only after the answer's final checks. A failure becomes
+SGLang's error object (``{"error": {...}}``, `error_frame`), the last frame,
+never an exception: the client may already have frames, and SGLang's server
+ends a failed stream the same way.
+
+* In the engine's mode (once known, and while it is not: the first frame reads
+  alike in both), each frame goes out as it came.
+* Incremental engine, cumulative client: each frame goes out with every delta
+  field holding its deltas so far (`StreamAggregator.cumulative`'s reading).
+* Cumulative engine, incremental client: each frame goes out with every delta
+  field cut to what the frames sent before lack, as SGLang cuts them
+  (``tokenizer_manager._slice_streaming_output_meta_info``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from typing import Any
+
+from sglang_envelope.errors.answers import error_frame
+from sglang_envelope.errors.exceptions import (
+    EngineError,
+    EnvelopeError,
+    ResponseError,
+    show_value,
+)
+from sglang_envelope.response.core import StreamCore
+from sglang_envelope.response.sources import (
+    aclose_source,
+    close_source,
+    open_async_source,
+    open_source,
+)
+from sglang_envelope.response.stores import DeltaStore
+from sglang_envelope.response.views import DELTA_ROWS
+
+__all__ = ["FrameRelay", "relay_frames", "relay_frames_async"]
+
+
+class FrameRelay:
+    """The sans-I/O relay of output objects: `feed` one engine frame, get the client's
+    frames for it (none, one, or one and SGLang's error object); `close` at the end.
+
+    After a failure `ended` is true and the last frame given was the error
+    object: feed nothing more.
+    """
+
+    __slots__ = ("_client", "_core", "_sent", "ended")
+
+    def __init__(self, *, incremental: bool | None, client_incremental: bool) -> None:
+        if incremental is not None and type(incremental) is not bool:
+            shown = show_value(incremental)
+            raise EnvelopeError(f"incremental: expected True, False or None, got {shown}")
+        if type(client_incremental) is not bool:
+            shown = show_value(client_incremental)
+            raise EnvelopeError(f"client_incremental: expected a bool, got {shown}")
+        self._core = StreamCore(incremental, DeltaStore())
+        self._client = client_incremental
+        #: Per delta path, the entries (characters of the text) the client has of it.
+        self._sent: dict[str, int] = {}
+        self.ended = False
+
+    def feed(self, frame: dict[str, Any]) -> list[dict[str, Any]]:
+        """The client's frames for the engine's next `frame`."""
+        core = self._core
+        try:
+            core.add(frame)
+            if core.finished:
+                core.checked_terminal(said_done=False)
+        except EngineError as exc:
+            if core.finished:  # an abort with a status: SGLang streams it as a frame
+                return [self._shaped(frame)]
+            return self._failed(exc)
+        except ResponseError as exc:
+            return self._failed(exc)
+        return [self._shaped(frame)]
+
+    def close(self) -> list[dict[str, Any]]:
+        """SGLang's error object when the engine's frames ended without a terminal
+        frame; nothing else."""
+        if self.ended or self._core.finished:
+            return []
+        try:
+            self._core.checked_terminal(said_done=False)
+        except ResponseError as exc:
+            return self._failed(exc)
+        return []  # pragma: no cover - checked_terminal raises without a terminal frame
+
+    def _failed(self, exc: ResponseError) -> list[dict[str, Any]]:
+        self.ended = True
+        return [error_frame(exc)]
+
+    def _shaped(self, frame: dict[str, Any]) -> dict[str, Any]:
+        """`frame` in the client's mode."""
+        mode = self._core.incremental
+        if mode is None or mode is self._client:
+            if self._client:
+                self._count_sent(frame)
+            return frame
+        if mode:  # an incremental engine, a cumulative client
+            return self._core.store.assemble(frame, copy=True)
+        return self._cut(frame)
+
+    def _cut(self, frame: dict[str, Any]) -> dict[str, Any]:
+        """A cumulative `frame` with each delta field cut to what was not sent yet."""
+        out = dict(frame)
+        meta = out["meta_info"] = dict(frame["meta_info"])
+        for path, key, in_meta, _ in DELTA_ROWS:
+            holder = meta if in_meta else out
+            if key in holder:
+                sent = self._sent.get(path, 0)
+                holder[key] = holder[key][sent:]
+                self._sent[path] = sent + len(holder[key])
+        return out
+
+    def _count_sent(self, frame: dict[str, Any]) -> None:
+        """Count what a frame sent as it came gives an incremental client: its deltas
+        (the first frame of a stream whose mode is not known reads alike both ways)."""
+        meta = frame["meta_info"]
+        for path, key, in_meta, _ in DELTA_ROWS:
+            value = (meta if in_meta else frame).get(key)
+            if value is not None:
+                self._sent[path] = self._sent.get(path, 0) + len(value)
+
+
+def relay_frames(
+    frames: Iterable[dict[str, Any]],
+    *,
+    incremental: bool | None = None,
+    client_incremental: bool = False,
+) -> Iterator[dict[str, Any]]:
+    """The client's frames, in its mode, for the engine's output objects (`FrameRelay`).
+
+    `incremental` is the engine's mode (None: detected from the frames),
+    `client_incremental` the client's (False: SGLang's default, cumulative).
+    The arguments are checked at the call; the frames as they are read, and the
+    iterator they came from is closed when the relay stops.
+    """
+    relay = FrameRelay(incremental=incremental, client_incremental=client_incremental)
+    return _relayed(relay, open_source(frames, "relay_frames frames"))
+
+
+def _relayed(
+    relay: FrameRelay, frames: Iterator[dict[str, Any]]
+) -> Iterator[dict[str, Any]]:
+    try:
+        for frame in frames:
+            yield from relay.feed(frame)
+            if relay.ended:
+                return
+    finally:
+        close_source(frames)
+    yield from relay.close()
+
+
+def relay_frames_async(
+    frames: AsyncIterable[dict[str, Any]],
+    *,
+    incremental: bool | None = None,
+    client_incremental: bool = False,
+) -> AsyncIterator[dict[str, Any]]:
+    """`relay_frames` for an async iterable of output objects: an in-process engine's
+    ``generate_request``."""
+    relay = FrameRelay(incremental=incremental, client_incremental=client_incremental)
+    return _relayed_async(relay, open_async_source(frames, "relay_frames_async frames"))
+
+
+async def _relayed_async(
+    relay: FrameRelay, frames: AsyncIterator[dict[str, Any]]
+) -> AsyncIterator[dict[str, Any]]:
+    try:
+        async for frame in frames:
+            for out in relay.feed(frame):
+                yield out
+            if relay.ended:
+                return
+    finally:
+        await aclose_source(frames)
+    for out in relay.close():
+        yield out

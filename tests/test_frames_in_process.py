@@ -1,0 +1,141 @@
+"""SGLang's answer as an in-process engine yields it (dicts): the same readers' verdicts.
+
+Each live answer of `tests/fixtures/live_answers.jsonl` (a cumulative and an
+incremental server) is read as the objects the engine yields in-process: its
+frames decoded. The object readers must give what the byte readers give on the
+same answer: the aggregation, the unary answer, and the relay in either client
+mode, frame by frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sglang_envelope import (
+    EngineError,
+    EnvelopeError,
+    ResponseError,
+    aggregate_sse,
+    parse_unary,
+    relay_sse,
+)
+from sglang_envelope.stream import (
+    SSE_DONE,
+    aggregate_frames,
+    aggregate_frames_async,
+    encode_sse,
+    error_event,
+    relay_frames,
+    relay_frames_async,
+)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "live_answers.jsonl"
+CASES = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines()]
+
+
+def frames_of(stream: str) -> list[dict[str, Any]]:
+    return [json.loads(event[6:]) for event in stream.split("\n\n") if event[6:7] == "{"]
+
+
+def events_of(stream: str) -> list[bytes]:
+    """The stream an event a chunk: the byte relay then sends a frame an event, as the
+    object relay sends a frame an object (a chunk of several events goes out as one
+    frame, the latest state, when the relay converts)."""
+    return [event.encode() + b"\n\n" for event in stream.split("\n\n") if event]
+
+
+def sse_frames(data: bytes) -> list[dict[str, Any]]:
+    return [msgspec.json.decode(e[6:]) for e in data.split(b"\n\n") if e[6:7] == b"{"]
+
+
+async def outputs(frames: Iterable[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    """The frames as an in-process engine yields them: one at a time, awaited."""
+    for frame in frames:
+        await asyncio.sleep(0)
+        yield frame
+
+
+async def collected(frames: AsyncIterator[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [frame async for frame in frames]
+
+
+def _id(case: dict[str, Any]) -> str:
+    return f"{case['name']}-{'incremental' if case['incremental'] else 'cumulative'}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_the_objects_aggregate_to_what_the_bytes_do(case: dict[str, Any]) -> None:
+    frames = frames_of(case["stream"])
+    want = aggregate_sse([case["stream"].encode()])
+    assert aggregate_frames(frames) == want
+    assert asyncio.run(aggregate_frames_async(outputs(frames))) == want
+    unary = json.loads(case["unary"])
+    assert parse_unary(unary) == parse_unary(case["unary"].encode()) == unary
+
+
+@pytest.mark.parametrize("client_incremental", [False, True])
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_the_objects_relay_as_the_bytes_do(case: dict[str, Any], client_incremental: bool) -> None:
+    frames = frames_of(case["stream"])
+    relayed_bytes = relay_sse(events_of(case["stream"]), client_incremental=client_incremental)
+    by_bytes = sse_frames(b"".join(relayed_bytes))
+    by_objects = list(relay_frames(frames, client_incremental=client_incremental))
+    assert by_objects == by_bytes
+    relayed = relay_frames_async(outputs(frames), client_incremental=client_incremental)
+    assert asyncio.run(collected(relayed)) == by_bytes
+    # The client's answer read back is SGLang's, whichever mode it was relayed in.
+    read_back = aggregate_frames(by_objects, incremental=client_incremental)
+    assert read_back == aggregate_sse([case["stream"].encode()])
+
+
+@given(st.data())
+def test_any_cut_of_a_stream_fails_as_the_bytes_relay_does(data: st.DataObject) -> None:
+    case = data.draw(st.sampled_from(CASES))
+    frames = frames_of(case["stream"])
+    cut = data.draw(st.integers(0, len(frames) - 1))
+    client = data.draw(st.booleans())
+    events = [encode_sse(frame) for frame in frames[:cut]]
+    by_bytes = sse_frames(b"".join(relay_sse(events, client_incremental=client)))
+    by_objects = list(relay_frames(frames[:cut], client_incremental=client))
+    assert by_objects == by_bytes
+    assert "error" in by_objects[-1] and "ended" in by_objects[-1]["error"]["message"]
+
+
+def test_an_error_object_from_the_engine_ends_the_relay_as_sglang_s_frame() -> None:
+    frames = frames_of(CASES[0]["stream"])
+    failed = EngineError("The running request was aborted by a backend error.", 500)
+    engine_error = msgspec.json.decode(error_event(failed)[6:])
+    relayed = list(relay_frames([frames[0], engine_error, frames[1]]))
+    assert relayed == [frames[0], engine_error]
+    data = b"".join(encode_sse(frame) for frame in relayed) + SSE_DONE
+    assert data.endswith(error_event(failed) + SSE_DONE)
+
+
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [(lambda: relay_frames([], incremental=1), "incremental: expected True, False or None"),  # type: ignore[arg-type]
+     (lambda: relay_frames([], client_incremental=None), "client_incremental: expected a bool"),  # type: ignore[arg-type]
+     (lambda: relay_frames(7), "relay_frames frames: expected an iterable"),  # type: ignore[arg-type]
+     (lambda: relay_frames_async([]), "expected an async iterable")],  # type: ignore[arg-type]
+)  # fmt: skip
+def test_bad_arguments_are_refused_at_the_call(call: Any, words: str) -> None:
+    with pytest.raises(EnvelopeError, match=words):
+        call()
+
+
+def test_what_is_not_a_frame_is_the_relay_s_error_frame() -> None:
+    (error,) = relay_frames(["not a frame"])  # type: ignore[list-item]
+    assert error["error"]["type"] == "response_error" and "frame 1" in error["error"]["message"]
+    with pytest.raises(ResponseError, match="expected an object"):
+        aggregate_frames(["not a frame"])  # type: ignore[list-item]
+    with pytest.raises(ResponseError, match="JSON array"):
+        parse_unary([json.loads(CASES[0]["unary"])])
