@@ -6,7 +6,7 @@ readers, the serving loop (`Service` over the caller's `Transport`) and
 cancellation. The rest is in namespaces, each with its own `__all__`:
 `sglang_envelope.stream` (SSE frame by frame), `.pair` (a prefill/decode pair),
 `.rollout` (RL rollout controls), `.flat` (the flat top-logprob codec), `.routed`
-(the routed-experts codec),
+(the routed-experts codec), `.in_process` (SGLang run in-process),
 `.overrides` (SGLang's request-header overrides), `.contract` (releases and
 deployment rules as data), `.limits` (the default bounds) and `.types` (types
 for annotations); `.testing` and `.adapters.*` are imported on their own.
@@ -71,6 +71,7 @@ from sglang_envelope.cancel.run import run_abort
 from sglang_envelope import (
     contract as contract,
     flat as flat,
+    in_process as in_process,
     limits as limits,
     overrides as overrides,
     pair as pair,

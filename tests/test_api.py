@@ -22,6 +22,7 @@ PUBLIC_MODULES = [
     "sglang_envelope.pair",
     "sglang_envelope.rollout",
     "sglang_envelope.flat",
+    "sglang_envelope.in_process",
     "sglang_envelope.routed",
     "sglang_envelope.overrides",
     "sglang_envelope.contract",

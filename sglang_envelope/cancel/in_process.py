@@ -1,0 +1,50 @@
+"""An abort carried out in-process: SGLang's tokenizer manager, not
+``POST /abort_request``.
+
+A worker that runs SGLang in its own process (``sgl.Engine``, as Dynamo's
+SGLang worker does) cancels an engine request with
+``tokenizer_manager.abort_request(rid=...)``. `engine_abort` gives `run_abort`
+the `send` that does it, so an abort plan (`plan_abort`) is carried out
+in-process exactly as over HTTP: the first-token wait, the repeats that cover a
+request not registered yet, the deadline.
+
+SGLang's tokenizer manager marks a request's abort as sent and drops every
+later abort of it (``abort_sent``), and drops an abort of a rid it does not
+hold (a request not registered yet, or already over): a host's own abort of
+the same request (Dynamo's cancellation monitor) and the plan's repeats reach
+the scheduler once, never as a storm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from sglang_envelope.errors.exceptions import EnvelopeError
+
+__all__ = ["engine_abort"]
+
+_RID = msgspec.json.Decoder(dict[str, str])
+
+
+def engine_abort(engine: Any) -> Callable[[bytes], Awaitable[int]]:
+    """`run_abort`'s `send` for an in-process SGLang engine: an ``sgl.Engine`` or its
+    ``tokenizer_manager`` (duck-typed). Each call aborts the plan's rid with
+    ``abort_request(rid=...)`` and answers 200, as SGLang's ``/abort_request`` does.
+    Raises `EnvelopeError` at once for an engine without ``abort_request``."""
+    manager = getattr(engine, "tokenizer_manager", engine)
+    abort = getattr(manager, "abort_request", None)
+    if not callable(abort):
+        raise EnvelopeError(
+            f"engine: {type(manager).__name__} has no abort_request: expected an "
+            "sgl.Engine or its tokenizer_manager"
+        )
+
+    async def send(body: bytes) -> int:
+        rid = _RID.decode(body)["rid"]  # a plan's body: {"rid": "..."}, checked when made
+        abort(rid=rid)
+        return 200
+
+    return send
