@@ -16,6 +16,7 @@ from sglang_envelope import (
     EnvelopeError,
     RequestRejected,
     Role,
+    Target,
     WorkerEnvelope,
     build_engine_request,
     decode_client_request,
@@ -452,3 +453,30 @@ def test_min_new_tokens_with_a_grammar_is_refused_and_either_alone_accepted(gram
     decode_client_request(
         {"input_ids": [1], "sampling_params": {"min_new_tokens": 0, grammar: value}}
     )
+
+
+@given(client_requests(), roles, bootstraps, st.booleans())
+def test_to_dict_is_the_json_body_s_data_without_a_round_trip(
+    body: dict[str, Any], role: Role, bootstrap: Bootstrap, unknown: bool
+) -> None:
+    """What `GenerateReqInput(**engine.to_dict())` takes in-process is what SGLang's HTTP
+    server decodes from `to_json()`: the same data, lists for arrays (never tuples)."""
+    target = Target(unknown_fields="pass") if unknown else Target()
+    if unknown:
+        body = {**body, "a_new_field": {"x": [1]}}
+        body["sampling_params"] = {**body.get("sampling_params", {}), "a_new_param": 2}
+    envelope = to_worker_envelope(decode_client_request(body, target=target), rid="r")
+    try:
+        engine = build_engine_request(
+            envelope,
+            deployment=DEPLOYMENT,
+            input_ids=envelope.request.input_ids,
+            role=role,
+            bootstrap=None if role is Role.AGGREGATED else bootstrap,
+        )
+    except RequestRejected:
+        return  # a rule of the role (n > 1 on a pair leg)
+    data = engine.to_dict()
+    assert data == msgspec.json.decode(engine.to_json())
+    assert type(data["input_ids"]) is list and data is not engine.to_dict()
+    assert not any(type(value) is tuple for value in data.values())

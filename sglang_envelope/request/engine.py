@@ -115,6 +115,16 @@ _PREFILL_SAMPLING = PREFILL_SAMPLING_OVERRIDES | dict.fromkeys(
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
+_to_builtins = msgspec.to_builtins
+
+
+def _raw_value(value: object) -> Any:
+    """`to_builtins`' hook: a mapping held as `Raw` JSON, decoded."""
+    if type(value) is Raw:
+        return _decoder.decode(value)
+    raise NotImplementedError(f"{type(value).__name__} is not plain data")
+
+
 _astuple = msgspec.structs.astuple
 _force_setattr = msgspec.structs.force_setattr
 _replace = msgspec.structs.replace
@@ -173,10 +183,24 @@ class EngineRequest(msgspec.Struct, frozen=True):
         return {"Content-Type": ACCEPT_JSON, "Accept": self.accept}
 
     def to_dict(self) -> dict[str, Any]:
-        """The keyword arguments of SGLang's `GenerateReqInput`,
-        as plain data (a new copy)."""
-        result: dict[str, Any] = _decoder.decode(self.to_json())
-        return result
+        """The keyword arguments of SGLang's `GenerateReqInput` (a new dict, with the
+        data `to_json()` carries: for SGLang run in-process, ``GenerateReqInput(**d)``),
+        made without a JSON round trip: ``input_ids`` a list, mappings decoded."""
+        kwargs: dict[str, Any] = _to_builtins(self.body, enc_hook=_raw_value)
+        ids = kwargs.get("input_ids")
+        if type(ids) is tuple:
+            kwargs["input_ids"] = list(ids)
+        passed = self.passed
+        if passed is NO_PASSED_FIELDS:  # the usual request
+            return kwargs
+        kwargs.update((key, _decoder.decode(raw)) for key, raw in passed.top_level)
+        if passed.sampling_params:
+            params = kwargs.get("sampling_params") or {}
+            params.update(
+                (key, _decoder.decode(raw)) for key, raw in passed.sampling_params
+            )
+            kwargs["sampling_params"] = params
+        return kwargs
 
     def to_json(self) -> bytes:
         """The HTTP body for `POST /generate`."""
