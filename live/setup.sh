@@ -3,7 +3,8 @@
 # libibverbs1 for Mooncake): a venv with SGLang 0.5.23 on CPU, SGLang 0.5.22's code beside it
 # (pip --target, for the other-release checks), Mooncake's CPU wheel for the prefill/decode pair,
 # and two tiny random models with a byte-level BPE tokenizer (vocabulary 320), made offline: a
-# GPT-2 and a Mixture-of-Experts model (Mixtral, 2 layers, 4 experts, top-2).
+# GPT-2 and a Mixture-of-Experts model (Mixtral, 2 layers, 4 experts, top-2); and NVIDIA Dynamo 1.6.1
+# beside SGLang (its worker and frontend, pip --target).
 # Idempotent: a built directory answers `ready` at once. Fails loudly if anything cannot be built.
 #
 #   live/setup.sh [DIR]     DIR defaults to $SGLANG_ENVELOPE_LIVE or ~/.cache/sglang-envelope-live
@@ -29,6 +30,16 @@ ibverbs() {
   fi
 }
 
+# NVIDIA Dynamo 1.6.1 beside SGLang, for its worker and frontend (live/dynamo.py): --no-deps, since
+# its requirements pull CUDA pieces it does not need here; redis and blake3 are the only imports
+# missing on this path. Installed once (a directory built before it gets it here too).
+dynamo() {
+  [ -f "$dir/dynamo/site/dynamo/sglang/main.py" ] || \
+    "$dir/venv/bin/python" -m pip -q --disable-pip-version-check install --no-deps \
+      --target "$dir/dynamo/site" \
+      'ai-dynamo==1.6.1' 'ai-dynamo-runtime==1.6.1' 'redis==8.2.0' 'blake3==1.0.11'
+}
+
 # The models, each made once (a directory built before the MoE model gets it here too).
 models() {
   [ -f "$dir/tiny-gpt2/model.safetensors" ] || \
@@ -37,7 +48,9 @@ models() {
     HF_HUB_OFFLINE=1 "$dir/venv/bin/python" "$here/make_model.py" "$dir/tiny-moe" --moe
 }
 
-if [ -f "$stamp" ] && [ -x "$dir/venv/bin/python" ]; then ibverbs; models; echo "$dir: ready"; exit 0; fi
+if [ -f "$stamp" ] && [ -x "$dir/venv/bin/python" ]; then
+  ibverbs; models; dynamo; echo "$dir: ready"; exit 0
+fi
 
 [ -x "$dir/venv/bin/python" ] || "$py" -m venv "$dir/venv"
 pip="$dir/venv/bin/python -m pip -q --disable-pip-version-check"
@@ -65,5 +78,6 @@ $pip install msgspec numpy pyzmq pydantic pybase64 orjson psutil requests packag
 ibverbs
 
 models
+dynamo
 touch "$stamp"
 echo "$dir: ready"

@@ -42,7 +42,7 @@ from make_sse_fixtures import (
     StubTokenizerManager,
     load_http_handlers,
 )
-from sglang.api.v1.api_types import (  # type: ignore[import-not-found]
+from sglang.api.v1.api_types import (
     GenerateStreamError,
 )
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from make_sse_fixtures import generation, incremental, serve
-from sglang.srt.managers.tokenizer_manager import TokenizerManager  # type: ignore[import-not-found]
+from sglang.srt.managers.tokenizer_manager import TokenizerManager
 
 SEED = 20261201
 ROOT = Path(__file__).resolve().parent.parent

@@ -43,14 +43,14 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
-import sglang  # type: ignore[import-not-found]
+import sglang
 from fastapi.responses import ORJSONResponse  # type: ignore[import-not-found]
-from sglang.srt.environ import envs  # type: ignore[import-not-found]
-from sglang.srt.managers.tokenizer_manager import (  # type: ignore[import-not-found]
+from sglang.srt.environ import envs
+from sglang.srt.managers.tokenizer_manager import (
     TokenizerManager,
     _slice_streaming_output_meta_info,
 )
-from sglang.srt.utils.json_response import dumps_json, orjson_response  # type: ignore[import-not-found]
+from sglang.srt.utils.json_response import dumps_json, orjson_response
 from starlette.responses import StreamingResponse
 
 SEED = 20260523

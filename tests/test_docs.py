@@ -19,6 +19,19 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 #: Pages whose examples are known not to run yet, with the reason.
 NOT_YET: dict[str, str] = {}
+#: Blocks that are whole files (their first line names the file: ``# name.py``) importing
+#: SGLang or Dynamo, run where those are installed: the live suite's test that runs each.
+LIVE_FILES: dict[str, str] = {
+    "dynamo_worker.py": "live/test_dynamo.py",
+    "in_process_worker.py": "live/test_in_process.py",
+}
+FILE_LINE = re.compile(r"# ([a-z_]+\.py)\n")
+
+
+def file_name(code: str) -> str | None:
+    """The file a block is (its first line ``# name.py``), or None for a plain block."""
+    match = FILE_LINE.match(code)
+    return None if match is None else match[1]
 
 
 def python_blocks(path: Path) -> list[tuple[int, str]]:
@@ -32,7 +45,9 @@ def run_blocks(path: Path) -> dict[str, Any]:
     for line, code in python_blocks(path):
         # Line numbers in tracebacks are the page's own.
         source = "\n" * (line - 1) + code
-        exec(compile(source, str(path), "exec"), namespace)
+        compiled = compile(source, str(path), "exec")
+        if file_name(code) not in LIVE_FILES:  # those files run in the live suite
+            exec(compiled, namespace)
     return namespace
 
 
@@ -68,3 +83,10 @@ def test_a_failing_block_fails_with_the_page_s_line(tmp_path: Path) -> None:
     with pytest.raises(NameError) as raised:
         run_blocks(page)
     assert raised.traceback[-1].lineno + 1 == 5  # pytest's line numbers count from 0
+
+
+def test_every_file_block_is_run_by_the_live_suite() -> None:
+    files = {file_name(code) for path in DOCS for _, code in python_blocks(path)}
+    assert set(LIVE_FILES) <= files
+    for name, test in LIVE_FILES.items():
+        assert name in (ROOT / test).read_text(encoding="utf-8")

@@ -104,7 +104,8 @@ class FrameRelay:
         if mode is None or mode is self._client:
             if self._client:
                 self._count_sent(frame)
-            return frame
+                return frame
+            return _as_of_its_count(frame)
         if mode:  # an incremental engine, a cumulative client
             return self._core.store.assemble(frame, copy=True)
         return self._cut(frame)
@@ -129,6 +130,17 @@ class FrameRelay:
             value = (meta if in_meta else frame).get(key)
             if value is not None:
                 self._sent[path] = self._sent.get(path, 0) + len(value)
+
+
+def _as_of_its_count(frame: dict[str, Any]) -> dict[str, Any]:
+    """A cumulative frame with its own ``output_ids``: SGLang hands them over as the
+    request's growing list ("pass reference (no copy)"), which later tokens extend after
+    the frame was yielded; the frame's are the first ``completion_tokens``. Other
+    frames as they are."""
+    ids, count = frame.get("output_ids"), frame["meta_info"].get("completion_tokens")
+    if type(ids) is not list or type(count) is not int or count > len(ids):
+        return frame
+    return {**frame, "output_ids": ids[:count]}
 
 
 def relay_frames(

@@ -1,0 +1,179 @@
+"""NVIDIA Dynamo 1.6.1 for the live suite: its HTTP frontend and its in-process SGLang worker.
+
+`live/setup.sh` installs Dynamo beside the live environment's SGLang (``pip
+--target``, into ``dynamo/site``). Both processes run with the live environment's
+interpreter, that folder and the repository on the path, and no etcd or NATS: file
+discovery (a folder of their own), a TCP request plane, a ZMQ event plane, all on
+loopback. Each is started in its own process group and stopped by it
+(`servers.LiveServer`). `start_worker` runs Dynamo's own worker (``python -m
+dynamo.sglang``), or a worker file of the user's (docs/dynamo.md's), with the suite's
+CPU flags; `call` sends a native body to the worker over Dynamo's request plane, as
+the frontend carries it (`live/dynamo_call.py`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from live.servers import (
+    COMMON_FLAGS,
+    LiveServer,
+    ServerFailed,
+    free_port,
+    live_dir,
+    sglang_environment,
+)
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+READY_TIMEOUT_S = 180.0
+MODEL = "tiny-gpt2"
+#: What Dynamo's worker logs once the model is registered and requests are taken.
+REGISTERED = "Model registration succeeded"
+#: The suite's launch flags Dynamo's worker does not take (it serves no HTTP of SGLang's).
+_NOT_FOR_DYNAMO = ("--sleep-on-idle",)
+
+
+def dynamo_environment(store: Path) -> dict[str, str]:
+    """Dynamo on one machine: file discovery in `store`, TCP and ZMQ on loopback."""
+    env = sglang_environment([live_dir() / "dynamo" / "site", ROOT])
+    env.update(
+        DYN_FILE_KV=str(store),
+        DYN_DISCOVERY_BACKEND="file",
+        DYN_REQUEST_PLANE="tcp",
+        DYN_EVENT_PLANE="zmq",
+        DYN_SGLANG_ENABLE_GENERATE="true",  # the frontend's native POST /generate
+        DYN_TCP_RPC_HOST="127.0.0.1",
+        DYN_TCP_RESPONSE_STREAM_HOST="127.0.0.1",
+        DYN_EVENT_PLANE_HOST="127.0.0.1",
+        PYTHONHASHSEED="0",
+    )
+    return env
+
+
+@dataclass
+class Dynamo:
+    """A Dynamo worker (and, once started, its frontend) sharing one discovery folder."""
+
+    worker: LiveServer
+    store: Path
+    frontend: LiveServer | None = None
+
+    def stop(self) -> None:
+        if self.frontend is not None:
+            self.frontend.stop()
+        self.worker.stop()
+
+    def log(self) -> str:
+        return "" if self.worker.log is None else self.worker.log.read_text(errors="replace")
+
+
+def _python() -> str:
+    return str(live_dir() / "venv" / "bin" / "python")
+
+
+def start_worker(worker_file: Path | None = None) -> Dynamo:
+    """Dynamo's SGLang worker (its own, or `worker_file` run the same way), registered."""
+    store = Path(tempfile.mkdtemp(prefix="dynamo-kv-"))
+    logs = Path(tempfile.mkdtemp(prefix="dynamo-live-"))
+    program = ["-m", "dynamo.sglang"] if worker_file is None else [str(worker_file)]
+    flags = [flag for flag in COMMON_FLAGS if flag not in _NOT_FOR_DYNAMO]
+    command = (
+        _python(), *program,
+        "--model-path", str(live_dir() / MODEL), "--served-model-name", MODEL,
+        *flags, "--port", str(free_port()), "--log-level", "warning",
+        "--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq",
+    )  # fmt: skip
+    worker = LiveServer(
+        name="dynamo-worker",
+        url="",
+        log=logs / "worker.log",
+        command=command,
+        env=dynamo_environment(store),
+    )
+    worker.launch()
+    dynamo = Dynamo(worker, store)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while REGISTERED not in dynamo.log():
+        if not worker.running or time.monotonic() > deadline:
+            tail = dynamo.log()[-3000:]
+            dynamo.stop()
+            raise ServerFailed(f"Dynamo's worker did not register:\n{tail}")
+        time.sleep(0.5)
+    return dynamo
+
+
+def start_frontend(dynamo: Dynamo) -> LiveServer:
+    """Dynamo's HTTP frontend over the worker's discovery folder, once it lists the model."""
+    port = free_port()
+    command = (
+        _python(), "-m", "dynamo.frontend", "--http-host", "127.0.0.1",
+        "--http-port", str(port), "--discovery-backend", "file", "--request-plane", "tcp",
+        "--event-plane", "zmq", "--router-mode", "round-robin",
+    )  # fmt: skip
+    logs = Path(tempfile.mkdtemp(prefix="dynamo-front-"))
+    front = LiveServer(
+        name="dynamo-frontend",
+        url=f"http://127.0.0.1:{port}",
+        log=logs / "frontend.log",
+        command=command,
+        env=dynamo_environment(dynamo.store),
+    )
+    front.launch()
+    dynamo.frontend = front
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        try:
+            models = httpx.get(f"{front.url}/v1/models", timeout=2.0).json()
+            if any(m.get("id") == MODEL for m in models.get("data", [])):
+                return front
+        except (httpx.HTTPError, ValueError):
+            pass
+        if not front.running or time.monotonic() > deadline:
+            front.stop()
+            raise ServerFailed(f"Dynamo's frontend is not ready:\n{front.tail()}")
+        time.sleep(0.5)
+
+
+@dataclass
+class Call:
+    """What the worker streamed back for one body: its items, or Dynamo's error."""
+
+    items: list[dict[str, Any]]
+    error: str | None
+    seconds: float
+
+    @property
+    def answers(self) -> list[dict[str, Any]]:
+        """The SGLang objects the items carry (``engine_data.sglang_response``)."""
+        return [item["engine_data"]["sglang_response"] for item in self.items]
+
+
+def call(dynamo: Dynamo, body: dict[str, Any], stop_after_s: float | None = None) -> Call:
+    """`body` sent to the worker over Dynamo's request plane (`live/dynamo_call.py`)."""
+    command = [_python(), str(HERE / "dynamo_call.py"), json.dumps(body)]
+    if stop_after_s is not None:
+        command.append(str(stop_after_s))
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env=dynamo_environment(dynamo.store),
+        timeout=180,
+        start_new_session=True,
+        check=False,
+    )
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines or "seconds" not in lines[-1]:
+        raise AssertionError(f"dynamo_call failed:\n{done.stderr[-3000:]}")
+    result = lines[-1]
+    items = [line["item"] for line in lines[:-1]]
+    return Call(items, result.get("error"), float(result["seconds"]))
