@@ -5,9 +5,10 @@
 Each workload is timed alternately with its floor (the bare JSON or Base64
 work it cannot avoid), several rounds each; the table shows the medians and
 their ratio against the goal. Run it on a quiet machine; it is not part of the
-test suite and asserts nothing. With the SGLang oracle environment's
-interpreter (see ../shared/sglang-oracle), it also times SGLang's own request
-path for comparison.
+test suite and asserts nothing. With an interpreter that has SGLang (the live
+environment's, `live/setup.sh`), it also times SGLang's own request path, and,
+with NVIDIA Dynamo on the path too (its ``dynamo/site``), client bytes to the
+`GenerateReqInput` SGLang takes in-process against Dynamo 1.6.1's builder.
 """
 
 from __future__ import annotations
@@ -211,6 +212,53 @@ def sglang_path(bodies: list[bytes]) -> Callable[[], None] | None:
             generate_req_input(**value).normalize_batch_and_arguments()
 
     return run
+
+
+def in_process_paths(
+    bodies: list[bytes],
+) -> tuple[Callable[[], None], Callable[[], None]] | None:
+    """Client bytes to the `GenerateReqInput` SGLang takes in-process, decode role: the
+    library's path (every rule and every deployment rule, `to_dict()`), and NVIDIA
+    Dynamo 1.6.1's (``json`` and its pydantic-validated `build_native_generate_request`),
+    where both are importable (the live environment, with Dynamo on the path)."""
+    try:
+        generate_req_input = importlib.import_module(
+            "sglang.srt.managers.io_struct"
+        ).GenerateReqInput
+        dynamo = importlib.import_module("dynamo.sglang.engine_generate")
+    except ImportError:
+        return None
+    import json
+
+    bootstrap = Bootstrap("10.0.0.7", 8998, 4242)
+
+    def library() -> None:
+        for body in bodies:
+            request = decode_client_request(body)
+            envelope = to_worker_envelope(request, rid="0123456789abcdef0123456789abcdef")
+            engine = build_engine_request(
+                envelope,
+                deployment=DEPLOYMENT,
+                input_ids=request.input_ids,
+                role=Role.DECODE,
+                bootstrap=bootstrap,
+            )
+            generate_req_input(**engine.to_dict())
+
+    def dynamo_builder() -> None:
+        for body in bodies:
+            payload = json.loads(body)
+            dynamo.build_native_generate_request(
+                payload,
+                input_ids=payload["input_ids"],
+                request_id="0123456789abcdef0123456789abcdef",
+                priority=None,
+                bootstrap_host="10.0.0.7",
+                bootstrap_port=8998,
+                bootstrap_room=4242,
+            )
+
+    return library, dynamo_builder
 
 
 def _filled(prefix: bytes, item: bytes, suffix: bytes, count: int) -> bytes:
@@ -630,6 +678,16 @@ def main() -> None:
         assert sglang_short is not None
         work, floor = alternate(sglang_short, json_floor(short), rounds)
         row("  SGLang's own, 16-token prompts", work, floor, "(reference)", True)
+
+    for name, some in (("mixed", bodies), ("16-token", short)):
+        paths = in_process_paths(some)
+        if paths is None:
+            if name == "mixed":
+                print("(no SGLang with Dynamo importable: the in-process rows are skipped)")
+            continue
+        work, floor = alternate(*paths, rounds)
+        ok = work / floor <= 0.7
+        row(f"  to GenerateReqInput vs Dynamo 1.6.1, {name}", work, floor, "<= 0.7x", ok)
 
     ids = DEFAULT_MAX_INPUT_IDS // (8 if args.quick else 1)
     work, floor = alternate(*override_or_encode(ids), rounds)
