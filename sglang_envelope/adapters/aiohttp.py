@@ -19,13 +19,12 @@ from aiohttp import web
 
 from sglang_envelope.errors.exceptions import UpstreamError
 from sglang_envelope.serve.service import Service
-from sglang_envelope.serve.transport import EngineReply
+from sglang_envelope.serve.transport import EngineReply, json_headers
 
 __all__ = ["AiohttpTransport", "respond"]
 
 #: No read timeout: SGLang may queue a request, or pause a stream, for long.
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5.0)
-_JSON = {"content-type": "application/json"}
 _FAILURES = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
@@ -58,7 +57,7 @@ class AiohttpTransport:
         url = self._base_url + "/generate"
         try:
             response = await self._client().post(
-                url, data=body, headers={**_JSON, **headers}
+                url, data=body, headers=json_headers(headers)
             )
         except _FAILURES as error:
             raise _upstream(error) from error
@@ -73,7 +72,7 @@ class AiohttpTransport:
     async def abort(self, body: bytes) -> int:
         try:
             async with self._client().post(
-                self._base_url + "/abort_request", data=body, headers=_JSON
+                self._base_url + "/abort_request", data=body, headers=json_headers({})
             ) as response:
                 await response.read()
                 return response.status
