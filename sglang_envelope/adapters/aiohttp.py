@@ -110,16 +110,25 @@ async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
 async def respond(request: web.Request, service: Service) -> web.StreamResponse:
     """Serve one ``POST /generate`` with `service`, in an aiohttp handler.
 
-    A client that goes away is aborted: while a unary answer is awaited, once
-    its connection is closed; mid-stream, when a write to it fails.
+    The body is read by `Service.generate_request`, within the library's bound
+    (16 MiB), not aiohttp's ``client_max_size`` (1 MiB by default), which only
+    ``request.read()`` applies. A refusal before the body was read to its end
+    closes the connection (aiohttp would otherwise read the rest, for up to its
+    lingering time). A client that goes away is aborted: while a unary answer
+    is awaited, once its connection is closed; mid-stream, when a write to it
+    fails.
     """
 
     def disconnected() -> bool:
         transport = request.transport
         return transport is None or transport.is_closing()
 
-    answer = await service.generate(await request.read(), disconnected=disconnected)
+    answer = await service.generate_request(
+        request.headers, request.content.iter_any(), disconnected=disconnected
+    )
     response = web.StreamResponse(status=answer.status, headers=dict(answer.headers))
+    if not request.content.is_eof():
+        response.force_close()
     try:
         await response.prepare(request)
         async for chunk in answer.body:
