@@ -6,7 +6,7 @@ Each workload is timed alternately with its floor (the bare JSON or Base64
 work it cannot avoid), several rounds each; the table shows the medians and
 their ratio against the goal. Run it on a quiet machine; it is not part of the
 test suite and asserts nothing. With the SGLang oracle environment's
-interpreter (see ../shared/sglang-oracle), it also times SGLang's own request
+interpreter (`scripts/oracle/setup.sh`), it also times SGLang's own request
 path for comparison.
 """
 
