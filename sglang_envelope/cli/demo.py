@@ -20,7 +20,6 @@ import msgspec
 
 from sglang_envelope import Service, read_deployment
 from sglang_envelope.cli.common import EXIT_OK, Commands, Parser, add_command, encoder
-from sglang_envelope.cli.in_process import InProcess
 from sglang_envelope.errors.answers import error_response
 from sglang_envelope.errors.exceptions import RequestRejected
 from sglang_envelope.request.deployment import Deployment
@@ -34,7 +33,6 @@ from sglang_envelope.response.flat import (
     encode_flat_top_logprobs,
 )
 from sglang_envelope.response.relay import relay_sse
-from sglang_envelope.testing import FakeEngine
 
 __all__ = [
     "DEMO_BOOTSTRAP",
@@ -229,6 +227,10 @@ def _demo_stream() -> None:
 
 
 async def _demo_service() -> None:
+    # Imported here: the other commands need no fake engine.
+    from sglang_envelope.cli.in_process import InProcess
+    from sglang_envelope.testing import FakeEngine
+
     _heading("8. Service, the whole loop, against a fake SGLang in this process")
     engine = FakeEngine()
     transport = InProcess(engine)
