@@ -5,6 +5,8 @@ SGLang and the SGLang server's `Deployment`. `Service.generate` takes a
 client's ``POST /generate`` body (checked once); `Service.generate_envelope` a
 worker envelope off the wire (checked again). Each returns an `Answer`: a
 status, headers and an async body, the bytes SGLang would have sent this client.
+`Service.generate_request` reads a client's HTTP request first, as SGLang's
+server reads it (`serve.incoming`): its type, its body within the bound.
 
 - It sends the engine request for the deployment's role, and relays (a
   streaming client), aggregates an internal stream (a unary client) or reads the
