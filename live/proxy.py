@@ -3,6 +3,7 @@
 The apps under test are pointed at the proxy (``SGLANG_URL``); it forwards
 ``/generate`` and ``/abort_request`` to SGLang as they come, and records each
 generation's bytes and when it ended, and each abort's body and when it came.
+``GET /get_server_info``, which an app asks once at its start, is forwarded as it is.
 It runs under uvicorn in a thread of the test process.
 """
 
@@ -53,6 +54,7 @@ class Recorder:
         routes = [
             Route("/generate", self.generate, methods=["POST"]),
             Route("/abort_request", self.abort, methods=["POST"]),
+            Route("/get_server_info", self.server_info, methods=["GET"]),
         ]
         self.app = Starlette(routes=routes)
         self.client = httpx.AsyncClient(base_url=upstream, timeout=httpx.Timeout(None))
@@ -88,6 +90,10 @@ class Recorder:
             "/abort_request", content=body, headers={"content-type": "application/json"}
         )
         return Response(answer.content, answer.status_code)
+
+    async def server_info(self, request: Request) -> Response:
+        answer = await self.client.get("/get_server_info")
+        return Response(answer.content, answer.status_code, media_type="application/json")
 
     def wait_ended(self, count: int = 1, timeout: float = 15.0) -> list[Generation]:
         """The generations, once `count` of them have ended."""

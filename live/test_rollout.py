@@ -1,5 +1,6 @@
 """The rollout controls against a live SGLang: abort all during three concurrent streams,
-the drain, pause and continue, and a continuation that completes an aborted generation.
+the drain, pause and continue, a continuation that completes an aborted generation, and
+docs/rollout.md's own rollout loop.
 
 The suite's own server runs them (abort all ends every request on the server, so do not
 point these tests at a server others are using).
@@ -9,14 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 import msgspec
 
-from live.flow import client, sender
+from live.flow import TIMEOUT, client, sender
 from live.servers import LiveServer
-from sglang_envelope import aggregate_sse, decode_client_request, parse_unary
+from sglang_envelope import aggregate_sse, decode_client_request, parse_unary, read_deployment
+from sglang_envelope.adapters.httpx import HttpxTransport
 from sglang_envelope.rollout import (
     DrainPolicy,
     WeightVersionSpan,
@@ -28,7 +31,9 @@ from sglang_envelope.rollout import (
     plan_pause,
     run_drain,
 )
+from tests.test_docs import run_blocks
 
+ROLLOUT_PAGE = Path(__file__).resolve().parent.parent / "docs" / "rollout.md"
 LONG = {"max_new_tokens": 900, "ignore_eos": True, "temperature": 0}
 JSON = {"Content-Type": "application/json"}
 
@@ -193,3 +198,24 @@ def test_pause_in_retract_mode_holds_a_stream_until_continued(server: LiveServer
     assert held
     for answer in answers:
         assert answer["meta_info"]["finish_reason"] == {"type": "length", "length": 400}
+
+
+def test_the_rollout_loop_of_the_docs_runs_against_sglang(server: LiveServer) -> None:
+    """docs/rollout.md's `rollout`, as the page writes it (its blocks run first as test_docs
+    runs them, on the fake engine), against the real server, described by itself: it waits
+    for the 8 samples in SGLang's own /v1/loads (the server runs 4 at once and queues the
+    rest), drains, and continues each sample to its length (`ignore_eos`: none ends by
+    itself before the drain)."""
+    rollout = run_blocks(ROLLOUT_PAGE)["rollout"]
+    sampling = {"max_new_tokens": 400, "temperature": 1.0, "ignore_eos": True}
+
+    async def main() -> list[Any]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=TIMEOUT) as http:
+            transport = HttpxTransport(server.url, client=http)
+            deployment = await read_deployment(transport, vocab_size=320)
+            samples: list[Any] = await asyncio.wait_for(rollout(http, deployment, sampling), 180)
+            return samples
+
+    samples = asyncio.run(main())
+    assert len(samples) == 8
+    assert all(len(sample["output_ids"]) < 400 for sample in samples)

@@ -1,7 +1,7 @@
 """Write tests/fixtures/error_shapes.jsonl: SGLang's own /generate errors, written and read.
 
-Run with the SGLang oracle environment's interpreter (see
-/work/shared/sglang-oracle/README.md); it imports SGLang 0.5.23:
+Run with the SGLang oracle environment's interpreter (built by
+scripts/oracle/setup.sh); it imports SGLang 0.5.23:
 
     /tmp/sglang-oracle/bin/python scripts/make_error_fixtures.py [--out PATH]
 

@@ -2,8 +2,8 @@
 
 Builds a deterministic, varied set of nested top-logprob rows, runs them
 through SGLang 0.5.23's `_build_flat_top_logprobs_fields` (by way of the
-oracle script `flat_fields.py` in the oracle environment, see
-/work/shared/sglang-oracle/README.md) and writes one JSON line per case:
+oracle script `flat_fields.py` in the oracle environment, built by
+scripts/oracle/setup.sh) and writes one JSON line per case:
 
     {"name": ..., "side": ..., "val": ..., "idx": ..., "top_logprobs_num": ...,
      "b64": ..., "expected": <SGLang's fields, or {"error": "ValueError", "message": ...}>}
@@ -15,7 +15,7 @@ Non-finite floats are written as Python's json writes them (NaN, Infinity,
         [--oracle-python PATH] [--oracle-script PATH] [--out PATH]
 
 The defaults come from SGLANG_ORACLE_PYTHON and SGLANG_ORACLE_FLAT_SCRIPT, else
-/tmp/sglang-oracle/bin/python and /work/shared/sglang-oracle/flat_fields.py.
+/tmp/sglang-oracle/bin/python and scripts/oracle/flat_fields.py.
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--oracle-script",
         default=os.environ.get(
-            "SGLANG_ORACLE_FLAT_SCRIPT", "/work/shared/sglang-oracle/flat_fields.py"
+            "SGLANG_ORACLE_FLAT_SCRIPT", str(Path(__file__).parent / "oracle" / "flat_fields.py")
         ),
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)

@@ -21,7 +21,7 @@ itself builds (`Req.build_rebootstrap_payload()`), which pins how SGLang
 routes a prefill request: `routed_dp_rank` equal to `disagg_prefill_dp_rank`.
 
 SGLang's verdicts come from `oracle_request_verdicts.py`, run with the oracle
-environment's interpreter (see /work/shared/sglang-oracle/README.md). Its
+environment's interpreter (built by scripts/oracle/setup.sh). Its
 normalize verdicts are cross-checked against the oracle's own `verdict.py`.
 The file starts with one `{"meta": ...}` line; every other line is one case:
 
@@ -40,7 +40,7 @@ Run from the repository root:
         [--oracle-python PATH] [--oracle-verdict PATH] [--out PATH]
 
 The defaults come from SGLANG_ORACLE_PYTHON and SGLANG_ORACLE_VERDICT_SCRIPT,
-else /tmp/sglang-oracle/bin/python and ../shared/sglang-oracle/verdict.py.
+else /tmp/sglang-oracle/bin/python and scripts/oracle/verdict.py.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ SGLANG_VERSION = "0.5.23"
 DEFAULT_OUT = ROOT / "tests" / "fixtures" / "request_conformance.jsonl"
 RUNNER = Path(__file__).resolve().parent / "oracle_request_verdicts.py"
 DEFAULT_ORACLE_PYTHON = "/tmp/sglang-oracle/bin/python"
-DEFAULT_ORACLE_VERDICT = ROOT.parent / "shared" / "sglang-oracle" / "verdict.py"
+DEFAULT_ORACLE_VERDICT = Path(__file__).resolve().parent / "oracle" / "verdict.py"
 
 #: The Bootstraps decode and prefill get; accepted cases take them in turn.
 BOOTSTRAPS = (

@@ -1,7 +1,7 @@
 """Write tests/fixtures/sse_responses.jsonl: SGLang's own /generate bytes and answers.
 
-Run with the SGLang oracle environment's interpreter (see
-/work/shared/sglang-oracle/README.md); it imports SGLang 0.5.23:
+Run with the SGLang oracle environment's interpreter (built by
+scripts/oracle/setup.sh); it imports SGLang 0.5.23:
 
     /tmp/sglang-oracle/bin/python scripts/make_sse_fixtures.py [--out PATH]
 

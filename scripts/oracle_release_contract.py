@@ -2,7 +2,7 @@
 
 Not part of the library and never imported by it: `make_release_tables.py` runs
 this file once per release with the oracle's interpreter, the release's folder
-first on PYTHONPATH (see /work/shared/sglang-oracle/README.md). It prints one
+first on PYTHONPATH (built by scripts/oracle/setup.sh). It prints one
 JSON object:
 
 - `generate_req_input_fields`: `dataclasses.fields(GenerateReqInput)`, in order.

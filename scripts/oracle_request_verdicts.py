@@ -1,8 +1,8 @@
 """SGLang 0.5.23's verdicts on request bodies; runs INSIDE the oracle environment.
 
 Not part of the library and never imported by it: `make_request_fixtures.py`
-runs this file with the oracle's interpreter (see
-/work/shared/sglang-oracle/README.md). Each input line is one JSON object, a
+runs this file with the oracle's interpreter (built by
+scripts/oracle/setup.sh). Each input line is one JSON object, a
 request body (the keyword arguments of `GenerateReqInput`); each output line
 holds three verdicts on it:
 

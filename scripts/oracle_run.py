@@ -1,6 +1,6 @@
 """Run a script with the SGLang oracle's interpreter and one release's code.
 
-The oracle (see ../shared/sglang-oracle) installs SGLang's newest release and
+The oracle (`scripts/oracle/setup.sh`) installs SGLang's newest release and
 keeps the code of the others in `releases_dir/VERSION`; a release found there
 goes first on PYTHONPATH, any other runs as installed. The scripts that read
 SGLang's own code per release (`make_release_tables.py`,

@@ -60,6 +60,7 @@ from sglang_envelope.response.relay import relay_sse, relay_sse_async
 
 # --- the serving loop ---
 from sglang_envelope.serve.answer import Answer
+from sglang_envelope.serve.server_info import read_deployment
 from sglang_envelope.serve.service import CLIENT_GONE, Service
 from sglang_envelope.serve.transport import EngineReply, Transport
 
@@ -123,6 +124,7 @@ __all__ = [
     "EngineReply",
     "Service",
     "Transport",
+    "read_deployment",
     # cancellation
     "AbortPolicy",
     "plan_abort",

@@ -66,6 +66,15 @@ def closed_port() -> Iterator[int]:
 
 
 @contextlib.contextmanager
+def held_port(port: int) -> Iterator[None]:
+    """`port`, left by a server that stopped, held bound for the block (as `closed_port`)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # its TIME_WAITs
+        sock.bind(("127.0.0.1", port))
+        yield
+
+
+@contextlib.contextmanager
 def serving(app: Any) -> Iterator[str]:
     """The ASGI `app` under uvicorn in a thread of this process; yields its URL."""
     import uvicorn
@@ -85,34 +94,56 @@ def serving(app: Any) -> Iterator[str]:
         thread.join(10)
 
 
-def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
+def _wait_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + READY_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the app exited with {process.returncode}")
+            tail = log.read_text(encoding="utf-8", errors="replace")[-2000:]
+            raise RuntimeError(f"the app exited with {process.returncode}:\n{tail}")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
             return
         time.sleep(0.05)
     raise RuntimeError(f"the app did not listen on {port} within {READY_S} s")
 
 
-@contextlib.contextmanager
-def running_app(name: str, directory: Path, sglang_url: str, vocab_size: int) -> Iterator[str]:
-    """Run app `name` from `directory` against `sglang_url`; yield its base URL."""
+def _started(
+    name: str, directory: Path, sglang_url: str, settings: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """App `name` started from `directory` against `sglang_url`, with `settings` (its
+    environment variables: ``VOCAB_SIZE``, ``MODEL_CONFIG``) and no others of the kind."""
     (directory / name).write_text(app_sources()[name], encoding="utf-8")
     port = free_port()
-    env = {**os.environ, "SGLANG_URL": sglang_url, "VOCAB_SIZE": str(vocab_size)}
-    env["PORT"] = str(port)
+    env = {k: v for k, v in os.environ.items() if k not in ("VOCAB_SIZE", "MODEL_CONFIG")}
+    env.update(settings, SGLANG_URL=sglang_url, PORT=str(port))
     env["PYTHONPATH"] = os.pathsep.join([str(PAGE.parent.parent), env.get("PYTHONPATH", "")])
     if name == "app_starlette.py":
         command = [sys.executable, "-m", "uvicorn", "app_starlette:app", "--port", str(port)]
         command += ["--log-level", "warning"]
     else:
         command = [sys.executable, name]
-    log = (directory / f"{name}.log").open("wb")
-    process = subprocess.Popen(command, cwd=directory, env=env, stdout=log, stderr=log)
+    log_path = directory / f"{name}.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, cwd=directory, env=env, stdout=log, stderr=log)
+    return process, port, log_path
+
+
+@contextlib.contextmanager
+def running_app(
+    name: str,
+    directory: Path,
+    sglang_url: str,
+    vocab_size: int | None = None,
+    *,
+    settings: dict[str, str] | None = None,
+) -> Iterator[str]:
+    """Run app `name` from `directory` against `sglang_url`, told the model's `vocab_size`
+    (``VOCAB_SIZE``) or given `settings`; yield its base URL."""
+    given = dict(settings or {})
+    if vocab_size is not None:
+        given["VOCAB_SIZE"] = str(vocab_size)
+    process, port, log = _started(name, directory, sglang_url, given)
     try:
-        _wait_listening(port, process)
+        _wait_listening(port, process, log)
         yield f"http://127.0.0.1:{port}"
     finally:
         process.send_signal(signal.SIGTERM)
@@ -121,4 +152,18 @@ def running_app(name: str, directory: Path, sglang_url: str, vocab_size: int) ->
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        log.close()
+
+
+def failed_start(
+    name: str, directory: Path, sglang_url: str, settings: dict[str, str]
+) -> tuple[int, str]:
+    """Start app `name` with `settings`, expecting it to stop at its start: its exit code
+    and its log. Fails when it is still running after `READY_S`."""
+    process, _, log = _started(name, directory, sglang_url, settings)
+    try:
+        code = process.wait(READY_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise AssertionError(f"{name} did not stop at its start") from None
+    return code, log.read_text(encoding="utf-8", errors="replace")

@@ -7,7 +7,7 @@ import contextlib
 import json
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -208,3 +208,58 @@ def test_an_envelope_refused_answers_in_its_client_s_mode() -> None:
     assert asyncio.run(main(stream)) == (200, "text/event-stream; charset=utf-8")
     assert asyncio.run(main(b'{"rid": "f", "request": {"text": "hi"}}'))[0] == 400
     assert asyncio.run(main(b"not json"))[0] == 400
+
+
+@contextlib.asynccontextmanager
+async def strict_upstream(seen: list[list[tuple[str, str]]]) -> AsyncIterator[str]:
+    """SGLang's /generate on aiohttp's server, which refuses a request with a header
+    such as Content-Type twice (400 "Duplicate 'Content-Type' header found"); each
+    request's headers are recorded in `seen`. It answers one token, as SGLang writes it."""
+
+    async def generate(request: web.Request) -> web.StreamResponse:
+        seen.append(list(request.headers.items()))
+        body = json.loads(await request.read())
+        meta = {"id": body["rid"], "finish_reason": {"type": "length", "length": 1}}
+        answer = json.dumps({"text": "hi", "output_ids": [7], "meta_info": meta}).encode()
+        if body["stream"]:
+            sse = b"data: " + answer + b"\n\ndata: [DONE]\n\n"
+            return web.Response(body=sse, content_type="text/event-stream")
+        return web.Response(body=answer, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/generate", generate)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize("make", KINDS)
+def test_a_strict_upstream_gets_each_header_once(make: Make) -> None:
+    """An aiohttp-based SGLang (or proxy) refuses a duplicate Content-Type: each header is
+    sent once, with the engine request's own spelling or not."""
+    seen: list[list[tuple[str, str]]] = []
+
+    async def main() -> list[tuple[int, bytes]]:
+        async with strict_upstream(seen) as url, make(url) as transport:
+            service = Service(transport, deployment=DEPLOYMENT)
+            answers = []
+            for body in (BODY, {**BODY, "stream": True}):
+                answer = await service.generate(json.dumps(body).encode())
+                answers.append((answer.status, await read(answer)))
+            await service.aclose()
+            return answers
+
+    (unary, stream) = asyncio.run(main())
+    assert unary[0] == stream[0] == 200, (unary, stream)
+    assert json.loads(unary[1])["meta_info"]["id"] == "mine"
+    assert stream[1].endswith(b"data: [DONE]\n\n")
+    assert len(seen) == 2
+    for headers in seen:
+        names = [name.lower() for name, _ in headers]
+        assert sorted(names) == sorted(set(names)), headers
+        assert ("content-type", "application/json") in [(n.lower(), v) for n, v in headers]

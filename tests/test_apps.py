@@ -9,6 +9,7 @@ reader's own code.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ import pytest
 
 from sglang_envelope import aggregate_sse
 from sglang_envelope.testing import FakeEngine
-from tests.apps import APPS, app_sources, closed_port, own_lines, running_app, serving
+from tests.apps import APPS, app_sources, held_port, own_lines, running_app, serving
 
 VOCAB = 320
 SLOW = {"max_new_tokens": 400, "temperature": 0}
@@ -129,13 +130,16 @@ def test_a_refused_request_never_reaches_the_engine(app: tuple[str, FakeEngine])
 
 
 @pytest.mark.parametrize("name", APPS)
-def test_an_upstream_down_gives_a_502_within_a_second(tmp_path: Path, name: str) -> None:
-    with closed_port() as port:  # nothing listens there
-        down = f"http://127.0.0.1:{port}"
-        with running_app(name, tmp_path, down, VOCAB) as url:
-            start = time.monotonic()
-            answer = httpx.post(url + "/generate", json={"input_ids": [5], "stream": True})
-            took = time.monotonic() - start
+def test_an_upstream_gone_gives_a_502_within_a_second(tmp_path: Path, name: str) -> None:
+    """SGLang answers the app's start, then goes away: its port is held, nothing listens."""
+    with contextlib.ExitStack() as upstream:
+        sglang = upstream.enter_context(serving(FakeEngine()))
+        with running_app(name, tmp_path, sglang, VOCAB) as url:
+            upstream.close()  # SGLang goes away
+            with held_port(int(sglang.rsplit(":", 1)[1])):
+                start = time.monotonic()
+                answer = httpx.post(url + "/generate", json={"input_ids": [5], "stream": True})
+                took = time.monotonic() - start
     assert answer.status_code == 502 and took < 1.0
     assert set(answer.json()) == {"error"}
 

@@ -101,10 +101,18 @@ def test_demo_shows_the_whole_job() -> None:
     answer = "(error_response, stream=True): 200 text/event-stream; charset=utf-8\n"
     assert answer + '    data: {"error":{"message":"return_flat_raw_output_top_logprobs' in out
     assert "    data: [DONE]\n" in out.split(answer)[1]
-    relayed = out.split("7. The same stream relayed")[1].splitlines()[1:]
+    section_7 = out.split("7. The same stream relayed")[1].split("\n\n== 8.")[0]
+    relayed = section_7.splitlines()[1:]
     texts = [json.loads(line.strip()[len("data: ") :])["text"] for line in relayed[:-1]]
     assert texts == [" The", " The answer", " The answer."]
     assert relayed[-1].strip() == "data: [DONE]"
+    # Service answers a request against the fake engine, in this process.
+    served = out.split("8. Service, the whole loop")[1]
+    assert "vocab_size 320, context_length 1024" in served
+    unary = json.loads(served.split("  200 application/json: ")[1].splitlines()[0])
+    assert unary["meta_info"]["id"] == "mine" and len(unary["output_ids"]) == 3
+    rid = re.search(r"the engine request: rid '([0-9a-f]{32})', the service's own", served)
+    assert rid is not None
 
 
 # --- normalize ----------------------------------------------------------------

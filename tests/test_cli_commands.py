@@ -35,7 +35,16 @@ def test_demo_prints_each_section_in_order() -> None:
     code, out, err = run("demo")
     assert (code, err) == (0, "")
     headings = [line for line in out.splitlines() if line.startswith("== ")]
-    assert [heading[3:5] for heading in headings] == ["1.", "2.", "3.", "4.", "5.", "6.", "7."]
+    assert [heading[3:5] for heading in headings] == [
+        "1.",
+        "2.",
+        "3.",
+        "4.",
+        "5.",
+        "6.",
+        "7.",
+        "8.",
+    ]
     assert "== 2. The worker envelope (rid 'req-7'): stream stays false" in out
     # The table of the decoded Base64 fields: three positions, two rows each.
     table = out.split("logprob\n")[1].split("\n\n")[0].splitlines()

@@ -2,7 +2,7 @@
 
 `tests/fixtures/request_conformance.jsonl` was made by
 `scripts/make_request_fixtures.py` against the SGLang oracle
-(/work/shared/sglang-oracle): for every client body it holds the library's
+(`scripts/oracle/setup.sh`): for every client body it holds the library's
 verdict and SGLang's verdicts (`GenerateReqInput.normalize_batch_and_arguments()`,
 the HTTP contract gate `GenerateRequest.from_json_value`, and for information
 `SamplingParams.verify()`), and for every accepted body the engine request of

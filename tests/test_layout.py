@@ -23,7 +23,7 @@ ALLOWED = {
     "cancel": {"errors", "releases", "request"},
     "serve": {"errors", "releases", "request", "response", "cancel"},
     "adapters": {"errors", "serve"},
-    "cli": {"errors", "releases", "request", "response", "cancel", ""},
+    "cli": {"errors", "releases", "request", "response", "cancel", "testing", ""},
     "testing": {"errors", "releases", "request", "response", "cancel"},
     "": {"errors", "releases", "request", "response", "cancel", "serve"},
 }

@@ -19,13 +19,12 @@ from aiohttp import web
 
 from sglang_envelope.errors.exceptions import UpstreamError
 from sglang_envelope.serve.service import Service
-from sglang_envelope.serve.transport import EngineReply
+from sglang_envelope.serve.transport import EngineReply, json_headers
 
 __all__ = ["AiohttpTransport", "respond"]
 
 #: No read timeout: SGLang may queue a request, or pause a stream, for long.
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5.0)
-_JSON = {"content-type": "application/json"}
 _FAILURES = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
@@ -58,7 +57,7 @@ class AiohttpTransport:
         url = self._base_url + "/generate"
         try:
             response = await self._client().post(
-                url, data=body, headers={**_JSON, **headers}
+                url, data=body, headers=json_headers(headers)
             )
         except _FAILURES as error:
             raise _upstream(error) from error
@@ -73,7 +72,7 @@ class AiohttpTransport:
     async def abort(self, body: bytes) -> int:
         try:
             async with self._client().post(
-                self._base_url + "/abort_request", data=body, headers=_JSON
+                self._base_url + "/abort_request", data=body, headers=json_headers({})
             ) as response:
                 await response.read()
                 return response.status
@@ -111,16 +110,25 @@ async def _chunks(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
 async def respond(request: web.Request, service: Service) -> web.StreamResponse:
     """Serve one ``POST /generate`` with `service`, in an aiohttp handler.
 
-    A client that goes away is aborted: while a unary answer is awaited, once
-    its connection is closed; mid-stream, when a write to it fails.
+    The body is read by `Service.generate_request`, within the library's bound
+    (16 MiB), not aiohttp's ``client_max_size`` (1 MiB by default), which only
+    ``request.read()`` applies. A refusal before the body was read to its end
+    closes the connection (aiohttp would otherwise read the rest, for up to its
+    lingering time). A client that goes away is aborted: while a unary answer
+    is awaited, once its connection is closed; mid-stream, when a write to it
+    fails.
     """
 
     def disconnected() -> bool:
         transport = request.transport
         return transport is None or transport.is_closing()
 
-    answer = await service.generate(await request.read(), disconnected=disconnected)
+    answer = await service.generate_request(
+        request.headers, request.content.iter_any(), disconnected=disconnected
+    )
     response = web.StreamResponse(status=answer.status, headers=dict(answer.headers))
+    if not request.content.is_eof():
+        response.force_close()
     try:
         await response.prepare(request)
         async for chunk in answer.body:

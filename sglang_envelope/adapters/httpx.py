@@ -15,13 +15,12 @@ from typing import Any
 import httpx
 
 from sglang_envelope.errors.exceptions import UpstreamError
-from sglang_envelope.serve.transport import EngineReply
+from sglang_envelope.serve.transport import EngineReply, json_headers
 
 __all__ = ["HttpxTransport"]
 
 #: No read timeout: SGLang may queue a request, or pause a stream, for long.
 DEFAULT_TIMEOUT = httpx.Timeout(None, connect=5.0)
-_JSON = {"content-type": "application/json"}
 
 
 def _upstream(error: httpx.HTTPError) -> UpstreamError:
@@ -47,7 +46,7 @@ class HttpxTransport:
 
     async def generate(self, body: bytes, headers: Mapping[str, str]) -> EngineReply:
         request = self._client.build_request(
-            "POST", "/generate", content=body, headers={**_JSON, **headers}
+            "POST", "/generate", content=body, headers=json_headers(headers)
         )
         try:
             response = await self._client.send(request, stream=True)
@@ -63,7 +62,7 @@ class HttpxTransport:
     async def abort(self, body: bytes) -> int:
         try:
             response = await self._client.post(
-                "/abort_request", content=body, headers=_JSON
+                "/abort_request", content=body, headers=json_headers({})
             )
         except httpx.HTTPError as error:
             raise _upstream(error) from error

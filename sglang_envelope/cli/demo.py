@@ -1,6 +1,8 @@
 """`sglang-envelope demo`: the whole job on built-in data, as readable text.
 
-The data: one request, one unary answer, one SSE stream.
+The data: one request, one unary answer, one SSE stream; then `Service`, the
+whole serving loop, answering a request of its own against `FakeEngine`, a fake
+SGLang called in this process (`InProcess`: no socket, no HTTP client).
 
 The unary answer's Base64 output-flat fields are made at run time by the
 library's own `encode_flat_top_logprobs`, so they are always what SGLang would
@@ -11,10 +13,12 @@ float32 holds exactly, so the decoded table shows the numbers written here.
 from __future__ import annotations
 
 import argparse
+import asyncio
 from typing import Any
 
 import msgspec
 
+from sglang_envelope import Service, read_deployment
 from sglang_envelope.cli.common import EXIT_OK, Commands, Parser, add_command, encoder
 from sglang_envelope.errors.answers import error_response
 from sglang_envelope.errors.exceptions import RequestRejected
@@ -35,6 +39,7 @@ __all__ = [
     "DEMO_DEPLOYMENT",
     "DEMO_OUTPUT_TOP_LOGPROBS",
     "DEMO_RID",
+    "DEMO_SERVICE_REQUEST",
     "DEMO_SSE_TRANSCRIPT",
     "SEED_REQUEST",
     "add_demo",
@@ -103,6 +108,12 @@ DEMO_SSE_TRANSCRIPT = (
 )
 
 
+#: The request `Service` answers, against the fake engine.
+DEMO_SERVICE_REQUEST = (
+    b'{"rid": "mine", "input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3}}'
+)
+
+
 # --- the command ----------------------------------------------------------------
 
 
@@ -112,6 +123,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _demo_rejection()
     _demo_unary()
     _demo_stream()
+    asyncio.run(_demo_service())
     return EXIT_OK
 
 
@@ -124,7 +136,8 @@ def add_demo(commands: Commands[Parser]) -> None:
         "Show, on built-in data: a request becoming a worker envelope and the engine "
         "request for each role; the same request with stream true, rejected; a unary "
         "response's Base64 flat top logprobs decoded; an SSE transcript aggregated, "
-        "and relayed to a streaming client.",
+        "and relayed to a streaming client; Service answering a request against a "
+        "fake SGLang in this process.",
     )
     demo.set_defaults(run=cmd_demo)
 
@@ -211,3 +224,30 @@ def _demo_stream() -> None:
     for line in b"".join(relay_sse(events)).decode().splitlines():
         if line:
             print(f"  {line}")
+
+
+async def _demo_service() -> None:
+    # Imported here: the other commands need no fake engine.
+    from sglang_envelope.cli.in_process import InProcess
+    from sglang_envelope.testing import FakeEngine
+
+    _heading("8. Service, the whole loop, against a fake SGLang in this process")
+    engine = FakeEngine()
+    transport = InProcess(engine)
+    config = encoder.encode(engine.model_config())
+    deployment = await read_deployment(transport, model_config=config)
+    print(
+        "  read_deployment (GET /get_server_info and config.json): "
+        f"vocab_size {deployment.vocab_size}, context_length {deployment.context_length}"
+    )
+    async with Service(transport, deployment=deployment) as service:
+        print(f"  POST /generate {DEMO_SERVICE_REQUEST.decode()}")
+        answer = await service.generate(DEMO_SERVICE_REQUEST)
+        body = b"".join([chunk async for chunk in answer.body])
+        print(f"  {answer.status} {answer.media_type}: {body.decode()}")
+    (sent,) = engine.requests
+    engine = msgspec.json.decode(sent)
+    print(
+        f"  (the engine request: rid {engine['rid']!r}, the service's own, stream "
+        f"{_json(engine['stream'])}; the client got one body, under its own rid)"
+    )

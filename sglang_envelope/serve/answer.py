@@ -23,6 +23,7 @@ __all__ = [
     "id_bytes",
     "new_rid",
     "refused",
+    "refused_unread",
     "request_bytes",
     "stream_of",
     "whole_answer",
@@ -53,6 +54,14 @@ def whole_answer(status: int, media_type: str, body: bytes) -> Answer:
 
 def refused(exc: EnvelopeError, stream: bool) -> Answer:
     return whole_answer(*error_response(exc, stream=stream))
+
+
+def refused_unread(exc: EnvelopeError) -> Answer:
+    """SGLang's answer to a request refused before its body was read to its end (its
+    type, its size), with ``connection: close``: the server reads no more of it."""
+    status, media_type, body = error_response(exc)
+    headers = {"content-type": media_type, "connection": "close"}
+    return Answer(status, headers, _one(body))
 
 
 def new_rid() -> str:

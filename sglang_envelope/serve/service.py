@@ -5,6 +5,8 @@ SGLang and the SGLang server's `Deployment`. `Service.generate` takes a
 client's ``POST /generate`` body (checked once); `Service.generate_envelope` a
 worker envelope off the wire (checked again). Each returns an `Answer`: a
 status, headers and an async body, the bytes SGLang would have sent this client.
+`Service.generate_request` reads a client's HTTP request first, as SGLang's
+server reads it (`serve.incoming`): its type, its body within the bound.
 
 - It sends the engine request for the deployment's role, and relays (a
   streaming client), aggregates an internal stream (a unary client) or reads the
@@ -23,7 +25,7 @@ status, headers and an async body, the bytes SGLang would have sent this client.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -36,6 +38,7 @@ from sglang_envelope.errors.answers import (
 )
 from sglang_envelope.errors.exceptions import (
     EnvelopeError,
+    RequestRejected,
     ResponseError,
     UpstreamError,
 )
@@ -63,11 +66,13 @@ from sglang_envelope.serve.answer import (
     id_bytes,
     new_rid,
     refused,
+    refused_unread,
     request_bytes,
     stream_of,
     whole_answer,
 )
 from sglang_envelope.serve.checks import check_service_arguments
+from sglang_envelope.serve.incoming import read_client_body
 from sglang_envelope.serve.legs import Leg
 from sglang_envelope.serve.many import fan_out, samples_of
 from sglang_envelope.serve.pair import PrefillLeg, PrefillServer, with_prefill_side
@@ -183,6 +188,35 @@ class Service:
             envelope,
             client_rid=request.rid or envelope.rid,
             body=body if type(body) is bytes else None,
+            disconnected=disconnected,
+            routing=routing,
+            prefill_dp_rank=prefill_dp_rank,
+        )
+
+    async def generate_request(
+        self,
+        headers: Mapping[str, str],
+        chunks: AsyncIterable[bytes],
+        *,
+        disconnected: Disconnected | None = None,
+        routing: Routing | None = None,
+        prefill_dp_rank: int | None = None,
+    ) -> Answer:
+        """The answer to a client's HTTP ``POST /generate``: its `headers` and its body's
+        `chunks` (Starlette's ``request.headers, request.stream()``; aiohttp: `respond`),
+        read as SGLang's server reads them (`serve.incoming`), then `generate`'s.
+
+        A ``Content-Type`` SGLang does not parse as JSON is refused as SGLang refuses
+        it (400, pydantic's shape); a body over 16 MiB with 413, unread when its
+        ``Content-Length`` says so, else read no further than the bound. Either
+        answer has ``connection: close``: the server reads no more of the body.
+        """
+        try:
+            body = await read_client_body(headers, chunks)
+        except RequestRejected as exc:
+            return refused_unread(exc)
+        return await self.generate(
+            body,
             disconnected=disconnected,
             routing=routing,
             prefill_dp_rank=prefill_dp_rank,

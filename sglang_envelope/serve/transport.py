@@ -22,7 +22,13 @@ import msgspec
 
 from sglang_envelope.errors.exceptions import EnvelopeError, UpstreamError
 
-__all__ = ["EngineReply", "Transport", "as_upstream_error", "transport_failures"]
+__all__ = [
+    "EngineReply",
+    "Transport",
+    "as_upstream_error",
+    "json_headers",
+    "transport_failures",
+]
 
 
 class EngineReply(msgspec.Struct, frozen=True):
@@ -48,6 +54,16 @@ class Transport(Protocol):
     async def abort(self, body: bytes) -> int:
         """POST `body` to ``/abort_request``; return the HTTP status."""
         ...
+
+
+def json_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """`headers` for a JSON body: each name once, in lower case (HTTP names are
+    case-insensitive; of two spellings the last is kept), with ``content-type:
+    application/json`` unless `headers` name a content type of their own. A strict
+    server (aiohttp's) refuses a request that carries ``Content-Type`` twice."""
+    sent = {name.lower(): value for name, value in headers.items()}
+    sent.setdefault("content-type", "application/json")
+    return sent
 
 
 def _timeouts() -> tuple[type[BaseException], ...]:

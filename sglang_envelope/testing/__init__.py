@@ -1,6 +1,6 @@
 """A fake SGLang engine for tests: `FakeEngine`, a plain ASGI 3 app (docs/testing.md).
 
-Nothing else in the package imports this folder.
+Only the command line's demo imports this folder, to serve a request against it.
 """
 
 from sglang_envelope.testing.answers import text_ids, token_text

@@ -6,9 +6,10 @@ Each workload is timed alternately with its floor (the bare JSON or Base64
 work it cannot avoid), several rounds each; the table shows the medians and
 their ratio against the goal. Run it on a quiet machine; it is not part of the
 test suite and asserts nothing. With an interpreter that has SGLang (the live
-environment's, `live/setup.sh`), it also times SGLang's own request path, and,
-with NVIDIA Dynamo on the path too (its ``dynamo/site``), client bytes to the
-`GenerateReqInput` SGLang takes in-process against Dynamo 1.6.1's builder.
+environment's, `live/setup.sh`, or the oracle's, `scripts/oracle/setup.sh`), it also
+times SGLang's own request path, and, with NVIDIA Dynamo on the path too (the live
+environment's ``dynamo/site``), client bytes to the `GenerateReqInput` SGLang takes
+in-process against Dynamo 1.6.1's builder.
 """
 
 from __future__ import annotations
