@@ -1,6 +1,6 @@
 """Send one native SGLang body to Dynamo's SGLang worker over Dynamo's own request plane.
 
-Run with the live environment's interpreter and Dynamo on the path (`live/dynamo.py`):
+Run with the live environment's interpreter and Dynamo on the path (`live/dynamo_host.py`):
 
     python live/dynamo_call.py BODY [STOP_AFTER_S]
 

@@ -41,7 +41,14 @@ def write_tokenizer(out: str) -> None:
     assert tok.get_vocab_size() == VOCAB, tok.get_vocab_size()
     tok.save(os.path.join(out, "tokenizer.json"))
     names = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1024, **names}
+    # A chat template, which NVIDIA Dynamo's frontend needs to list a model at all.
+    template = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": 1024,
+        "chat_template": template,
+        **names,
+    }
     for name, value in (("tokenizer_config.json", config), ("special_tokens_map.json", names)):
         with open(os.path.join(out, name), "w") as f:
             json.dump(value, f, indent=1)

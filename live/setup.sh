@@ -30,7 +30,7 @@ ibverbs() {
   fi
 }
 
-# NVIDIA Dynamo 1.6.1 beside SGLang, for its worker and frontend (live/dynamo.py): --no-deps, since
+# NVIDIA Dynamo 1.6.1 beside SGLang, for its worker and frontend (live/dynamo_host.py): --no-deps, since
 # its requirements pull CUDA pieces it does not need here; redis and blake3 are the only imports
 # missing on this path. Installed once (a directory built before it gets it here too).
 dynamo() {
@@ -42,9 +42,10 @@ dynamo() {
 
 # The models, each made once (a directory built before the MoE model gets it here too).
 models() {
-  [ -f "$dir/tiny-gpt2/model.safetensors" ] || \
+  # Made again (the same, from the same seed) where the tokenizer has no chat template yet.
+  grep -q chat_template "$dir/tiny-gpt2/tokenizer_config.json" 2>/dev/null || \
     HF_HUB_OFFLINE=1 "$dir/venv/bin/python" "$here/make_model.py" "$dir/tiny-gpt2"
-  [ -f "$dir/tiny-moe/model.safetensors" ] || \
+  grep -q chat_template "$dir/tiny-moe/tokenizer_config.json" 2>/dev/null || \
     HF_HUB_OFFLINE=1 "$dir/venv/bin/python" "$here/make_model.py" "$dir/tiny-moe" --moe
 }
 

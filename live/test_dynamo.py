@@ -1,7 +1,7 @@
 """NVIDIA Dynamo 1.6.1's SGLang worker, stock and with the library (docs/dynamo.md).
 
 Each body goes to Dynamo's worker over Dynamo's request plane, as its frontend carries
-it (`live/dynamo.py`), and to the live suite's SGLang HTTP server directly; at
+it (`live/dynamo_host.py`), and to the live suite's SGLang HTTP server directly; at
 temperature 0 the library's worker must answer what SGLang answers, where the stock
 worker does not. `dynamo_worker.py` is the file docs/dynamo.md shows, run as it stands.
 """
@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from live.dynamo import Dynamo, call, start_frontend, start_worker
+from live.dynamo_host import Dynamo, call, start_frontend, start_worker
 from live.flow import assert_same, client, direct, sse_frames
 from live.servers import LiveServer
 from sglang_envelope.stream import aggregate_frames

@@ -1,5 +1,8 @@
 """NVIDIA Dynamo 1.6.1 for the live suite: its HTTP frontend and its in-process SGLang worker.
 
+(Not named ``dynamo.py``: `live/dynamo_call.py` runs from this folder, where such a file
+would stand for Dynamo's own package.)
+
 `live/setup.sh` installs Dynamo beside the live environment's SGLang (``pip
 --target``, into ``dynamo/site``). Both processes run with the live environment's
 interpreter, that folder and the repository on the path, and no etcd or NATS: file
