@@ -99,6 +99,15 @@ def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
 @contextlib.contextmanager
 def running_app(name: str, directory: Path, sglang_url: str, vocab_size: int) -> Iterator[str]:
     """Run app `name` from `directory` against `sglang_url`; yield its base URL."""
+    with started_app(name, directory, sglang_url, vocab_size) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def started_app(
+    name: str, directory: Path, sglang_url: str, vocab_size: int
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Run app `name` as `running_app` does; yield its base URL and its process."""
     (directory / name).write_text(app_sources()[name], encoding="utf-8")
     port = free_port()
     env = {**os.environ, "SGLANG_URL": sglang_url, "VOCAB_SIZE": str(vocab_size)}
@@ -106,14 +115,14 @@ def running_app(name: str, directory: Path, sglang_url: str, vocab_size: int) ->
     env["PYTHONPATH"] = os.pathsep.join([str(PAGE.parent.parent), env.get("PYTHONPATH", "")])
     if name == "app_starlette.py":
         command = [sys.executable, "-m", "uvicorn", "app_starlette:app", "--port", str(port)]
-        command += ["--log-level", "warning"]
+        command += ["--log-level", "warning", "--timeout-graceful-shutdown", "10"]
     else:
         command = [sys.executable, name]
     log = (directory / f"{name}.log").open("wb")
     process = subprocess.Popen(command, cwd=directory, env=env, stdout=log, stderr=log)
     try:
         _wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", process
     finally:
         process.send_signal(signal.SIGTERM)
         try:

@@ -127,10 +127,10 @@ class WatchedReply:
 
     async def __anext__(self) -> bytes:
         while True:
-            if self.finished.is_set():
-                raise StopAsyncIteration
             if self._stop is not None:
                 raise self._stop
+            if self.finished.is_set():
+                raise StopAsyncIteration
             item = await self._next_item()
             if item is not _WAKE:
                 return self._chunk(item)
