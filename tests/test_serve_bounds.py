@@ -93,14 +93,16 @@ def test_with_the_pool_full_of_the_generations_they_free_the_aborts_reach_the_en
             await until(lambda: engine.running == 100, 10)
             done, waiting = await asyncio.wait(answers, timeout=0.5)
             assert len(done) == 100 and len(waiting) == 1, "the 101st waits for a connection"
+            left.set()  # the 101st client leaves while it waits for a connection
+            (last,) = waiting
+            assert (await last).status == 499
             for answer in done:  # each client reads its first frame, then hangs up
                 body_of = answer.result().body
                 await body_of.__anext__()
                 await body_of.aclose()
-            left.set()
-            took = await until(lambda: len(engine.outcomes) == 100, 5)
+            took = await until(lambda: len(engine.outcomes) == 100, 20)
             statuses = [answer.status for answer in await asyncio.gather(*answers)]
-            await until(lambda: engine.running == 0, 5)
+            await until(lambda: engine.running == 0, 20)
         return statuses, took
 
     with engine_served(frame_delay=0.05) as (url, engine):

@@ -84,7 +84,12 @@ from sglang_envelope.serve.transport import (
     as_upstream_error,
     transport_failures,
 )
-from sglang_envelope.serve.watch import Disconnected, read_past_done, until_done_or_gone
+from sglang_envelope.serve.watch import (
+    Disconnected,
+    is_gone,
+    read_past_done,
+    until_done_or_gone,
+)
 
 if TYPE_CHECKING:
     import asyncio
@@ -329,6 +334,8 @@ class Service:
             return await self._many(samples, disconnected, routing, prefill_dp_rank)
         if self._closing:
             return refused(_shutting_down(), envelope.stream)
+        if disconnected is not None and await is_gone(disconnected):
+            return whole_answer(CLIENT_GONE, JSON, b"")  # gone already: never dispatched
         request = envelope.request
         legs = [Leg(e, to, self._wire(e, request, body), self._idle_s) for e, to in engines]
         self._open.update(legs)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Disconnected",
     "WatchedReply",
+    "is_gone",
     "is_output",
     "read_all",
     "read_past_done",
@@ -250,9 +251,14 @@ async def until_done_or_gone(
         await asyncio.wait([reading], timeout=poll_s)
         if reading.done():
             break
-        gone = disconnected()
-        if inspect.isawaitable(gone):
-            gone = await gone
-        if gone is True:
+        if await is_gone(disconnected):
             return True
     return False
+
+
+async def is_gone(disconnected: Disconnected) -> bool:
+    """Whether `disconnected()` says the client went away (sync or async)."""
+    gone = disconnected()
+    if inspect.isawaitable(gone):
+        gone = await gone
+    return gone is True
