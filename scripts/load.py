@@ -58,7 +58,7 @@ FRAME_DELAY_S = 0.002
 ABORT_WITHIN_S = 1.0
 PASSTHROUGH = "passthrough"
 
-PROXY_SOURCE = '''
+PROXY_SOURCE = """
 import os
 
 import httpx
@@ -85,9 +85,9 @@ async def generate(request: Request) -> StreamingResponse:
 
 
 app = Starlette(routes=[Route("/generate", generate, methods=["POST"])])
-'''
+"""
 
-ENGINE_SOURCE = '''
+ENGINE_SOURCE = """
 import json
 import sys
 import time
@@ -146,7 +146,7 @@ async def app(scope, receive, send):
 
 
 uvicorn.run(app, port=int(sys.argv[1]), log_level="warning", backlog=4096)
-'''
+"""
 
 
 def client_ids(index: int) -> list[int]:
@@ -268,9 +268,9 @@ async def phase(
 async def engine_stats(engine_url: str, reset: bool = False) -> dict[str, Any]:
     import aiohttp
 
-    async with aiohttp.ClientSession() as session:
-        async with session.get(engine_url + ("/load/reset" if reset else "/load/stats")) as r:
-            return {} if reset else json.loads(await r.read())
+    path = "/load/reset" if reset else "/load/stats"
+    async with aiohttp.ClientSession() as session, session.get(engine_url + path) as answer:
+        return {} if reset else json.loads(await answer.read())
 
 
 async def check_hang_ups(engine_url: str, left: dict[int, float]) -> dict[str, Any]:
@@ -396,9 +396,7 @@ async def main(seconds: float) -> int:
             stack.enter_context(process(PROXY_SOURCE, directory, "proxy.py", *proxy, env=env))
             urls = {PASSTHROUGH: f"http://127.0.0.1:{proxy_port}"}
             for name in APPS:
-                urls[name], _ = stack.enter_context(
-                    started_app(name, directory, engine_url, VOCAB)
-                )
+                urls[name], _ = stack.enter_context(started_app(name, directory, engine_url, VOCAB))
             await wait_listening(urls[PASSTHROUGH])
             rows, ok = await measure(urls, engine_url, seconds)
     print(table(rows))

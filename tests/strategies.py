@@ -687,7 +687,8 @@ def engine_requests_to_abort(
     """An engine request built by the library for `role` (any when None).
 
     `stream` pins the engine's stream mode: False needs an output-flat request
-    (`DEPLOYMENT` streams incrementally, so any other unary client streams) and a unary role (aggregated or decode), since only that is sent unary.
+    (`DEPLOYMENT` streams incrementally, so any other unary client streams) and a
+    unary role (aggregated or decode), since only that is sent unary.
     """
     if role is None:
         unary_roles = [Role.AGGREGATED, Role.DECODE]

@@ -181,9 +181,10 @@ def test_a_client_that_hangs_up_while_sglang_stalls_is_aborted(tmp_path: Path, n
     engine = FakeEngine(frame_delay=STALL_S)
     body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3}, "stream": True}
     with serving(engine) as sglang, running_app(name, tmp_path, sglang, VOCAB) as url:
-        with httpx.Client(timeout=10) as client, client.stream(
-            "POST", url + "/generate", json=body
-        ) as answer:
+        with (
+            httpx.Client(timeout=10) as client,
+            client.stream("POST", url + "/generate", json=body) as answer,
+        ):
             assert answer.status_code == 200  # the head came; no frame will for STALL_S
             wait_for(lambda: engine.running == 1)
         start = time.monotonic()
@@ -208,9 +209,10 @@ def test_sigterm_ends_a_stalled_stream_and_a_waiting_unary_client_and_aborts_bot
     with serving(engine) as sglang, started_app(name, tmp_path, sglang, VOCAB) as (url, app):
         waiting = threading.Thread(target=unary, args=(url,))
         waiting.start()
-        with httpx.Client(timeout=20) as client, client.stream(
-            "POST", url + "/generate", json={**body, "stream": True}
-        ) as streamed:
+        with (
+            httpx.Client(timeout=20) as client,
+            client.stream("POST", url + "/generate", json={**body, "stream": True}) as streamed,
+        ):
             wait_for(lambda: engine.running == 2)
             start = time.monotonic()
             app.send_signal(signal.SIGTERM)

@@ -83,9 +83,10 @@ def test_with_the_pool_full_of_the_generations_they_free_the_aborts_reach_the_en
     async def main(url: str, engine: FakeEngine) -> tuple[list[int], float]:
         left = gone()
         transport = transport_of(adapter, url, connections=100)
-        async with transport, Service(
-            transport, deployment=Deployment(vocab_size=320), abort_policy=POLICY
-        ) as svc:
+        async with (
+            transport,
+            Service(transport, deployment=Deployment(vocab_size=320), abort_policy=POLICY) as svc,
+        ):
             answers = [
                 asyncio.ensure_future(svc.generate(body, disconnected=left.is_set))
                 for _ in range(101)
@@ -145,9 +146,9 @@ def test_a_full_pool_is_the_service_s_own_503_with_retry_after(adapter: str) -> 
 def test_the_pool_settings_are_checked_naming_the_field() -> None:
     from sglang_envelope import EnvelopeError
 
-    with pytest.raises(EnvelopeError, match="^connections: expected an int >= 1, got 0"):
+    with pytest.raises(EnvelopeError, match=r"^connections: expected an int >= 1, got 0"):
         HttpxTransport("http://127.0.0.1:1", connections=0)
-    with pytest.raises(EnvelopeError, match="^pool_wait_s: expected finite seconds >= 0"):
+    with pytest.raises(EnvelopeError, match=r"^pool_wait_s: expected finite seconds >= 0"):
         AiohttpTransport("http://127.0.0.1:1", pool_wait_s=-1)
 
 
@@ -277,7 +278,7 @@ def test_the_idle_timeout_is_checked_and_off_only_by_choice() -> None:
 
     transport = FakeTransport(silent_after_one_frame)
     for wrong in (0, -1.0, float("inf"), "5"):
-        with pytest.raises(EnvelopeError, match="^idle_timeout_s: expected None"):
+        with pytest.raises(EnvelopeError, match=r"^idle_timeout_s: expected None"):
             service(transport, idle_timeout_s=wrong)
     service(transport, idle_timeout_s=None)
 
@@ -299,7 +300,7 @@ def test_aclose_ends_every_answer_aborts_each_and_keeps_its_deadline(kind: type)
     stalled = json.dumps({"input_ids": [5], "stream": True})
     waiting = json.dumps({"input_ids": [6]})
 
-    async def main() -> tuple[bytes, Any, bytes, Any, float]:
+    async def main() -> tuple[bytes, Any, bytes, Any, float, Any]:
         transport = kind(silent_after_one_frame)
         svc = service(transport)
         streamed = await svc.generate(stalled)

@@ -170,9 +170,7 @@ async def respond(request: web.Request, service: Service) -> web.StreamResponse:
 
     writing = asyncio.ensure_future(write())
     try:
-        gone = await until_done_or_gone(
-            writing, disconnected, service.disconnect_poll_s
-        )
+        gone = await until_done_or_gone(writing, disconnected, service.disconnect_poll_s)
     finally:
         writing.cancel()  # a client gone: the answer stops, and SGLang's is aborted
         await asyncio.gather(writing, return_exceptions=True)

@@ -62,7 +62,9 @@ def refused(exc: EnvelopeError, stream: bool) -> Answer:
     retry = exc.retry_after_s if isinstance(exc, UpstreamError) else None
     if retry is None:
         return whole_answer(status, media_type, body)
-    return Answer(status, {"content-type": media_type, "retry-after": str(retry)}, _one(body))
+    return Answer(
+        status, {"content-type": media_type, "retry-after": str(retry)}, _one(body)
+    )
 
 
 def new_rid() -> str:

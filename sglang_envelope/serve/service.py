@@ -114,6 +114,8 @@ DEFAULT_CLOSE_DEADLINE_S: Final = 5.0
 
 def _shutting_down() -> UpstreamError:
     return UpstreamError("the service is shutting down", 503)
+
+
 _encode = msgspec.json.encode
 
 
@@ -322,8 +324,9 @@ class Service:
         import asyncio
 
         try:
-            # n > 1: one request a sample.
-            samples = samples_of(envelope.request, client_rid)
+            if self._closing:
+                raise _shutting_down()
+            samples = samples_of(envelope.request, client_rid)  # n > 1: one a sample
             if samples is None:
                 engines = self._engine_requests(
                     envelope, routing or self._routing, prefill_dp_rank
@@ -332,13 +335,9 @@ class Service:
             return refused(exc, envelope.stream)
         if samples is not None:
             return await self._many(samples, disconnected, routing, prefill_dp_rank)
-        if self._closing:
-            return refused(_shutting_down(), envelope.stream)
         if disconnected is not None and await is_gone(disconnected):
             return whole_answer(CLIENT_GONE, JSON, b"")  # gone already: never dispatched
-        request = envelope.request
-        legs = [Leg(e, to, self._wire(e, request, body), self._idle_s) for e, to in engines]
-        self._open.update(legs)
+        legs = self._sent(engines, envelope.request, body)
         sending = asyncio.gather(*(leg.sending for leg in legs), return_exceptions=True)
         try:
             gone = await until_done_or_gone(sending, disconnected, self._poll_s)
@@ -382,6 +381,20 @@ class Service:
             )
 
         return await fan_out(one, samples, self._new_rid)
+
+    def _sent(
+        self,
+        engines: list[tuple[EngineRequest, Transport]],
+        request: ClientRequest,
+        body: bytes | None,
+    ) -> list[Leg]:
+        """A leg for each engine request, sent at once, and kept among the legs in flight
+        until it is settled (`_settle`): those `aclose` stops."""
+        legs = [
+            Leg(e, to, self._wire(e, request, body), self._idle_s) for e, to in engines
+        ]
+        self._open.update(legs)
+        return legs
 
     def _wire(
         self, engine: EngineRequest, request: ClientRequest, body: bytes | None
