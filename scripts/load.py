@@ -410,6 +410,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--short", action="store_true", help="CI's short form")
     arguments = parser.parse_args()
+    # A SIGTERM ends it as an exception does: the processes it started are stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     concurrency = CONCURRENCY[:2] if arguments.short else CONCURRENCY
     seconds = 1.0 if arguments.short else 5.0
     sys.exit(asyncio.run(asyncio.wait_for(main(seconds, concurrency), 900)))
