@@ -96,6 +96,6 @@ def test_150_clients_gone_at_once_are_each_aborted_once(
         generations = recorder.wait_ended(150, timeout=60)
         cleared = max(g.ended or 0.0 for g in generations) - left
     assert {g.finish_type for g in generations} == {"abort"}
-    aborted = [abort["rid"] for _, abort in recorder.aborts]
+    aborted = [str(abort["rid"]) for _, abort in recorder.aborts]
     assert sorted(set(aborted)) == sorted(g.rid for g in generations)
     assert cleared < 5.0, f"the engine was clear {cleared:.1f} s after the clients left"
