@@ -720,7 +720,7 @@ def engine_requests(
         try:
             engine = build_engine_request(
                 envelope,
-                deployment=Deployment(vocab_size=None),
+                deployment=Deployment(vocab_size=None, incremental_streaming_output=True),
                 input_ids=request.input_ids,
                 role=role,
                 bootstrap=None if role is Role.AGGREGATED else bootstrap,

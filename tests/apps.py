@@ -118,7 +118,7 @@ def _started(
     env["PYTHONPATH"] = os.pathsep.join([str(PAGE.parent.parent), env.get("PYTHONPATH", "")])
     if name == "app_starlette.py":
         command = [sys.executable, "-m", "uvicorn", "app_starlette:app", "--port", str(port)]
-        command += ["--log-level", "warning"]
+        command += ["--log-level", "warning", "--timeout-graceful-shutdown", "10"]
     else:
         command = [sys.executable, name]
     log_path = directory / f"{name}.log"
@@ -138,13 +138,27 @@ def running_app(
 ) -> Iterator[str]:
     """Run app `name` from `directory` against `sglang_url`, told the model's `vocab_size`
     (``VOCAB_SIZE``) or given `settings`; yield its base URL."""
+    with started_app(name, directory, sglang_url, vocab_size, settings=settings) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def started_app(
+    name: str,
+    directory: Path,
+    sglang_url: str,
+    vocab_size: int | None = None,
+    *,
+    settings: dict[str, str] | None = None,
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Run app `name` as `running_app` does; yield its base URL and its process."""
     given = dict(settings or {})
     if vocab_size is not None:
         given["VOCAB_SIZE"] = str(vocab_size)
     process, port, log = _started(name, directory, sglang_url, given)
     try:
         _wait_listening(port, process, log)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", process
     finally:
         process.send_signal(signal.SIGTERM)
         try:

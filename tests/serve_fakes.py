@@ -49,6 +49,15 @@ class Script:
         self.until_abort = until_abort
 
 
+def unary_of(chunks: list[bytes]) -> list[bytes]:
+    """A script's chunks for a unary engine request: a cumulative stream's last frame, as
+    SGLang's unary answer is (chunks that are not a stream stay as they are)."""
+    frames = [c for c in chunks if c.startswith(b"data: {") and c.endswith(b"\n\n")]
+    if not frames or len(frames) != len([c for c in chunks if c != DONE]):
+        return chunks
+    return [frames[-1][len(b"data: ") : -2]]
+
+
 class FakeTransport:
     """Answers each engine request by `script(body)`; records requests, aborts and drains."""
 
@@ -70,14 +79,16 @@ class FakeTransport:
         rid = request["rid"]
         self.aborted[rid] = asyncio.Event()
         script = self.script(request)
+        if not request["stream"]:
+            script.chunks = unary_of(script.chunks)
         await asyncio.sleep(script.head_delay_s)  # SGLang sends a unary answer's head at its end
 
         async def close() -> None:
             self.closed.append(rid)
 
-        return EngineReply(script.status, self._chunks(rid, script), close)
+        return EngineReply(script.status, self._chunks(rid, script, request["stream"]), close)
 
-    async def _chunks(self, rid: str, script: Script) -> AsyncIterator[bytes]:
+    async def _chunks(self, rid: str, script: Script, streams: bool) -> AsyncIterator[bytes]:
         await asyncio.sleep(script.first_delay_s)
         for index, chunk in enumerate(script.chunks):
             if script.fail_after == index and script.fail is not None:
@@ -88,11 +99,12 @@ class FakeTransport:
             await asyncio.sleep(script.delay_s)
         if script.until_abort:
             await self.aborted[rid].wait()
-            yield (
-                b'data: {"text":"","output_ids":[],"meta_info":{"id":"'
+            aborted = (
+                b'{"text":"","output_ids":[],"meta_info":{"id":"'
                 + rid.encode()
-                + b'","finish_reason":{"type":"abort","message":"Aborted"}}}\n\ndata: [DONE]\n\n'
+                + b'","finish_reason":{"type":"abort","message":"Aborted"}}}'
             )
+            yield b"data: " + aborted + b"\n\n" + DONE if streams else aborted
         self.read_to_end.append(rid)
 
     async def abort(self, body: bytes) -> int:
@@ -135,7 +147,8 @@ def run(coroutine: Any) -> Any:
 
 def service(transport: FakeTransport, **options: Any) -> Service:
     options.setdefault("abort_policy", POLICY)
-    return Service(transport, deployment=DEPLOYMENT, **options)
+    options.setdefault("deployment", DEPLOYMENT)
+    return Service(transport, **options)
 
 
 def streamed(request: dict[str, Any]) -> Script:

@@ -28,8 +28,10 @@ from sglang_envelope.rollout import WeightVersionSpan
 # --- request side ---
 
 #: The deployment of tests about the request contract: no vocabulary stated (ids up to
-#: 2^32 are the typed decode's to refuse) and no server flag known.
-DEPLOYMENT = Deployment(vocab_size=None)
+#: 2^32 are the typed decode's to refuse) and no server flag known; a server that streams
+#: incrementally, so that a unary client's engine request streams (as the recorded
+#: fixtures have it, `scripts/make_request_fixtures.py`).
+DEPLOYMENT = Deployment(vocab_size=None, incremental_streaming_output=True)
 
 token_ids = st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=64)
 request_ids = st.text(
@@ -685,7 +687,8 @@ def engine_requests_to_abort(
     """An engine request built by the library for `role` (any when None).
 
     `stream` pins the engine's stream mode: False needs an output-flat request
-    and a unary role (aggregated or decode), since only that is sent unary.
+    (`DEPLOYMENT` streams incrementally, so any other unary client streams) and a
+    unary role (aggregated or decode), since only that is sent unary.
     """
     if role is None:
         unary_roles = [Role.AGGREGATED, Role.DECODE]

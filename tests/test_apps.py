@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +23,15 @@ import pytest
 
 from sglang_envelope import aggregate_sse
 from sglang_envelope.testing import FakeEngine
-from tests.apps import APPS, app_sources, held_port, own_lines, running_app, serving
+from tests.apps import (
+    APPS,
+    app_sources,
+    held_port,
+    own_lines,
+    running_app,
+    serving,
+    started_app,
+)
 
 VOCAB = 320
 SLOW = {"max_new_tokens": 400, "temperature": 0}
@@ -163,3 +173,62 @@ def test_200_concurrent_requests_leave_nothing_behind(app: tuple[str, FakeEngine
     wait_for(lambda: len(engine.outcomes) == 200)
     assert engine.running == 0 and list(engine.aborts) == []
     assert {outcome.ending for outcome in engine.outcomes} == {"length"}
+
+
+#: An engine that stalls: its first token comes only after this long.
+STALL_S = 30.0
+
+
+@pytest.mark.parametrize("name", APPS)
+def test_a_client_that_hangs_up_while_sglang_stalls_is_aborted(tmp_path: Path, name: str) -> None:
+    """Nothing is being written to the client, so only watching its connection tells."""
+    engine = FakeEngine(frame_delay=STALL_S)
+    body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3}, "stream": True}
+    with serving(engine) as sglang, running_app(name, tmp_path, sglang, VOCAB) as url:
+        with (
+            httpx.Client(timeout=10) as client,
+            client.stream("POST", url + "/generate", json=body) as answer,
+        ):
+            assert answer.status_code == 200  # the head came; no frame will for STALL_S
+            wait_for(lambda: engine.running == 1)
+        start = time.monotonic()
+        wait_for(lambda: len(engine.outcomes) == 1, timeout=5)
+        took = time.monotonic() - start
+    (outcome,) = engine.outcomes
+    assert outcome.ending == "abort" and list(engine.aborts) == [{"rid": outcome.rid}]
+    assert took < 2.0, f"the abort came {took:.1f} s after the hang-up"
+
+
+@pytest.mark.parametrize("name", APPS)
+def test_sigterm_ends_a_stalled_stream_and_a_waiting_unary_client_and_aborts_both(
+    tmp_path: Path, name: str
+) -> None:
+    engine = FakeEngine(frame_delay=STALL_S)
+    body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3}}
+    got: dict[str, Any] = {}
+
+    def unary(url: str) -> None:
+        got["unary"] = httpx.post(url + "/generate", json=body, timeout=20)
+
+    with serving(engine) as sglang, started_app(name, tmp_path, sglang, VOCAB) as (url, app):
+        waiting = threading.Thread(target=unary, args=(url,))
+        waiting.start()
+        with (
+            httpx.Client(timeout=20) as client,
+            client.stream("POST", url + "/generate", json={**body, "stream": True}) as streamed,
+        ):
+            wait_for(lambda: engine.running == 2)
+            start = time.monotonic()
+            app.send_signal(signal.SIGTERM)
+            got["stream"] = streamed.read()
+        waiting.join(20)
+        app.wait(20)
+        exited = time.monotonic() - start
+        wait_for(lambda: engine.running == 0)
+    assert got["stream"].endswith(b"data: [DONE]\n\n")
+    assert b'"code":503' in got["stream"].split(b"\n\n")[-3]  # the error frame, then [DONE]
+    assert got["unary"].status_code == 503 and set(got["unary"].json()) == {"error"}
+    assert sorted(json.loads(b)["rid"] for b in engine.requests) == sorted(
+        {a["rid"] for a in engine.aborts}
+    )
+    assert exited < 8.0, f"the app took {exited:.1f} s to exit"

@@ -59,7 +59,7 @@ def test_role_table_matches_the_code() -> None:
     in_code = {
         role.value: (
             "yes" if plan.needs_bootstrap else "no",
-            "always" if plan.always_streams else "unless output-flat",
+            "always" if plan.always_streams else "by the server's mode",
             "yes" if plan.is_prefill else "no",
         )
         for role, plan in ROLE_PLANS.items()

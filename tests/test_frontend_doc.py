@@ -33,7 +33,9 @@ Script = Callable[["FakeSGLang", dict[str, Any], asyncio.StreamWriter], Any]
 
 @pytest.fixture(scope="module")
 def page() -> dict[str, Any]:
-    return run_blocks(PAGE)
+    blocks = run_blocks(PAGE)
+    blocks["PAGE_DEPLOYMENT"] = blocks["DEPLOYMENT"]
+    return blocks
 
 
 class FakeSGLang:
@@ -95,6 +97,7 @@ async def serve(
         SGLANG=engine.sockets[0].getsockname()[:2],
         ROLE=Role.AGGREGATED,
         BOOTSTRAP=None,
+        DEPLOYMENT=page["PAGE_DEPLOYMENT"],
         ABORT_POLICY=AbortPolicy(retry_delays_s=(0.01,), first_token_wait_s=0.2, deadline_s=2.0),
     )
     page.update(config)
@@ -154,6 +157,13 @@ async def answer_unary(
     writer.write(msgspec.json.encode(unary_answer(body["rid"])))
 
 
+def test_a_unary_client_of_a_server_of_unknown_mode_is_asked_unary(page: dict[str, Any]) -> None:
+    status, answer, fake = run(page, answer_unary, b'{"rid": "client-1", "input_ids": [1, 2]}')
+    (sent,) = fake.generate
+    assert sent["stream"] is False  # a cumulative stream would cost the square of the answer
+    assert status == 200 and msgspec.json.decode(answer) == unary_answer("client-1")
+
+
 def test_a_unary_client_with_output_flat_gets_the_unary_body(page: dict[str, Any]) -> None:
     status, answer, fake = run(page, answer_unary, FLAT_BODY)
     assert status == 200
@@ -171,9 +181,13 @@ async def refuse(fake: FakeSGLang, body: dict[str, Any], writer: asyncio.StreamW
 def test_a_unary_client_without_output_flat_gets_one_body_from_the_engine_s_frames(
     page: dict[str, Any],
 ) -> None:
-    status, answer, fake = run(page, stream_incremental, b'{"input_ids": [1, 2], "stream": false}')
+    incremental = msgspec.structs.replace(
+        page["PAGE_DEPLOYMENT"], incremental_streaming_output=True
+    )
+    body = b'{"input_ids": [1, 2], "stream": false}'
+    status, answer, fake = run(page, stream_incremental, body, DEPLOYMENT=incremental)
     (sent,) = fake.generate
-    assert sent["stream"] is True  # the worker streams internally for a unary client
+    assert sent["stream"] is True  # an incremental server: streamed internally, O(answer)
     assert status == 200
     reply = msgspec.json.decode(answer)  # one JSON body, not SSE
     expected = aggregate_frames([msgspec.json.decode(f[len(b"data: ") :]) for f in INCREMENTAL])

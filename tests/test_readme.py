@@ -60,17 +60,19 @@ class Engine:
             yield self.answer[at : at + 5]
 
 
-def _serve(body: bytes, engine: Engine) -> tuple[int, Any]:
-    status, media, answer = _answer(body, engine)
+def _serve(body: bytes, engine: Engine, deployment: Deployment = DEPLOYMENT) -> tuple[int, Any]:
+    status, media, answer = _answer(body, engine, deployment)
     assert media == ("text/event-stream; charset=utf-8" if b"data: " in answer[:6] else JSON)
     return status, answer
 
 
-def _answer(body: bytes, engine: Engine) -> tuple[int, str, bytes]:
+def _answer(
+    body: bytes, engine: Engine, deployment: Deployment = DEPLOYMENT
+) -> tuple[int, str, bytes]:
     """What the client reads: the status, the content type and the body's bytes."""
     examples = _examples()
     worker = functools.partial(
-        examples["worker"], post=engine.post, bootstrap=BOOTSTRAP, deployment=DEPLOYMENT
+        examples["worker"], post=engine.post, bootstrap=BOOTSTRAP, deployment=deployment
     )
 
     async def run() -> tuple[int, str, bytes]:
@@ -96,9 +98,13 @@ def test_a_unary_request_with_output_flat_gets_the_unary_body() -> None:
 def test_a_unary_client_without_output_flat_gets_one_body_from_the_engine_s_frames() -> None:
     frames = [_response("hi", [7], 1), _response("!", [8], 2, {"type": "stop", "matched": 2})]
     engine = Engine(b"".join(encode_sse(frame) for frame in frames) + SSE_DONE)
-    status, answer = _serve(b'{"rid": "client-1", "input_ids": [5], "stream": false}', engine)
+    body = b'{"rid": "client-1", "input_ids": [5], "stream": false}'
+    status, answer = _serve(
+        body, engine, msgspec.structs.replace(DEPLOYMENT, incremental_streaming_output=True)
+    )
     ((_, sent, accept),) = engine.sent
-    assert sent["stream"] is True and accept == "text/event-stream"  # streamed internally
+    # An incremental server: streamed internally, at the answer's own cost.
+    assert sent["stream"] is True and accept == "text/event-stream"
     assert status == 200
     reply = msgspec.json.decode(answer)  # one JSON body, not SSE
     assert reply["text"] == "hi!" and reply["output_ids"] == [7, 8]

@@ -26,6 +26,7 @@ from sglang_envelope import (
 from tests.serve_fakes import (
     DEPLOYMENT,
     DONE,
+    LENGTH,
     FakeTransport,
     Script,
     events,
@@ -67,12 +68,32 @@ def test_a_streaming_client_gets_every_frame_under_its_own_rid() -> None:
     assert transport.read_to_end == [engine_rid] and transport.aborts == []
 
 
-def test_a_unary_client_gets_one_body_from_an_internal_stream() -> None:
+def test_a_unary_client_of_a_cumulative_server_is_asked_unary() -> None:
     answer, body, transport = served(UNARY)
-    assert transport.requests[0]["stream"] is True, "the engine request streams"
+    assert transport.requests[0]["stream"] is False, "a cumulative stream would cost n^2"
     assert (answer.status, answer.media_type) == (200, "application/json")
     response = msgspec.json.decode(body)
     assert response["output_ids"] == [7, 8] and response["meta_info"]["id"] == "client-a"
+
+
+@pytest.mark.parametrize("incremental", [True, None])
+def test_a_unary_client_of_an_incremental_server_gets_one_body_from_an_internal_stream(
+    incremental: bool | None,
+) -> None:
+    deployment = msgspec.structs.replace(DEPLOYMENT, incremental_streaming_output=incremental)
+    increments = [frame("RID", (7,)), frame("RID", (8,), LENGTH), DONE]
+
+    async def main() -> tuple[bytes, FakeTransport]:
+        transport = FakeTransport(lambda request: Script(chunks=increments))
+        async with service(transport, deployment=deployment) as svc:
+            return await read(await svc.generate(UNARY)), transport
+
+    body, transport = run(main())
+    # Not known: asked unary, so the fake answers the stream's last frame.
+    assert transport.requests[0]["stream"] is (incremental is True)
+    response = msgspec.json.decode(body)
+    expected = [7, 8] if incremental else [8]
+    assert response["output_ids"] == expected and response["meta_info"]["id"] == "client-a"
 
 
 def test_output_flat_is_asked_unary_and_answered_as_sglang_answers() -> None:

@@ -105,7 +105,7 @@ def test_a_text_request_keeps_its_text_and_media_and_crosses_the_wire() -> None:
     assert again.request == request
     engine = build_engine_request(again, input_ids=None, role="aggregated", deployment=DEPLOYMENT)
     assert json.loads(engine.to_json()) == {
-        "rid": "r1", "stream": True, "text": "hi",
+        "rid": "r1", "stream": False, "text": "hi",
         "image_data": [{"url": "a.png"}], "video_data": None,
     }  # fmt: skip
 

@@ -3,6 +3,11 @@
     transport = HttpxTransport("http://127.0.0.1:30000")
     service = Service(transport, deployment=deployment)
 
+`connections` sizes it: that many engine requests at once over the generate
+pool (`Slots`; one more waits `pool_wait_s`, then its client gets the service's
+503 with ``Retry-After``), and aborts (and GETs) over a lane of their own,
+`control_connections(connections)` connections each bounded by
+`CONTROL_TIMEOUT_S`, so an abort never waits behind the generations it frees.
 httpx's failures become `UpstreamError`: a timeout 504, any other transport
 failure (refused, reset, broken mid-answer) 502.
 """
@@ -15,11 +20,20 @@ from typing import Any
 import httpx
 
 from sglang_envelope.errors.exceptions import UpstreamError
-from sglang_envelope.serve.transport import EngineReply, json_headers
+from sglang_envelope.serve.transport import (
+    CONTROL_TIMEOUT_S,
+    DEFAULT_CONNECTIONS,
+    DEFAULT_POOL_WAIT_S,
+    EngineReply,
+    Slots,
+    control_connections,
+    json_headers,
+)
 
 __all__ = ["HttpxTransport"]
 
-#: No read timeout: SGLang may queue a request, or pause a stream, for long.
+#: No read timeout: SGLang may queue a request, or pause a stream, for long (the
+#: service's `idle_timeout_s` bounds the silence instead).
 DEFAULT_TIMEOUT = httpx.Timeout(None, connect=5.0)
 
 
@@ -32,17 +46,45 @@ def _upstream(error: httpx.HTTPError) -> UpstreamError:
 
 
 class HttpxTransport:
-    """SGLang at `base_url` over `client` (its own when None, closed by `aclose`)."""
+    """SGLang at `base_url` over `client` (its own when None, closed by `aclose`).
 
-    __slots__ = ("_client", "_owned")
+    Aborts and GETs go over `abort_client`; when None, over a client of the
+    transport's own for `base_url`, or over `client` itself when `client` is given
+    (then size its pool beyond `connections`, or pass `abort_client`).
+    """
 
-    def __init__(self, base_url: str, *, client: httpx.AsyncClient | None = None) -> None:
-        self._owned = client is None
-        self._client = client or httpx.AsyncClient(
-            base_url=base_url, timeout=DEFAULT_TIMEOUT
-        )
-        if client is not None and not str(client.base_url):
-            self._client.base_url = httpx.URL(base_url)
+    __slots__ = ("_client", "_control", "_owned", "slots")
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        client: httpx.AsyncClient | None = None,
+        abort_client: httpx.AsyncClient | None = None,
+        connections: int = DEFAULT_CONNECTIONS,
+        pool_wait_s: float = DEFAULT_POOL_WAIT_S,
+    ) -> None:
+        #: The generate connections, taken by the serving loop before each send.
+        self.slots = Slots(connections, pool_wait_s)
+        self._owned: list[httpx.AsyncClient] = []
+        if client is None:
+            limits = httpx.Limits(
+                max_connections=connections, max_keepalive_connections=connections
+            )
+            client = httpx.AsyncClient(
+                base_url=base_url, timeout=DEFAULT_TIMEOUT, limits=limits
+            )
+            self._owned.append(client)
+        elif not str(client.base_url):
+            client.base_url = httpx.URL(base_url)
+        self._client = client
+        if abort_client is None and self._owned:
+            lane = httpx.Limits(max_connections=control_connections(connections))
+            abort_client = httpx.AsyncClient(
+                base_url=base_url, timeout=CONTROL_TIMEOUT_S, limits=lane
+            )
+            self._owned.append(abort_client)
+        self._control = abort_client or client
 
     async def generate(self, body: bytes, headers: Mapping[str, str]) -> EngineReply:
         request = self._client.build_request(
@@ -61,7 +103,7 @@ class HttpxTransport:
 
     async def abort(self, body: bytes) -> int:
         try:
-            response = await self._client.post(
+            response = await self._control.post(
                 "/abort_request", content=body, headers=json_headers({})
             )
         except httpx.HTTPError as error:
@@ -71,15 +113,15 @@ class HttpxTransport:
     async def get(self, path: str) -> tuple[int, bytes]:
         """GET `path` (``/get_server_info``, ``/v1/loads``): the status and the body."""
         try:
-            response = await self._client.get(path)
+            response = await self._control.get(path)
         except httpx.HTTPError as error:
             raise _upstream(error) from error
         return response.status_code, response.content
 
     async def aclose(self) -> None:
-        """Close the client, when the transport made it."""
-        if self._owned:
-            await self._client.aclose()
+        """Close the clients the transport made."""
+        for client in self._owned:
+            await client.aclose()
 
     async def __aenter__(self) -> HttpxTransport:
         return self

@@ -174,7 +174,7 @@ def error_response(
             "param": None,
         }
         return ErrorAnswer(400, JSON, _ENCODER.encode({**body, "code": 400}))
-    # body_too_large (413) and an unreachable SGLang (502, 504): no stream was begun
+    # body_too_large (413) and an unreachable SGLang (502, 503, 504): no stream was begun
     kept_status = isinstance(exc, UpstreamError) or (
         isinstance(exc, RequestRejected) and status != 400
     )

@@ -241,21 +241,43 @@ class UpstreamError(ResponseError):
     """SGLang could not be reached, or did not answer in time: the transport failed.
 
     `status` is the HTTP status a gateway answers with: 502 (down, refused, reset,
-    or the connection broke mid-answer) or 504 (timed out). `message` says what
-    failed.
+    or the connection broke mid-answer), 503 (the service's own: no connection to
+    SGLang came free in time, or the service is shutting down) or 504 (timed out).
+    `message` says what failed; `retry_after_s`, when not None, is the whole
+    seconds a client should wait before it tries again (``Retry-After``).
     """
 
     error_type = "upstream_error"
 
-    def __init__(self, message: str, status: int = 502) -> None:
-        if status not in (502, 504):
-            raise EnvelopeError(f"status: expected 502 or 504, got {show_value(status)}")
+    def __init__(
+        self, message: str, status: int = 502, *, retry_after_s: int | None = None
+    ) -> None:
+        if status not in (502, 503, 504):
+            raise EnvelopeError(
+                f"status: expected 502, 503 or 504, got {show_value(status)}"
+            )
+        if retry_after_s is not None and (
+            type(retry_after_s) is not int or retry_after_s < 0
+        ):
+            raise EnvelopeError(
+                "retry_after_s: expected None or whole seconds >= 0, "
+                f"got {show_value(retry_after_s)}"
+            )
         super().__init__(message)
         self.message = message
         self.status = status
+        self.retry_after_s = retry_after_s
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return type(self), (self.message, self.status), self.__dict__
+        args = (self.message, self.status, self.retry_after_s)
+        return _upstream_error, args, self.__dict__
+
+
+def _upstream_error(
+    message: str, status: int, retry_after_s: int | None
+) -> UpstreamError:
+    """An `UpstreamError` unpickled (its keyword argument given by name)."""
+    return UpstreamError(message, status, retry_after_s=retry_after_s)
 
 
 _REPR = reprlib.Repr()

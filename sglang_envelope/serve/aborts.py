@@ -71,12 +71,21 @@ class Aborts:
         """How many aborts and releases are still under way."""
         return len(self._tasks)
 
-    async def wait(self) -> None:
-        """Until every abort under way has ended (each bounded by its plan's deadline)."""
+    async def wait(self, timeout_s: float | None = None) -> None:
+        """Until every abort under way has ended (each bounded by its plan's deadline);
+        past `timeout_s`, those left are cancelled, their connections released."""
         import asyncio
 
+        loop = asyncio.get_running_loop()
+        end = None if timeout_s is None else loop.time() + timeout_s
         while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+            left = None if end is None else end - loop.time()
+            if left is not None and left <= 0:
+                for task in self._tasks:
+                    task.cancel()
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+                return
+            await asyncio.wait(set(self._tasks), timeout=left)
 
     async def _abort(self, leg: Leg, reading: asyncio.Future[Any] | None) -> None:
         import asyncio
@@ -90,19 +99,19 @@ class Aborts:
             reading = asyncio.ensure_future(_drain(leg))
         result: AbortOutcome | Exception
         try:
-            result = await run_abort(
-                plan,
-                leg.transport.abort,
-                first_token=watched.first_output,
-                finished=watched.finished,
-            )
-        except transport_failures() as error:
-            result = as_upstream_error(error)
-        except Exception as error:  # reported, not lost: the caller's hook sees it
-            result = error
-        try:
+            try:
+                result = await run_abort(
+                    plan,
+                    leg.transport.abort,
+                    first_token=watched.first_output,
+                    finished=watched.finished,
+                )
+            except transport_failures() as error:
+                result = as_upstream_error(error)
+            except Exception as error:  # reported, not lost: the caller's hook sees it
+                result = error
             await asyncio.wait([reading], timeout=plan.deadline_s)
-        finally:
+        finally:  # also when cancelled (`wait` past its bound)
             for task in (reading, leg.sending):  # a send still under way is given up
                 task.cancel()
             await asyncio.gather(reading, leg.sending, return_exceptions=True)

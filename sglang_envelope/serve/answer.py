@@ -9,7 +9,11 @@ from typing import NamedTuple
 import msgspec
 
 from sglang_envelope.errors.answers import error_response, stream_requested
-from sglang_envelope.errors.exceptions import EnvelopeError, RequestRejected
+from sglang_envelope.errors.exceptions import (
+    EnvelopeError,
+    RequestRejected,
+    UpstreamError,
+)
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.engine import EngineRequest
 from sglang_envelope.request.sequences import decode_sequences
@@ -53,7 +57,15 @@ def whole_answer(status: int, media_type: str, body: bytes) -> Answer:
 
 
 def refused(exc: EnvelopeError, stream: bool) -> Answer:
-    return whole_answer(*error_response(exc, stream=stream))
+    """The client's answer to `exc`, in its mode: with ``Retry-After`` when `exc` says
+    when to try again (an `UpstreamError` of the service's own 503)."""
+    status, media_type, body = error_response(exc, stream=stream)
+    retry = exc.retry_after_s if isinstance(exc, UpstreamError) else None
+    if retry is None:
+        return whole_answer(status, media_type, body)
+    return Answer(
+        status, {"content-type": media_type, "retry-after": str(retry)}, _one(body)
+    )
 
 
 def refused_unread(exc: EnvelopeError) -> Answer:

@@ -53,6 +53,14 @@ def check_service_arguments(arguments: Mapping[str, Any]) -> None:
         raise EnvelopeError(
             f"disconnect_poll_s: expected seconds in (0, 60], got {show_value(poll)}"
         )
+    idle = arguments["idle_timeout_s"]
+    if idle is not None and (
+        type(idle) not in (int, float) or not 0 < idle < float("inf")
+    ):
+        raise EnvelopeError(
+            "idle_timeout_s: expected None (no bound, by choice) or finite seconds > 0, "
+            f"got {show_value(idle)}"
+        )
     limit = arguments["max_bytes"]
     if type(limit) is not int or limit < 1:
         raise EnvelopeError(

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
+from sglang_envelope.errors.exceptions import EnvelopeError, UpstreamError
 from sglang_envelope.request.deployment import Deployment
 from sglang_envelope.request.engine import EngineRequest
 from sglang_envelope.response.aggregate import parse_unary
 from sglang_envelope.response.aiter import aggregate_sse_async
 from sglang_envelope.serve.transport import (
+    Slots,
     Transport,
     as_upstream_error,
     check_reply,
@@ -27,16 +31,19 @@ class Leg:
     """An engine request, sent with `transport` as soon as it is made, and its answer.
 
     `sending` is the task that sends it; it attaches SGLang's answer to
-    `watched` when the answer's head arrives, or ends in `UpstreamError`.
+    `watched` when the answer's head arrives, or ends in `UpstreamError`. With
+    `idle_s`, SGLang has that long to send the head, and each chunk after it
+    (`WatchedReply`), else `UpstreamError` 504.
     """
 
-    __slots__ = ("engine", "sending", "transport", "watched")
+    __slots__ = ("dispatched", "engine", "sending", "stopped", "transport", "watched")
 
     def __init__(
         self,
         engine: EngineRequest,
         transport: Transport,
         wire: tuple[bytes, Mapping[str, str]] | None = None,
+        idle_s: float | None = None,
     ) -> None:
         """Send `engine` with `transport`: as `wire` (a body and its headers), else as
         `engine.to_json()` and `engine.headers`."""
@@ -44,18 +51,56 @@ class Leg:
 
         self.engine = engine
         self.transport = transport
-        self.watched = WatchedReply(streamed=engine.stream)
+        self.watched = WatchedReply(streamed=engine.stream, idle_s=idle_s)
+        #: Why the leg was stopped before its answer came (`stop`).
+        self.stopped: EnvelopeError | None = None
+        #: Whether it was handed to the transport: a leg still waiting for a connection
+        #: has not reached SGLang, and never will once cancelled.
+        self.dispatched = False
         body, headers = wire or (engine.to_json(), engine.headers)
         self.sending: asyncio.Future[None] = asyncio.ensure_future(
-            self._send(body, headers)
+            self._send(body, headers, idle_s)
         )
 
-    async def _send(self, body: bytes, headers: Mapping[str, str]) -> None:
+    async def _send(
+        self, body: bytes, headers: Mapping[str, str], idle_s: float | None
+    ) -> None:
+        """Take a connection (the transport's `Slots`, when it has them), send, and attach
+        SGLang's answer; the connection is freed when the answer is closed."""
+        import asyncio
+
+        slots = getattr(self.transport, "slots", None)
+        release = await slots.take() if isinstance(slots, Slots) else None
+        self.dispatched = True
+        timer = None
+        if idle_s is not None:
+            silent = UpstreamError(f"SGLang sent nothing for {idle_s:g} s", 504)
+            timer = asyncio.get_running_loop().call_later(idle_s, self.stop, silent)
         try:
-            reply = await self.transport.generate(body, headers)
-        except transport_failures() as error:
-            raise as_upstream_error(error) from error
-        self.watched.attach(check_reply(reply))
+            reply = check_reply(await self.transport.generate(body, headers))
+        except BaseException as error:
+            if release is not None:
+                release()
+            if isinstance(error, asyncio.CancelledError) and self.stopped is not None:
+                raise self.stopped from None
+            if isinstance(error, transport_failures()):
+                raise as_upstream_error(error) from error
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if release is not None:
+            reply = msgspec.structs.replace(reply, close=_then(reply.close, release))
+        self.watched.attach(reply)
+
+    def stop(self, error: EnvelopeError) -> None:
+        """Stop the leg with `error` (never suspends): a send under way is cancelled (one
+        still waiting for a connection is never dispatched) and ends in `error`; a reader
+        of the answer gets `error` (`WatchedReply.stop`)."""
+        if not self.sending.done():
+            self.stopped = error
+            self.sending.cancel()
+        self.watched.stop(error)
 
     @property
     def status(self) -> int:
@@ -82,3 +127,17 @@ class Leg:
             return dict(response)
         except transport_failures() as error:
             raise as_upstream_error(error) from error
+
+
+def _then(
+    close: Callable[[], Awaitable[None]], release: Callable[[], None]
+) -> Callable[[], Awaitable[None]]:
+    """`close`, then `release` (the answer's connection closed, then its slot freed)."""
+
+    async def closed() -> None:
+        try:
+            await close()
+        finally:
+            release()
+
+    return closed

@@ -20,17 +20,31 @@ server reads it (`serve.incoming`): its type, its body within the bound.
 - A client that goes away is aborted at once, in a task of its own
   (`Aborts`): a streaming body closed or cancelled, or `disconnected()`
   turning true while a unary answer is awaited. The answer is read to its end
-  meanwhile, and the connection released.
+  meanwhile, and the connection released. A send still waiting for a
+  connection is cancelled: it never reaches SGLang.
+- SGLang silent for `idle_timeout_s` (the answer's head, then between chunks)
+  is answered 504 in SGLang's shape (mid-stream: its error frame), and the
+  engine request aborted.
+- `aclose(deadline_s)` shuts down: new requests 503, every answer in flight
+  stopped (an error frame and ``[DONE]``, or 503) and its engine request aborted.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Mapping
+import contextlib
+import sys
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    Awaitable,
+    Callable,
+    Mapping,
+)
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from sglang_envelope.cancel.plan import AbortPolicy
+from sglang_envelope.cancel.plan import AbortPolicy, check_seconds
 from sglang_envelope.errors.answers import (
     EVENT_STREAM,
     JSON,
@@ -56,7 +70,7 @@ from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.aggregate import DEFAULT_MAX_BYTES
 from sglang_envelope.response.finalize import finalize_response
 from sglang_envelope.response.relay import relay_sse_async
-from sglang_envelope.response.sse import SSE_DONE
+from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, SSE_DONE
 from sglang_envelope.serve.aborts import AbortReport, Aborts
 from sglang_envelope.serve.answer import (
     Answer,
@@ -76,20 +90,44 @@ from sglang_envelope.serve.incoming import read_client_body
 from sglang_envelope.serve.legs import Leg
 from sglang_envelope.serve.many import fan_out, samples_of
 from sglang_envelope.serve.pair import PrefillLeg, PrefillServer, with_prefill_side
+from sglang_envelope.serve.signals import calling_on
 from sglang_envelope.serve.transport import (
     Transport,
     as_upstream_error,
     transport_failures,
 )
-from sglang_envelope.serve.watch import Disconnected, read_past_done, until_done_or_gone
+from sglang_envelope.serve.watch import (
+    Disconnected,
+    is_gone,
+    read_past_done,
+    until_done_or_gone,
+)
 
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["CLIENT_GONE", "Answer", "Service"]
+__all__ = [
+    "CLIENT_GONE",
+    "DEFAULT_CLOSE_DEADLINE_S",
+    "DEFAULT_IDLE_TIMEOUT_S",
+    "Answer",
+    "Service",
+]
 
 #: The status of an answer to a client that went away (nginx's "client closed request").
 CLIENT_GONE: Final = 499
+#: How long SGLang may send nothing on an engine request: the answer's head (for a
+#: unary engine request, which SGLang sends whole at its end, the whole generation),
+#: then between chunks. Generous: SGLang may queue a request, or pause for a long prompt.
+DEFAULT_IDLE_TIMEOUT_S: Final = 600.0
+#: How long `Service.aclose` waits for the aborts it began before it gives up on them.
+DEFAULT_CLOSE_DEADLINE_S: Final = 5.0
+
+
+def _shutting_down() -> UpstreamError:
+    return UpstreamError("the service is shutting down", 503)
+
+
 _encode = msgspec.json.encode
 
 
@@ -99,8 +137,11 @@ class Service:
     __slots__ = (
         "_aborts",
         "_client_incremental",
+        "_closing",
         "_deployment",
+        "_idle_s",
         "_new_rid",
+        "_open",
         "_overrides",
         "_poll_s",
         "_prefill",
@@ -125,6 +166,7 @@ class Service:
         disconnect_poll_s: float = 0.1,
         max_bytes: int = DEFAULT_MAX_BYTES,
         header_overrides: bool = False,
+        idle_timeout_s: float | None = DEFAULT_IDLE_TIMEOUT_S,
     ) -> None:
         check_service_arguments(locals())
         self._overrides = header_overrides
@@ -137,7 +179,11 @@ class Service:
         self._client_incremental = client_incremental
         self._new_rid = rid
         self._poll_s = disconnect_poll_s
+        self._idle_s = idle_timeout_s
         self.max_bytes = max_bytes
+        #: Every leg sent and not yet settled (`_settle`): what `aclose` stops.
+        self._open: set[Leg] = set()
+        self._closing = False
 
     async def __aenter__(self) -> Service:
         return self
@@ -145,9 +191,40 @@ class Service:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def aclose(self) -> None:
-        """Wait for the aborts still under way (each ends by its plan's deadline)."""
-        await self._aborts.wait()
+    @property
+    def disconnect_poll_s(self) -> float:
+        """How often a client's connection is tested while nothing is written to it."""
+        return self._poll_s
+
+    async def aclose(self, deadline_s: float = DEFAULT_CLOSE_DEADLINE_S) -> None:
+        """Close the service within `deadline_s` seconds.
+
+        A request that comes after is answered 503. Every answer in flight is stopped
+        at once (`stop_serving`): a stream ends with SGLang's error frame (code 503)
+        and ``data: [DONE]``, a unary client not yet answered gets 503, and each
+        engine request is aborted by its plan. The aborts are awaited until the
+        deadline; those left then are cancelled and their connections released.
+        """
+        check_seconds("deadline_s", deadline_s)
+        self.stop_serving()
+        await self._aborts.wait(float(deadline_s))
+
+    def stop_serving(self) -> None:
+        """`aclose`'s first step, which never suspends (a signal handler's, `close_on`):
+        refuse new requests with 503, stop every answer in flight, abort its engine
+        request."""
+        self._closing = True
+        for leg in list(self._open):
+            leg.stop(_shutting_down())
+            self._settle(leg)
+
+    def close_on(self, *signals: int) -> contextlib.AbstractContextManager[None]:
+        """While the block runs, each of `signals` (``signal.SIGTERM``) calls
+        `stop_serving` at once, then the handler it had: the server's own (uvicorn's),
+        which stops taking requests and waits for those in flight, now ending. Use it
+        inside the running loop, in the main thread, with a server that handles the
+        signal itself; `aclose` at the server's shutdown then awaits the aborts."""
+        return calling_on(signals, self.stop_serving)
 
     @property
     def aborts_pending(self) -> int:
@@ -269,8 +346,9 @@ class Service:
         import asyncio
 
         try:
-            # n > 1: one request a sample.
-            samples = samples_of(envelope.request, client_rid)
+            if self._closing:
+                raise _shutting_down()
+            samples = samples_of(envelope.request, client_rid)  # n > 1: one a sample
             if samples is None:
                 engines = self._engine_requests(
                     envelope, routing or self._routing, prefill_dp_rank
@@ -279,8 +357,9 @@ class Service:
             return refused(exc, envelope.stream)
         if samples is not None:
             return await self._many(samples, disconnected, routing, prefill_dp_rank)
-        request = envelope.request
-        legs = [Leg(e, to, self._wire(e, request, body)) for e, to in engines]
+        if disconnected is not None and await is_gone(disconnected):
+            return whole_answer(CLIENT_GONE, JSON, b"")  # gone already: never dispatched
+        legs = self._sent(engines, envelope.request, body)
         sending = asyncio.gather(*(leg.sending for leg in legs), return_exceptions=True)
         try:
             gone = await until_done_or_gone(sending, disconnected, self._poll_s)
@@ -324,6 +403,20 @@ class Service:
             )
 
         return await fan_out(one, samples, self._new_rid)
+
+    def _sent(
+        self,
+        engines: list[tuple[EngineRequest, Transport]],
+        request: ClientRequest,
+        body: bytes | None,
+    ) -> list[Leg]:
+        """A leg for each engine request, sent at once, and kept among the legs in flight
+        until it is settled (`_settle`): those `aclose` stops."""
+        legs = [
+            Leg(e, to, self._wire(e, request, body), self._idle_s) for e, to in engines
+        ]
+        self._open.update(legs)
+        return legs
 
     def _wire(
         self, engine: EngineRequest, request: ClientRequest, body: bytes | None
@@ -412,8 +505,12 @@ class Service:
         reading: asyncio.Future[Any] | None = None,
         prefill: PrefillLeg | None = None,
     ) -> None:
-        """Abort each answer not read to its end, else release it (never suspends)."""
-        if leg.watched.finished.is_set():
+        """Abort each answer not read to its end, else release it (never suspends). A
+        send still waiting for a connection is cancelled: it is never dispatched."""
+        self._open.discard(leg)
+        if not leg.dispatched:  # still waiting for a connection: it never will
+            leg.sending.cancel()
+        elif leg.watched.finished.is_set():
             self._aborts.release(leg.watched)
         else:
             self._aborts.start(leg, reading)
@@ -428,12 +525,23 @@ class Service:
         # The pair's prefill leg, when its prompt side goes into the decode frames.
         asks = main.engine.body.return_logprob or main.engine.body.return_routed_experts
         merging = prefill if asks else None
+        incremental = self._deployment.incremental_streaming_output
+        # A cumulative frame is the answer so far: SGLang's stream repeats the answer in
+        # every frame, so `max_bytes` bounds each frame, never their sum, which SGLang
+        # delivers whole (the relay holds one event at a time). Otherwise it bounds the
+        # stream, whose increments add up to the answer.
+        whole, event = (
+            (sys.maxsize, self.max_bytes)
+            if incremental is False
+            else (self.max_bytes, DEFAULT_MAX_EVENT_BYTES)
+        )
         try:
             async for out in relay_sse_async(
                 main.watched,
-                incremental=self._deployment.incremental_streaming_output,
+                incremental=incremental,
                 client_incremental=self._client_incremental,
-                max_bytes=self.max_bytes,
+                max_bytes=whole,
+                max_event_bytes=min(event, self.max_bytes),
             ):
                 if prefill is not None and prefill.failure() is not None:
                     raise prefill.failure()  # type: ignore[misc]

@@ -16,19 +16,39 @@ streams needs no mapping of its own.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import msgspec
 
-from sglang_envelope.errors.exceptions import EnvelopeError, UpstreamError
+from sglang_envelope.errors.exceptions import EnvelopeError, UpstreamError, show_value
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
+    "CONTROL_TIMEOUT_S",
+    "DEFAULT_CONNECTIONS",
+    "DEFAULT_POOL_WAIT_S",
+    "POOL_RETRY_AFTER_S",
     "EngineReply",
+    "Slots",
     "Transport",
     "as_upstream_error",
+    "control_connections",
     "json_headers",
     "transport_failures",
 ]
+
+#: How many engine requests a transport of the adapters has open to one SGLang server at
+#: once: the size of its generate pool (`Slots`). Its aborts have a lane of their own.
+DEFAULT_CONNECTIONS: Final = 256
+#: How long an engine request waits for a free generate connection; past it the client
+#: is answered 503 with ``Retry-After`` (`POOL_RETRY_AFTER_S`).
+DEFAULT_POOL_WAIT_S: Final = 30.0
+#: The ``Retry-After`` of a 503 for a full generate pool, in seconds.
+POOL_RETRY_AFTER_S: Final = 1
+#: The bound on one abort (or GET) over a transport's control lane: connect, write, read.
+CONTROL_TIMEOUT_S: Final = 5.0
 
 
 class EngineReply(msgspec.Struct, frozen=True):
@@ -64,6 +84,71 @@ def json_headers(headers: Mapping[str, str]) -> dict[str, str]:
     sent = {name.lower(): value for name, value in headers.items()}
     sent.setdefault("content-type", "application/json")
     return sent
+
+
+def control_connections(connections: int) -> int:
+    """The connections of a transport's control lane (aborts, GETs) beside `connections`
+    for generations: an eighth of them, at least 8. Never shared with generations, so an
+    abort never waits behind the generations it would free."""
+    return max(8, connections // 8)
+
+
+class Slots:
+    """A transport's generate connections: at most `connections` engine requests at once.
+
+    One more waits at most `wait_s` for a free one, then fails with the service's
+    own `UpstreamError` 503 and ``Retry-After``; one whose client leaves meanwhile is
+    cancelled while it waits, so it is never dispatched. Raises `EnvelopeError`
+    naming the argument for `connections` not an int >= 1, `wait_s` not seconds >= 0.
+    """
+
+    __slots__ = ("_free", "connections", "wait_s")
+
+    def __init__(self, connections: int, wait_s: float) -> None:
+        import asyncio
+
+        if type(connections) is not int or connections < 1:
+            raise EnvelopeError(
+                f"connections: expected an int >= 1, got {show_value(connections)}"
+            )
+        if type(wait_s) not in (int, float) or not 0 <= wait_s < float("inf"):
+            raise EnvelopeError(
+                f"pool_wait_s: expected finite seconds >= 0, got {show_value(wait_s)}"
+            )
+        self.connections = connections
+        self.wait_s = float(wait_s)
+        self._free = asyncio.Semaphore(connections)
+
+    async def take(self) -> Callable[[], None]:
+        """Take a connection, waiting at most `wait_s`: its release (frees it once)."""
+        import asyncio
+
+        free = self._free
+        if not free.locked():
+            await free.acquire()
+        else:
+            try:
+                await asyncio.wait_for(free.acquire(), self.wait_s)
+            except asyncio.TimeoutError:
+                raise UpstreamError(
+                    f"all {self.connections} connections to SGLang stayed busy for "
+                    f"{self.wait_s:g} s",
+                    503,
+                    retry_after_s=POOL_RETRY_AFTER_S,
+                ) from None
+        return _once(free)
+
+
+def _once(free: asyncio.Semaphore) -> Callable[[], None]:
+    """`free.release`, which does something the first time only."""
+    taken = [True]
+
+    def release() -> None:
+        if taken:
+            taken.clear()
+            free.release()
+
+    return release
 
 
 def _timeouts() -> tuple[type[BaseException], ...]:

@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from sglang_envelope.errors.exceptions import EnvelopeError, ResponseError
+from sglang_envelope.errors.exceptions import EnvelopeError, ResponseError, UpstreamError
 from sglang_envelope.response.sse import SseDecoder
 from sglang_envelope.serve.transport import EngineReply
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Disconnected",
     "WatchedReply",
+    "is_gone",
     "is_output",
     "read_all",
     "read_past_done",
@@ -46,6 +47,8 @@ class _Failed:
 
 
 _END: Final = object()
+#: Put in the queue to wake a reader waiting on it (`WatchedReply.stop`).
+_WAKE: Final = object()
 
 
 class WatchedReply:
@@ -53,14 +56,18 @@ class WatchedReply:
 
     One task of its own reads the transport's chunks (a cancelled reader must
     not break the transport's iterator, which an abort still reads to the end);
-    readers take them from a queue one chunk ahead.
+    readers take them from a queue one chunk ahead. With `idle_s`, a reader that
+    waits longer than that for SGLang's next chunk is stopped with `UpstreamError`
+    504 (`stop`); the answer is still read by the abort that follows (`drain`).
     """
 
     __slots__ = (
         "_decoder",
+        "_idle_s",
         "_pump",
         "_queue",
         "_released",
+        "_stop",
         "aborting",
         "attached",
         "finished",
@@ -68,7 +75,7 @@ class WatchedReply:
         "reply",
     )
 
-    def __init__(self, *, streamed: bool) -> None:
+    def __init__(self, *, streamed: bool, idle_s: float | None = None) -> None:
         #: SGLang's answer, once its head has arrived (`attach`).
         import asyncio
 
@@ -79,6 +86,8 @@ class WatchedReply:
         # A unary answer has no frames: its first output is its end.
         self._decoder: SseDecoder | None = SseDecoder() if streamed else None
         self._released = False
+        self._idle_s = idle_s
+        self._stop: EnvelopeError | None = None
         #: Set when an abort of this answer has begun (`Aborts.start`).
         self.aborting = False
         self._queue: asyncio.Queue[object] = asyncio.Queue(maxsize=1)
@@ -107,13 +116,44 @@ class WatchedReply:
         else:
             await self._queue.put(_END)
 
+    def stop(self, error: EnvelopeError) -> None:
+        """Stop the reader: its next read raises `error`, every one after it too (never
+        suspends). SGLang's answer is not finished: `drain` still reads it."""
+        self._stop = error
+        if self._queue.empty():
+            self._queue.put_nowait(_WAKE)
+
     def __aiter__(self) -> WatchedReply:
         return self
 
     async def __anext__(self) -> bytes:
-        if self.finished.is_set():
-            raise StopAsyncIteration
-        item = await self._queue.get()
+        while True:
+            if self._stop is not None:
+                raise self._stop
+            if self.finished.is_set():
+                raise StopAsyncIteration
+            item = await self._next_item()
+            if item is not _WAKE:
+                return self._chunk(item)
+
+    async def _next_item(self) -> object:
+        """The queue's next item, waiting at most `idle_s` for SGLang (then `stop`)."""
+        import asyncio
+
+        if self._idle_s is None or not self._queue.empty():
+            return await self._queue.get()
+        timer = asyncio.get_running_loop().call_later(self._idle_s, self._idled)
+        try:
+            return await self._queue.get()
+        finally:
+            timer.cancel()
+
+    def _idled(self) -> None:
+        seconds = f"{self._idle_s:g}"
+        self.stop(UpstreamError(f"SGLang sent nothing for {seconds} s", 504))
+
+    def _chunk(self, item: object) -> bytes:
+        """The chunk `item` is; at the answer's end, StopAsyncIteration or its failure."""
         if item is _END or isinstance(item, _Failed):
             self.finished.set()
             self.first_output.set()
@@ -142,16 +182,18 @@ class WatchedReply:
         """A reader stopped: keep the connection, for `drain` (this never suspends)."""
 
     async def drain(self, max_bytes: int) -> None:
-        """Read and drop the rest of the answer once it has arrived, up to `max_bytes`."""
+        """Read and drop the rest of the answer once it has arrived, up to `max_bytes`
+        (a reader stopped or not: `stop` does not stop the drain)."""
         await self.attached.wait()
         read = 0
-        try:
-            async for chunk in self:
-                read += len(chunk)
-                if read > max_bytes:
-                    return
-        except Exception:  # the connection broke: there is nothing left to read
-            return
+        while not self.finished.is_set() and read <= max_bytes:
+            item = await self._queue.get()
+            if item is _WAKE:
+                continue
+            try:
+                read += len(self._chunk(item))
+            except Exception:  # StopAsyncIteration at its end, or its failure
+                return
 
     async def release(self) -> None:
         """Stop reading and release the connection, once."""
@@ -209,9 +251,14 @@ async def until_done_or_gone(
         await asyncio.wait([reading], timeout=poll_s)
         if reading.done():
             break
-        gone = disconnected()
-        if inspect.isawaitable(gone):
-            gone = await gone
-        if gone is True:
+        if await is_gone(disconnected):
             return True
     return False
+
+
+async def is_gone(disconnected: Disconnected) -> bool:
+    """Whether `disconnected()` says the client went away (sync or async)."""
+    gone = disconnected()
+    if inspect.isawaitable(gone):
+        gone = await gone
+    return gone is True
