@@ -22,7 +22,7 @@ import pytest
 
 from live.flow import assert_same, client, direct
 from live.servers import LiveServer, live_dir, sglang_environment
-from sglang_envelope import parse_unary
+from sglang_envelope import aggregate_sse, parse_unary
 from sglang_envelope.stream import aggregate_frames
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,9 +67,14 @@ def worker_file() -> Path:
     return path
 
 
+#: The bodies also served through `Service` over the engine (`EngineTransport`).
+THROUGH_SERVICE = ("unary", "stream", "output_flat", "stream_logprobs", "n_2", "batch_2")
+
+
 def run_in_process(incremental: bool) -> list[dict[str, Any]]:
     """Each case's answer from the page's worker (the deployment line first)."""
-    cases = [*BODIES.values(), OUT_OF_VOCAB, ABORTED]
+    served = [{"service": BODIES[name]} for name in THROUGH_SERVICE]
+    cases = [*BODIES.values(), OUT_OF_VOCAB, ABORTED, *served]
     env = sglang_environment([ROOT])
     python = str(live_dir() / "venv" / "bin" / "python")
     command = [python, str(worker_file()), str(live_dir() / "tiny-gpt2")]
@@ -92,7 +97,7 @@ def run_in_process(incremental: bool) -> list[dict[str, Any]]:
 @pytest.fixture(scope="module", params=[False, True], ids=["default", "incremental"])
 def in_process(request: pytest.FixtureRequest) -> dict[str, Any]:
     answers = run_in_process(bool(request.param))
-    names = [*BODIES, "out_of_vocab", "aborted"]
+    names = [*BODIES, "out_of_vocab", "aborted", *(f"service_{n}" for n in THROUGH_SERVICE)]
     return dict(zip(names, answers, strict=True))
 
 
@@ -137,3 +142,23 @@ def test_a_unary_output_flat_request_is_aborted_without_waiting(
     assert abort["sent_before_answer"] and not abort["waited_for_first_token"]
     assert abort["finish_reason"]["type"] == "abort"
     assert abort["completion_tokens"] < 900  # the engine stopped generating
+
+
+@pytest.mark.parametrize("name", THROUGH_SERVICE)
+def test_the_serving_loop_over_the_engine_answers_as_sglang_does(
+    in_process: dict[str, Any], server: LiveServer, name: str
+) -> None:
+    body = BODIES[name]
+    want = asyncio.run(_sglang(server.url, body))
+    got = in_process[f"service_{name}"]["service"]
+    assert got["status"] == 200, got["body"][:300]
+    data = got["body"].encode()
+    answers: list[Any]
+    if name in ("n_2", "batch_2"):  # unary: SGLang's array of two answers
+        answers, wanted = list(parse_unary(data, choices=2)), want
+    elif body.get("stream"):
+        answers, wanted = [aggregate_sse([data])], [want]
+    else:
+        answers, wanted = [parse_unary(data)], [want]
+    for mine, theirs in zip(answers, wanted, strict=True):
+        assert_same(dict(mine), theirs, tolerance=TOLERANCE)
