@@ -77,7 +77,7 @@ def test_unary_client(pd_pair: PdPair, server: LiveServer) -> None:
     body = body_of({"input_ids": PROMPT, "sampling_params": GREEDY, "stream": False})
     got, want = asyncio.run(both(pd_pair, server, body))
     check_prefill_leg(got)
-    assert got.decode_engine.stream  # a unary client, streamed internally
+    assert not got.decode_engine.stream  # a unary client of a server not known incremental: unary
     assert want.status == got.decode.status == 200
     assert_same(got.decode.json(), want.json(), tolerance=PD_TOLERANCE)
 
