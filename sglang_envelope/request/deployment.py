@@ -26,7 +26,13 @@ from sglang_envelope.request.checks import logprobs_past_prompt, routed_start_pa
 from sglang_envelope.request.large_body import int_chunks
 from sglang_envelope.request.rules import RULES_BY_CODE
 
-__all__ = ["DEPLOYMENT_RULES", "Deployment", "DeploymentRule", "check_engine_body"]
+__all__ = [
+    "DEPLOYMENT_RULES",
+    "Deployment",
+    "DeploymentRule",
+    "check_engine_body",
+    "check_routed_experts_shape",
+]
 
 HiddenStates = Literal["off", "last", "full"]
 #: A JSON object as the caller holds it: its bytes, its text, or decoded.
@@ -106,16 +112,9 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         for name, check in _FIELD_CHECKS.items():
             check(name, getattr(self, name))
-        shape = self.routed_experts_shape
-        if shape is not None and not (
-            type(shape) is tuple
-            and len(shape) == 2
-            and all(type(n) is int and n >= 1 for n in shape)
-        ):
-            raise EnvelopeError(
-                "deployment.routed_experts_shape must be a tuple (num_hidden_layers, "
-                f"num_experts_per_tok) of integers >= 1, or None, got {show_value(shape)}"
-            )
+        check_routed_experts_shape(
+            "deployment.routed_experts_shape", self.routed_experts_shape
+        )
         if self.hidden_states not in (None, "off", "last", "full"):
             raise EnvelopeError(
                 "deployment.hidden_states must be 'off', 'last', 'full' or None, got "
@@ -227,6 +226,20 @@ def _json_object(data: JsonObject, name: str) -> dict[str, Any]:
     if type(value) is not dict:
         raise EnvelopeError(f"{name} must be a JSON object, got {type(value).__name__}")
     return value
+
+
+def check_routed_experts_shape(name: str, shape: object) -> None:
+    """`EnvelopeError` naming `name` unless `shape` is None or a tuple
+    ``(num_hidden_layers, num_experts_per_tok)`` of integers >= 1."""
+    if shape is not None and not (
+        type(shape) is tuple
+        and len(shape) == 2
+        and all(type(n) is int and n >= 1 for n in shape)
+    ):
+        raise EnvelopeError(
+            f"{name} must be a tuple (num_hidden_layers, num_experts_per_tok) of "
+            f"integers >= 1, or None, got {show_value(shape)}"
+        )
 
 
 def _model_value(config: dict[str, Any], key: str) -> Any:

@@ -21,7 +21,7 @@ import msgspec
 
 from sglang_envelope.errors.answers import error_event, error_response, stream_requested
 from sglang_envelope.errors.exceptions import EngineError, EnvelopeError, RequestRejected
-from sglang_envelope.request.deployment import Deployment
+from sglang_envelope.request.deployment import Deployment, check_routed_experts_shape
 from sglang_envelope.request.limits import DEFAULT_MAX_BODY_BYTES
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.sse import SSE_DONE
@@ -115,15 +115,7 @@ def _check_options(options: dict[str, Any]) -> None:
             "disaggregation_mode must be 'null', 'prefill' or 'decode', "
             f"got {options['disaggregation_mode']!r}"
         )
-    shape = options["routed_experts_shape"]
-    if shape is not None and not (
-        type(shape) is tuple
-        and len(shape) == 2
-        and all(type(n) is int and n >= 1 for n in shape)
-    ):
-        raise EnvelopeError(
-            f"routed_experts_shape must be None or (layers, top_k), got {shape!r}"
-        )
+    check_routed_experts_shape("routed_experts_shape", options["routed_experts_shape"])
 
 
 class FakeEngine:
