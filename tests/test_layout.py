@@ -22,7 +22,7 @@ ALLOWED = {
     "response": {"errors", "request"},
     "cancel": {"errors", "releases", "request"},
     "serve": {"errors", "releases", "request", "response", "cancel"},
-    "adapters": {"errors", "response", "serve"},
+    "adapters": {"errors", "response", "cancel", "serve"},
     "cli": {"errors", "releases", "request", "response", "cancel", "testing", ""},
     "testing": {"errors", "releases", "request", "response", "cancel"},
     "": {"errors", "releases", "request", "response", "cancel", "serve"},

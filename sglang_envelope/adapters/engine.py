@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+from sglang_envelope.cancel.in_process import engine_abort
 from sglang_envelope.errors.answers import error_event
 from sglang_envelope.errors.exceptions import EngineError, EnvelopeError
 from sglang_envelope.response.sse import SSE_DONE, encode_sse
@@ -42,18 +43,18 @@ class EngineTransport:
     engine without ``generate_request`` and ``abort_request``.
     """
 
-    __slots__ = ("_manager", "_request_type")
+    __slots__ = ("_abort", "_manager", "_request_type")
 
     def __init__(self, engine: Any, *, request_type: Callable[..., Any]) -> None:
         manager = getattr(engine, "tokenizer_manager", engine)
-        for name in ("generate_request", "abort_request"):
-            if not callable(getattr(manager, name, None)):
-                raise EnvelopeError(
-                    f"engine: {type(manager).__name__} has no {name}: expected an "
-                    "sgl.Engine or its tokenizer_manager"
-                )
+        if not callable(getattr(manager, "generate_request", None)):
+            raise EnvelopeError(
+                f"engine: {type(manager).__name__} has no generate_request: expected an "
+                "sgl.Engine or its tokenizer_manager"
+            )
         if not callable(request_type):
             raise EnvelopeError("request_type must be SGLang's GenerateReqInput class")
+        self._abort = engine_abort(manager)  # an abort plan's send, in-process
         self._manager = manager
         self._request_type = request_type
 
@@ -74,8 +75,7 @@ class EngineTransport:
     async def abort(self, body: bytes) -> int:
         """Abort the rid of `body` (``{"rid": "..."}``, as `plan_abort` writes it) with
         ``tokenizer_manager.abort_request``; 200, as SGLang's ``/abort_request``."""
-        self._manager.abort_request(rid=_decode(body)["rid"])
-        return 200
+        return await self._abort(body)
 
 
 async def _frames(outputs: AsyncIterator[Any]) -> AsyncIterator[bytes]:
