@@ -686,15 +686,16 @@ def engine_requests_to_abort(
 ) -> EngineRequest:
     """An engine request built by the library for `role` (any when None).
 
-    `stream` pins the engine's stream mode: False needs an output-flat request
-    (`DEPLOYMENT` streams incrementally, so any other unary client streams) and a
-    unary role (aggregated or decode), since only that is sent unary.
+    `stream` pins the engine's stream mode: the client's, but for the prefill role,
+    which always streams; False needs a unary role (aggregated or decode).
     """
     if role is None:
         unary_roles = [Role.AGGREGATED, Role.DECODE]
         role = draw(st.sampled_from(unary_roles if stream is False else list(Role)))
-    output_flat = draw(st.booleans()) if stream is None else not stream
+    streams = draw(st.booleans()) if stream is None else stream
+    output_flat = not streams and draw(st.booleans())
     body = {
+        "stream": streams,
         "input_ids": draw(token_ids),
         "return_logprob": True,
         "top_logprobs_num": 1,

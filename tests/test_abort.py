@@ -131,7 +131,8 @@ def test_default_policy() -> None:
     assert policy.retry_delays_s == (0.05, 0.1, 0.2, 0.4, 0.8)
     assert policy.first_token_wait_s == 5.0
     assert policy.deadline_s == 10.0
-    envelope = to_worker_envelope(decode_client_request({"input_ids": [1]}), rid="r-1")
+    body = {"input_ids": [1], "stream": True}
+    envelope = to_worker_envelope(decode_client_request(body), rid="r-1")
     request = build_engine_request(
         envelope,
         deployment=DEPLOYMENT,

@@ -20,7 +20,6 @@ import pytest
 
 from sglang_envelope import AbortPolicy, Bootstrap, Role
 from sglang_envelope.flat import encode_flat_top_logprobs
-from sglang_envelope.stream import aggregate_frames
 from tests.test_docs import run_blocks
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "pieces.md"
@@ -178,22 +177,20 @@ async def refuse(fake: FakeSGLang, body: dict[str, Any], writer: asyncio.StreamW
     writer.write(b'{"error": {"message": "Input length exceeds the context length"}}')
 
 
-def test_a_unary_client_without_output_flat_gets_one_body_from_the_engine_s_frames(
-    page: dict[str, Any],
+@pytest.mark.parametrize("incremental", [True, False])
+def test_a_unary_client_of_a_server_of_known_mode_is_asked_unary(
+    page: dict[str, Any], incremental: bool
 ) -> None:
-    incremental = msgspec.structs.replace(
-        page["PAGE_DEPLOYMENT"], incremental_streaming_output=True
+    """An incremental stream aggregated would repeat each frame's `meta_info`, a
+    cumulative one the answer so far: SGLang's one answer costs the least."""
+    deployment = msgspec.structs.replace(
+        page["PAGE_DEPLOYMENT"], incremental_streaming_output=incremental
     )
-    body = b'{"input_ids": [1, 2], "stream": false}'
-    status, answer, fake = run(page, stream_incremental, body, DEPLOYMENT=incremental)
+    body = b'{"rid": "client-1", "input_ids": [1, 2], "stream": false}'
+    status, answer, fake = run(page, answer_unary, body, DEPLOYMENT=deployment)
     (sent,) = fake.generate
-    assert sent["stream"] is True  # an incremental server: streamed internally, O(answer)
-    assert status == 200
-    reply = msgspec.json.decode(answer)  # one JSON body, not SSE
-    expected = aggregate_frames([msgspec.json.decode(f[len(b"data: ") :]) for f in INCREMENTAL])
-    assert reply["text"] == expected["text"] == " The answer."
-    assert reply["output_ids"] == expected["output_ids"]
-    assert reply["meta_info"] == expected["meta_info"] | {"id": sent["rid"]}  # the client's rid
+    assert sent["stream"] is False
+    assert status == 200 and msgspec.json.decode(answer) == unary_answer("client-1")
 
 
 def test_an_engine_error_body_reaches_the_client_with_the_engine_s_status(

@@ -95,18 +95,17 @@ def test_a_unary_request_with_output_flat_gets_the_unary_body() -> None:
     assert status == 200 and msgspec.json.decode(answer) == finished
 
 
-def test_a_unary_client_without_output_flat_gets_one_body_from_the_engine_s_frames() -> None:
-    frames = [_response("hi", [7], 1), _response("!", [8], 2, {"type": "stop", "matched": 2})]
-    engine = Engine(b"".join(encode_sse(frame) for frame in frames) + SSE_DONE)
+@pytest.mark.parametrize("incremental", [True, False, None])
+def test_a_unary_client_is_asked_unary_on_every_server(incremental: bool | None) -> None:
+    finished = _response("hi!", [7, 8], 2, {"type": "stop", "matched": 2})
+    engine = Engine(msgspec.json.encode(finished))
     body = b'{"rid": "client-1", "input_ids": [5], "stream": false}'
-    status, answer = _serve(
-        body, engine, msgspec.structs.replace(DEPLOYMENT, incremental_streaming_output=True)
-    )
+    deployment = msgspec.structs.replace(DEPLOYMENT, incremental_streaming_output=incremental)
+    status, answer = _serve(body, engine, deployment)
     ((_, sent, accept),) = engine.sent
-    # An incremental server: streamed internally, at the answer's own cost.
-    assert sent["stream"] is True and accept == "text/event-stream"
+    assert sent["stream"] is False and accept == "application/json"
     assert status == 200
-    reply = msgspec.json.decode(answer)  # one JSON body, not SSE
+    reply = msgspec.json.decode(answer)  # SGLang's one answer, under the client's rid
     assert reply["text"] == "hi!" and reply["output_ids"] == [7, 8]
     assert reply["meta_info"]["id"] == "client-1"
 

@@ -278,7 +278,7 @@ def test_engine_request_follows_the_role_table(
         expected.pop("min_new_tokens", None)
         assert out["sampling_params"] == {**expected, "n": 1, "max_new_tokens": 1}
     else:
-        assert out["stream"] is (not output_flat)
+        assert out["stream"] is (body.get("stream") is True)  # the client's mode
         assert out.get(OUTPUT_FLAT, False) is output_flat
         assert out.get(B64, False) is bool(body.get(B64))
         assert out.get("sampling_params") == body.get("sampling_params")

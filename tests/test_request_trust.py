@@ -700,7 +700,11 @@ def test_a_logprob_start_past_the_prompt_is_refused_in_sglang_words() -> None:
 
 @pytest.mark.parametrize(
     ("body", "accept"),
-    [(OUTPUT_FLAT, "application/json"), ({"input_ids": [1]}, "text/event-stream")],
+    [
+        (OUTPUT_FLAT, "application/json"),
+        ({"input_ids": [1]}, "application/json"),
+        ({"input_ids": [1], "stream": True}, "text/event-stream"),
+    ],
 )
 def test_the_engine_request_says_which_headers_to_send(body: Any, accept: str) -> None:
     engine = _build(_envelope(body), Role.AGGREGATED)

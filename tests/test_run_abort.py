@@ -109,7 +109,11 @@ def serve(
 
 
 def engine(role: Role, *, stream: bool) -> Any:
-    body = {"input_ids": [1, 2, 3], "return_flat_raw_output_top_logprobs": not stream}
+    body = {
+        "input_ids": [1, 2, 3],
+        "stream": stream,
+        "return_flat_raw_output_top_logprobs": not stream,
+    }
     if not stream:
         body.update(return_logprob=True, top_logprobs_num=1)
     envelope = to_worker_envelope(decode_client_request(body), rid=RID)

@@ -76,8 +76,8 @@ def test_a_unary_client_of_a_cumulative_server_is_asked_unary() -> None:
     assert response["output_ids"] == [7, 8] and response["meta_info"]["id"] == "client-a"
 
 
-@pytest.mark.parametrize("incremental", [True, None])
-def test_a_unary_client_of_an_incremental_server_gets_one_body_from_an_internal_stream(
+@pytest.mark.parametrize("incremental", [True, False, None])
+def test_a_unary_client_is_asked_unary_whatever_the_server_s_mode(
     incremental: bool | None,
 ) -> None:
     deployment = msgspec.structs.replace(DEPLOYMENT, incremental_streaming_output=incremental)
@@ -89,11 +89,10 @@ def test_a_unary_client_of_an_incremental_server_gets_one_body_from_an_internal_
             return await read(await svc.generate(UNARY)), transport
 
     body, transport = run(main())
-    # Not known: asked unary, so the fake answers the stream's last frame.
-    assert transport.requests[0]["stream"] is (incremental is True)
+    # Asked unary: the fake answers a unary request with the stream's last frame.
+    assert transport.requests[0]["stream"] is False
     response = msgspec.json.decode(body)
-    expected = [7, 8] if incremental else [8]
-    assert response["output_ids"] == expected and response["meta_info"]["id"] == "client-a"
+    assert response["output_ids"] == [8] and response["meta_info"]["id"] == "client-a"
 
 
 def test_output_flat_is_asked_unary_and_answered_as_sglang_answers() -> None:

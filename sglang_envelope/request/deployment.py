@@ -84,9 +84,7 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True):
     - `skip_tokenizer_init`, `enable_custom_logit_processor`, `enable_strict_thinking`,
       `hidden_states`: server flags that refuse some requests.
     - `incremental_streaming_output`: the stream mode of the server's SSE frames,
-      for the readers (`aggregate_sse(..., incremental=...)`), and for the engine
-      request of a unary client: streamed only on an incremental server (True);
-      on a cumulative one, or one not known (None), asked unary.
+      for the readers (`aggregate_sse(..., incremental=...)`).
     - `enable_return_routed_experts`: the server's ``--enable-return-routed-experts``;
       without it SGLang answers ``return_routed_experts`` with no routed experts at all.
     - `routed_experts_shape`: ``(num_hidden_layers, num_experts_per_tok)`` of a

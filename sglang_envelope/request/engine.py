@@ -84,11 +84,10 @@ class RolePlan(NamedTuple):
     """How one role turns an envelope into an engine request."""
 
     needs_bootstrap: bool
-    #: True: always stream. False: the client's mode (`_engine_streams`): a streaming
-    #: client streams; a unary client streams only on an incremental server, where
-    #: the internal stream costs what the answer costs (a cumulative stream repeats
-    #: the whole answer in every frame), and never when output-flat, which SGLang
-    #: builds only on a finished (unary) response.
+    #: True: always stream. False: the client's mode: SGLang streams to a streaming
+    #: client and answers a unary one with one body, as the client asked (a stream
+    #: aggregated would cost more than the answer: a cumulative stream repeats the
+    #: answer in every frame, an incremental one repeats its `meta_info`).
     always_streams: bool
     #: Prefill computes the prompt and one token for the KV handoff: it drops
     #: output-flat (decode provides it), keeps prompt-flat and Base64 only while
@@ -346,7 +345,7 @@ def build_engine_request(
     # The envelope's own ids were checked when it was made; others are checked here.
     if input_ids is not request.input_ids and input_ids is not None:
         fields["input_ids"] = _check_input_ids(input_ids)
-    fields["stream"] = plan.always_streams or _engine_streams(request, deployment)
+    fields["stream"] = plan.always_streams or request.stream is True
     if bootstrap is not None:
         fields.update(_bootstrapped(bootstrap))
     if plan.is_prefill:
@@ -358,21 +357,6 @@ def build_engine_request(
     body = _replace(EngineBody(*_astuple(request)[:_CLIENT_FIELD_COUNT]), **fields)
     check_engine_body(deployment, body)
     return _made(role, body, request.passed_fields)
-
-
-def _engine_streams(request: ClientRequest, deployment: Deployment) -> bool:
-    """Whether the engine request of a role that follows the client streams.
-
-    A streaming client's does. A unary client's streams only on a server known to
-    stream incrementally (`Deployment.incremental_streaming_output` True): a
-    cumulative stream, SGLang's default, repeats the answer so far in every frame,
-    so aggregating it would pull the square of the answer's length; on such a
-    server, or one whose mode is not known (None), the unary client is asked
-    unary. Output-flat is always unary (SGLang builds it only on a unary answer).
-    """
-    if request.return_flat_raw_output_top_logprobs:
-        return False
-    return request.stream is True or deployment.incremental_streaming_output is True
 
 
 def _check_arguments(envelope: object, deployment: object, routing: object) -> None:
