@@ -57,7 +57,15 @@ class Recorder:
             Route("/get_server_info", self.server_info, methods=["GET"]),
         ]
         self.app = Starlette(routes=routes)
-        self.client = httpx.AsyncClient(base_url=upstream, timeout=httpx.Timeout(None))
+        # The proxy must queue nothing of its own: generations get as many connections as
+        # come (httpx's default pool, 100, would hold the 101st request back), and aborts and
+        # GETs a client of their own, so an abort never waits in the pool behind the
+        # generations it is meant to end.
+        unbounded = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+        self.client = httpx.AsyncClient(
+            base_url=upstream, timeout=httpx.Timeout(None), limits=unbounded
+        )
+        self.control = httpx.AsyncClient(base_url=upstream, timeout=httpx.Timeout(30.0))
 
     async def generate(self, request: Request) -> StreamingResponse:
         body = await request.body()
@@ -86,13 +94,13 @@ class Recorder:
     async def abort(self, request: Request) -> Response:
         body = await request.body()
         self.aborts.append((time.monotonic(), json.loads(body)))
-        answer = await self.client.post(
+        answer = await self.control.post(
             "/abort_request", content=body, headers={"content-type": "application/json"}
         )
         return Response(answer.content, answer.status_code)
 
     async def server_info(self, request: Request) -> Response:
-        answer = await self.client.get("/get_server_info")
+        answer = await self.control.get("/get_server_info")
         return Response(answer.content, answer.status_code, media_type="application/json")
 
     def wait_ended(self, count: int = 1, timeout: float = 15.0) -> list[Generation]:
