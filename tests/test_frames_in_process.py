@@ -139,3 +139,58 @@ def test_what_is_not_a_frame_is_the_relay_s_error_frame() -> None:
         aggregate_frames(["not a frame"])  # type: ignore[list-item]
     with pytest.raises(ResponseError, match="JSON array"):
         parse_unary([json.loads(CASES[0]["unary"])])
+
+
+def test_an_abort_with_a_status_is_relayed_as_sglang_streams_it() -> None:
+    """SGLang streams a request it ended with a status (a timeout) as its last frame."""
+    frames = frames_of(CASES[0]["stream"])[:2]
+    last = {**frames[-1], "meta_info": dict(frames[-1]["meta_info"])}
+    last["meta_info"]["finish_reason"] = {
+        "type": "abort",
+        "status_code": 503,
+        "message": "Request running timeout reached.",
+    }
+    stream = [frames[0], last]
+    relayed = list(relay_frames(stream, incremental=CASES[0]["incremental"]))
+    assert relayed[-1]["meta_info"]["finish_reason"] == last["meta_info"]["finish_reason"]
+    data = b"".join(encode_sse(frame) for frame in stream) + SSE_DONE
+    by_bytes = sse_frames(b"".join(relay_sse([data], incremental=CASES[0]["incremental"])))
+    assert relayed == by_bytes
+
+
+@given(st.data())
+def test_the_async_relay_ends_as_the_sync_one_on_a_cut_or_an_error(
+    data: st.DataObject,
+) -> None:
+    case = data.draw(st.sampled_from(CASES))
+    frames = frames_of(case["stream"])
+    cut = data.draw(st.integers(0, len(frames) - 1))
+    failed = EngineError("The running request was aborted by a backend error.", 500)
+    engine_error = msgspec.json.decode(error_event(failed)[6:])
+    for stream in (frames[:cut], [*frames[:cut], engine_error, *frames[cut:]]):
+        want = list(relay_frames(stream, incremental=case["incremental"]))
+        relayed = relay_frames_async(outputs(stream), incremental=case["incremental"])
+        assert asyncio.run(collected(relayed)) == want
+        assert "error" in want[-1]
+
+
+def test_many_sequences_aggregate_async_as_they_do_sync() -> None:
+    """Two sequences' frames, interleaved with their ``index`` as SGLang streams n = 2."""
+    one, two = (frames_of(case["stream"]) for case in CASES[:2] if not case["incremental"])
+    both = [
+        {**frame, "index": i}
+        for pair in zip(one, two, strict=False)
+        for i, frame in enumerate(pair)
+    ]
+    both += [{**frame, "index": 0} for frame in one[len(two) :]]
+    both += [{**frame, "index": 1} for frame in two[len(one) :]]
+    want = aggregate_frames(both, incremental=False, choices=2)
+    got = asyncio.run(aggregate_frames_async(outputs(both), incremental=False, choices=2))
+    assert got == want and len(got) == 2
+
+
+def test_a_cumulative_frame_without_ids_of_its_own_passes_as_it_is() -> None:
+    """Only a frame holding SGLang's growing ``output_ids`` list is cut to its count."""
+    frames = frames_of(CASES[0]["stream"])
+    bare = [{key: value for key, value in frame.items() if key != "output_ids"} for frame in frames]
+    assert list(relay_frames(bare, incremental=False)) == bare
