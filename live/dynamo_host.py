@@ -10,8 +10,10 @@ discovery (a folder of their own), a TCP request plane, a ZMQ event plane, all o
 loopback. Each is started in its own process group and stopped by it
 (`servers.LiveServer`). `start_worker` runs Dynamo's own worker (``python -m
 dynamo.sglang``), or a worker file of the user's (docs/dynamo.md's), with the suite's
-CPU flags; `call` sends a native body to the worker over Dynamo's request plane, as
-the frontend carries it (`live/dynamo_call.py`).
+CPU flags; `start_pair` runs two, a prefill and a decode worker whose KV cache moves
+over Mooncake's TCP transport as in `live/pd.py`; `call` sends a native body to the
+worker (or the pair) over Dynamo's request plane, as the frontend carries it
+(`live/dynamo_call.py`).
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ import json
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from live.pd import pd_path, pd_variables
 from live.servers import (
     COMMON_FLAGS,
     LiveServer,
@@ -45,9 +49,13 @@ REGISTERED = "Model registration succeeded"
 _NOT_FOR_DYNAMO = ("--sleep-on-idle",)
 
 
-def dynamo_environment(store: Path) -> dict[str, str]:
-    """Dynamo on one machine: file discovery in `store`, TCP and ZMQ on loopback."""
-    env = sglang_environment([live_dir() / "dynamo" / "site", ROOT])
+def dynamo_environment(store: Path, pair: bool = False) -> dict[str, str]:
+    """Dynamo on one machine: file discovery in `store`, TCP and ZMQ on loopback; for a
+    `pair`, Mooncake over TCP and the CPU shim as `live/pd.py`'s servers have them."""
+    path = [live_dir() / "dynamo" / "site", ROOT]
+    env = sglang_environment([*pd_path(), *path] if pair else path)
+    if pair:
+        env.update(pd_variables())
     env.update(
         DYN_FILE_KV=str(store),
         DYN_DISCOVERY_BACKEND="file",
@@ -57,61 +65,114 @@ def dynamo_environment(store: Path) -> dict[str, str]:
         DYN_TCP_RPC_HOST="127.0.0.1",
         DYN_TCP_RESPONSE_STREAM_HOST="127.0.0.1",
         DYN_EVENT_PLANE_HOST="127.0.0.1",
+        DYN_GRACEFUL_SHUTDOWN_GRACE_PERIOD_SECS="0",  # stopped with nothing in flight
         PYTHONHASHSEED="0",
     )
     return env
 
 
+def log_of(worker: LiveServer) -> str:
+    return "" if worker.log is None else worker.log.read_text(errors="replace")
+
+
 @dataclass
 class Dynamo:
-    """A Dynamo worker (and, once started, its frontend) sharing one discovery folder."""
+    """A Dynamo worker, or a prefill/decode pair of them (`worker` the decode one), and
+    once started their frontend, sharing one discovery folder."""
 
     worker: LiveServer
     store: Path
     frontend: LiveServer | None = None
+    prefill: LiveServer | None = None
+    #: The prefill worker's bootstrap server, "HOST:PORT", for a pair.
+    bootstrap: str | None = None
 
     def stop(self) -> None:
-        if self.frontend is not None:
-            self.frontend.stop()
-        self.worker.stop()
+        """Each process stopped by its process group, all at once."""
+        started = [s for s in (self.frontend, self.worker, self.prefill) if s is not None]
+        with ThreadPoolExecutor(len(started)) as pool:
+            list(pool.map(LiveServer.stop, started))
 
     def log(self) -> str:
-        return "" if self.worker.log is None else self.worker.log.read_text(errors="replace")
+        """The (decode) worker's log."""
+        return log_of(self.worker)
 
 
 def _python() -> str:
     return str(live_dir() / "venv" / "bin" / "python")
 
 
-def start_worker(worker_file: Path | None = None) -> Dynamo:
-    """Dynamo's SGLang worker (its own, or `worker_file` run the same way), registered."""
-    store = Path(tempfile.mkdtemp(prefix="dynamo-kv-"))
+def _launch(
+    name: str, worker_file: Path | None, store: Path, pair_flags: tuple[str, ...] = ()
+) -> LiveServer:
+    """Dynamo's SGLang worker (its own, or `worker_file` run the same way), not waiting;
+    with `pair_flags`, a half of a prefill/decode pair."""
     logs = Path(tempfile.mkdtemp(prefix="dynamo-live-"))
     program = ["-m", "dynamo.sglang"] if worker_file is None else [str(worker_file)]
-    flags = [flag for flag in COMMON_FLAGS if flag not in _NOT_FOR_DYNAMO]
+    common = [flag for flag in COMMON_FLAGS if flag not in _NOT_FOR_DYNAMO]
     command = (
         _python(), *program,
         "--model-path", str(live_dir() / MODEL), "--served-model-name", MODEL,
-        *flags, "--port", str(free_port()), "--log-level", "warning",
+        *common, "--port", str(free_port()), "--log-level", "warning",
         "--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq",
+        *pair_flags,
     )  # fmt: skip
     worker = LiveServer(
-        name="dynamo-worker",
+        name=name,
         url="",
-        log=logs / "worker.log",
+        log=logs / f"{name}.log",
         command=command,
-        env=dynamo_environment(store),
+        env=dynamo_environment(store, pair=bool(pair_flags)),
     )
     worker.launch()
-    dynamo = Dynamo(worker, store)
+    return worker
+
+
+def _registered(dynamo: Dynamo) -> Dynamo:
+    """`dynamo` once each of its workers has registered its model (stopped if one fails)."""
+    workers = [dynamo.worker] if dynamo.prefill is None else [dynamo.prefill, dynamo.worker]
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while REGISTERED not in dynamo.log():
-        if not worker.running or time.monotonic() > deadline:
-            tail = dynamo.log()[-3000:]
-            dynamo.stop()
-            raise ServerFailed(f"Dynamo's worker did not register:\n{tail}")
-        time.sleep(0.5)
+    for worker in workers:
+        while REGISTERED not in log_of(worker):
+            if not worker.running or time.monotonic() > deadline:
+                tail = log_of(worker)[-3000:]
+                dynamo.stop()
+                raise ServerFailed(f"Dynamo's {worker.name} did not register:\n{tail}")
+            time.sleep(0.5)
     return dynamo
+
+
+def start_worker(worker_file: Path | None = None) -> Dynamo:
+    """Dynamo's SGLang worker (its own, or `worker_file` run the same way), registered."""
+    store = Path(tempfile.mkdtemp(prefix="dynamo-kv-"))
+    return _registered(Dynamo(_launch("dynamo-worker", worker_file, store), store))
+
+
+def start_pair(worker_file: Path | None = None) -> Dynamo:
+    """A prefill and a decode worker (Dynamo's own, or `worker_file` run the same way) of
+    one model, Mooncake over TCP between them, both registered."""
+    store = Path(tempfile.mkdtemp(prefix="dynamo-kv-"))
+    port = free_port()
+    common = (
+        "--disaggregation-transfer-backend", "mooncake_tcp",
+        "--disaggregation-bootstrap-port", str(port),
+    )  # fmt: skip
+    prefill = _launch(
+        "dynamo-prefill", worker_file, store, (*common, "--disaggregation-mode", "prefill")
+    )
+    decode = _launch(
+        "dynamo-decode",
+        worker_file,
+        store,
+        (
+            *common,
+            "--disaggregation-mode", "decode",
+            # The inferred host_pool backup pins memory through CUDA (as in live/pd.py).
+            "--disaggregation-decode-retraction-backup", "cpu_tensor",
+        ),
+    )  # fmt: skip
+    pair = Dynamo(decode, store, prefill=prefill, bootstrap=f"127.0.0.1:{port}")
+    return _registered(pair)
 
 
 def start_frontend(dynamo: Dynamo) -> LiveServer:
@@ -153,6 +214,8 @@ class Call:
     items: list[dict[str, Any]]
     error: str | None
     seconds: float
+    #: What the prefill worker of a pair streamed back (the meeting point first).
+    prefill: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def answers(self) -> list[dict[str, Any]]:
@@ -164,7 +227,9 @@ def call(dynamo: Dynamo, body: dict[str, Any], stop_after_s: float | None = None
     """`body` sent to the worker over Dynamo's request plane (`live/dynamo_call.py`)."""
     command = [_python(), str(HERE / "dynamo_call.py"), json.dumps(body)]
     if stop_after_s is not None:
-        command.append(str(stop_after_s))
+        command += ["--stop-after", str(stop_after_s)]
+    if dynamo.bootstrap is not None:
+        command += ["--pair", dynamo.bootstrap]
     done = subprocess.run(
         command,
         capture_output=True,
@@ -178,5 +243,6 @@ def call(dynamo: Dynamo, body: dict[str, Any], stop_after_s: float | None = None
     if not lines or "seconds" not in lines[-1]:
         raise AssertionError(f"dynamo_call failed:\n{done.stderr[-3000:]}")
     result = lines[-1]
-    items = [line["item"] for line in lines[:-1]]
-    return Call(items, result.get("error"), float(result["seconds"]))
+    items = [line["item"] for line in lines[:-1] if "item" in line]
+    prefill = [line["prefill"] for line in lines[:-1] if "prefill" in line]
+    return Call(items, result.get("error"), float(result["seconds"]), prefill)

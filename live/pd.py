@@ -87,20 +87,29 @@ class PdPair:
         wait_ready([self.prefill, self.decode], timeout=PD_READY_TIMEOUT_S)
 
 
+def pd_variables(lone_leg_timeout_s: int = PD_LONE_LEG_TIMEOUT_S) -> dict[str, str]:
+    """What both halves of a pair set: Mooncake over TCP on loopback, and how long a leg
+    waits for its other half (SGLang's default: 300 s)."""
+    return {
+        "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": str(lone_leg_timeout_s),
+        "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": str(lone_leg_timeout_s),
+        "SGLANG_HOST_IP": "127.0.0.1",
+        "HOST_IP": "127.0.0.1",
+        "MC_FORCE_TCP": "1",
+        "MOONCAKE_PROTOCOL": "tcp",
+        "SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX": "false",
+    }
+
+
+def pd_path() -> list[Path]:
+    """What both halves of a pair put first on their path: the CPU shim, Mooncake."""
+    return [CPU_SHIM, live_dir() / "mooncake"]
+
+
 def pd_environment(lone_leg_timeout_s: int = PD_LONE_LEG_TIMEOUT_S) -> dict[str, str]:
-    """The environment of both PD servers: Mooncake over TCP on loopback, the CPU shim, and
+    """The environment of both PD servers: the CPU shim, Mooncake over TCP on loopback, and
     how long a leg waits for its other half (SGLang's default: 300 s)."""
-    env = sglang_environment([CPU_SHIM, live_dir() / "mooncake"])
-    env.update(
-        SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=str(lone_leg_timeout_s),
-        SGLANG_DISAGGREGATION_WAITING_TIMEOUT=str(lone_leg_timeout_s),
-        SGLANG_HOST_IP="127.0.0.1",
-        HOST_IP="127.0.0.1",
-        MC_FORCE_TCP="1",
-        MOONCAKE_PROTOCOL="tcp",
-        SGLANG_DISAGG_PREFILL_EARLY_SEND_CACHED_PREFIX="false",
-    )
-    return env
+    return sglang_environment(pd_path()) | pd_variables(lone_leg_timeout_s)
 
 
 def start_pd_pair(

@@ -35,15 +35,26 @@ PLAIN = {"input_ids": [5, 6, 7], "stream": False, "sampling_params": GREEDY}
 STREAM = {"input_ids": [5, 6, 7], "stream": True, "sampling_params": GREEDY}
 #: The engine computes the same tokens in another process: logprobs equal to about 1e-7.
 TOLERANCE = 1e-5
+#: Every test runs beside the default server, so that each worker starts once (the suite
+#: groups its tests by the servers they use).
+pytestmark = pytest.mark.usefixtures("server")
+
+
+def page_file(name: str, folder: Path | None = None) -> Path:
+    """docs/dynamo.md's file `name`, written out as it stands on the page (into `folder`)."""
+    page = (ROOT / "docs" / "dynamo.md").read_text(encoding="utf-8")
+    pattern = rf"^```python\n(# {re.escape(name)}\n.*?)^```"
+    (code,) = re.findall(pattern, page, re.S | re.M)
+    if folder is None:
+        folder = Path(tempfile.mkdtemp(prefix="dynamo-worker-"))
+    path = folder / name
+    path.write_text(code, encoding="utf-8")
+    return path
 
 
 def worker_file() -> Path:
     """docs/dynamo.md's `dynamo_worker.py`, written out as it stands on the page."""
-    page = (ROOT / "docs" / "dynamo.md").read_text(encoding="utf-8")
-    (code,) = re.findall(r"^```python\n(# dynamo_worker\.py\n.*?)^```", page, re.S | re.M)
-    path = Path(tempfile.mkdtemp(prefix="dynamo-worker-")) / "dynamo_worker.py"
-    path.write_text(code, encoding="utf-8")
-    return path
+    return page_file("dynamo_worker.py")
 
 
 @pytest.fixture(scope="module", params=["stock", "library"])

@@ -23,6 +23,7 @@ NOT_YET: dict[str, str] = {}
 #: SGLang or Dynamo, run where those are installed: the live suite's test that runs each.
 LIVE_FILES: dict[str, str] = {
     "dynamo_worker.py": "live/test_dynamo.py",
+    "dynamo_pd_worker.py": "live/test_dynamo_pd.py",
     "in_process_worker.py": "live/test_in_process.py",
 }
 FILE_LINE = re.compile(r"# ([a-z_]+\.py)\n")
