@@ -8,14 +8,18 @@ pool (`Slots`; one more waits `pool_wait_s`, then its client gets the service's
 503 with ``Retry-After``), and aborts (and GETs) over a lane of their own,
 `control_connections(connections)` connections each bounded by
 `CONTROL_TIMEOUT_S`, so an abort never waits behind the generations it frees.
-httpx's failures become `UpstreamError`: a timeout 504, any other transport
-failure (refused, reset, broken mid-answer) 502.
+The generate connections are spread over clients of at most `CLIENT_CONNECTIONS`
+each, a request sent with the client that has the fewest open: httpcore's pool
+(1.0.9) scans all its connections, and each idle one against all of them, at
+every request and every answer released, so one pool of 256 costs a loaded
+server most of its CPU. httpx's failures become `UpstreamError`: a timeout 504,
+any other transport failure (refused, reset, broken mid-answer) 502.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Final
 
 import httpx
 
@@ -30,7 +34,10 @@ from sglang_envelope.serve.transport import (
     json_headers,
 )
 
-__all__ = ["HttpxTransport"]
+__all__ = ["CLIENT_CONNECTIONS", "HttpxTransport"]
+
+#: The most generate connections one ``httpx.AsyncClient`` of the transport's own holds.
+CLIENT_CONNECTIONS: Final = 16
 
 #: No read timeout: SGLang may queue a request, or pause a stream, for long (the
 #: service's `idle_timeout_s` bounds the silence instead).
@@ -46,14 +53,15 @@ def _upstream(error: httpx.HTTPError) -> UpstreamError:
 
 
 class HttpxTransport:
-    """SGLang at `base_url` over `client` (its own when None, closed by `aclose`).
+    """SGLang at `base_url` over `client` (clients of its own when None, closed by
+    `aclose`).
 
     Aborts and GETs go over `abort_client`; when None, over a client of the
     transport's own for `base_url`, or over `client` itself when `client` is given
     (then size its pool beyond `connections`, or pass `abort_client`).
     """
 
-    __slots__ = ("_client", "_control", "_owned", "slots")
+    __slots__ = ("_clients", "_control", "_open", "_owned", "slots")
 
     def __init__(
         self,
@@ -68,36 +76,47 @@ class HttpxTransport:
         self.slots = Slots(connections, pool_wait_s)
         self._owned: list[httpx.AsyncClient] = []
         if client is None:
-            limits = httpx.Limits(
-                max_connections=connections, max_keepalive_connections=connections
-            )
-            client = httpx.AsyncClient(
-                base_url=base_url, timeout=DEFAULT_TIMEOUT, limits=limits
-            )
-            self._owned.append(client)
+            count = -(-connections // CLIENT_CONNECTIONS)
+            each = -(-connections // count)
+            limits = httpx.Limits(max_connections=each, max_keepalive_connections=each)
+            self._owned = [
+                httpx.AsyncClient(
+                    base_url=base_url, timeout=DEFAULT_TIMEOUT, limits=limits
+                )
+                for _ in range(count)
+            ]
         elif not str(client.base_url):
             client.base_url = httpx.URL(base_url)
-        self._client = client
+        self._clients = [client] if client is not None else list(self._owned)
+        #: How many answers each client has open (sent and not yet closed).
+        self._open = [0] * len(self._clients)
         if abort_client is None and self._owned:
             lane = httpx.Limits(max_connections=control_connections(connections))
             abort_client = httpx.AsyncClient(
                 base_url=base_url, timeout=CONTROL_TIMEOUT_S, limits=lane
             )
             self._owned.append(abort_client)
-        self._control = abort_client or client
+        self._control = abort_client or self._clients[0]
 
     async def generate(self, body: bytes, headers: Mapping[str, str]) -> EngineReply:
-        request = self._client.build_request(
+        opened = self._open
+        index = opened.index(min(opened))  # the client with the fewest answers open
+        client = self._clients[index]
+        request = client.build_request(
             "POST", "/generate", content=body, headers=json_headers(headers)
         )
+        opened[index] += 1
         try:
-            response = await self._client.send(request, stream=True)
-        except httpx.HTTPError as error:
-            raise _upstream(error) from error
+            response = await client.send(request, stream=True)
+        except BaseException as error:
+            opened[index] -= 1
+            if isinstance(error, httpx.HTTPError):
+                raise _upstream(error) from error
+            raise
         return EngineReply(
             response.status_code,
             _chunks(response),
-            response.aclose,
+            _closing(response, opened, index),
             dict(response.headers),
         )
 
@@ -136,3 +155,20 @@ async def _chunks(response: httpx.Response) -> AsyncIterator[bytes]:
             yield chunk
     except httpx.HTTPError as error:
         raise _upstream(error) from error
+
+
+def _closing(
+    response: httpx.Response, opened: list[int], index: int
+) -> Callable[[], Awaitable[None]]:
+    """`response.aclose`, which then counts the answer closed on its client, once."""
+    counted = [True]
+
+    async def close() -> None:
+        try:
+            await response.aclose()
+        finally:
+            if counted:
+                counted.clear()
+                opened[index] -= 1
+
+    return close
