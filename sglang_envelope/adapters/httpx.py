@@ -8,6 +8,10 @@ pool (`Slots`; one more waits `pool_wait_s`, then its client gets the service's
 503 with ``Retry-After``), and aborts (and GETs) over a lane of their own,
 `control_connections(connections)` connections each bounded by
 `CONTROL_TIMEOUT_S`, so an abort never waits behind the generations it frees.
+The lane's own client runs on an event loop of its own, in a daemon thread: a
+serving loop saturated by its clients holds up neither an abort's connection nor
+its write (httpx needs a dozen turns of the loop for a new connection, and a
+saturated loop's turn takes tens to hundreds of milliseconds).
 The generate connections are spread over clients of at most `CLIENT_CONNECTIONS`
 each, a request sent with the client that has the fewest open: httpcore's pool
 (1.0.9) scans all its connections, and each idle one against all of them, at
@@ -18,6 +22,8 @@ any other transport failure (refused, reset, broken mid-answer) 502.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
@@ -61,7 +67,7 @@ class HttpxTransport:
     (then size its pool beyond `connections`, or pass `abort_client`).
     """
 
-    __slots__ = ("_clients", "_control", "_open", "_owned", "slots")
+    __slots__ = ("_clients", "_lane", "_open", "_owned", "slots")
 
     def __init__(
         self,
@@ -93,11 +99,12 @@ class HttpxTransport:
         self._open = [0] * len(self._clients)
         if abort_client is None and client is None:
             lane = httpx.Limits(max_connections=control_connections(connections))
-            abort_client = httpx.AsyncClient(
+            own = httpx.AsyncClient(
                 base_url=base_url, timeout=CONTROL_TIMEOUT_S, limits=lane, verify=tls
             )
-            self._owned.append(abort_client)
-        self._control = abort_client or self._clients[0]
+            self._lane = _Lane(own, threaded=True)
+        else:
+            self._lane = _Lane(abort_client or self._clients[0], threaded=False)
 
     async def generate(self, body: bytes, headers: Mapping[str, str]) -> EngineReply:
         opened = self._open
@@ -123,9 +130,7 @@ class HttpxTransport:
 
     async def abort(self, body: bytes) -> int:
         try:
-            response = await self._control.post(
-                "/abort_request", content=body, headers=json_headers({})
-            )
+            response = await self._lane.request("POST", "/abort_request", body)
         except httpx.HTTPError as error:
             raise _upstream(error) from error
         return response.status_code
@@ -133,21 +138,67 @@ class HttpxTransport:
     async def get(self, path: str) -> tuple[int, bytes]:
         """GET `path` (``/get_server_info``, ``/v1/loads``): the status and the body."""
         try:
-            response = await self._control.get(path)
+            response = await self._lane.request("GET", path)
         except httpx.HTTPError as error:
             raise _upstream(error) from error
         return response.status_code, response.content
 
     async def aclose(self) -> None:
-        """Close the clients the transport made."""
+        """Close the clients the transport made (and its lane's thread)."""
         for client in self._owned:
             await client.aclose()
+        await self._lane.aclose()
 
     async def __aenter__(self) -> HttpxTransport:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
         await self.aclose()
+
+
+class _Lane:
+    """Aborts and GETs over `client`; when `threaded` (the transport's own client), on an
+    event loop of their own in a daemon thread, begun at the first request and ended by
+    `aclose`, which also closes the client."""
+
+    __slots__ = ("_client", "_loop", "_thread", "_threaded")
+
+    def __init__(self, client: httpx.AsyncClient, *, threaded: bool) -> None:
+        self._client = client
+        self._threaded = threaded
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    async def request(
+        self, method: str, path: str, body: bytes | None = None
+    ) -> httpx.Response:
+        headers = None if body is None else json_headers({})
+        sent = self._client.request(method, path, content=body, headers=headers)
+        if not self._threaded:
+            return await sent
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(
+                target=self._loop.run_forever, name="sglang-envelope aborts", daemon=True
+            )
+            self._thread.start()
+        return await asyncio.wrap_future(
+            asyncio.run_coroutine_threadsafe(sent, self._loop)
+        )
+
+    async def aclose(self) -> None:
+        loop, thread = self._loop, self._thread
+        if not self._threaded:
+            return
+        if loop is None or thread is None:
+            await self._client.aclose()
+            return
+        closing = asyncio.run_coroutine_threadsafe(self._client.aclose(), loop)
+        await asyncio.wrap_future(closing)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+        self._loop = self._thread = None
 
 
 async def _chunks(response: httpx.Response) -> AsyncIterator[bytes]:
