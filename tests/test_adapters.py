@@ -304,14 +304,14 @@ def test_httpx_spreads_its_connections_over_small_pools_each_answer_counted_once
 
 
 def lane_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "sglang-envelope aborts"]
+    return [t for t in threading.enumerate() if t.name.startswith("sglang-envelope aborts")]
 
 
 def test_httpx_aborts_go_out_while_the_serving_loop_is_busy(
     engine_url: tuple[FakeEngine, str],
 ) -> None:
-    """The transport's own abort lane runs on a loop of its own: an abort reaches SGLang
-    while the serving loop is held up (here blocked outright), and `aclose` ends it."""
+    """The transport's own abort lane runs in threads of its own: an abort reaches SGLang
+    while the serving loop is held up (here blocked outright), and `aclose` ends them."""
     engine, url = engine_url
 
     async def main() -> tuple[int, int, int]:

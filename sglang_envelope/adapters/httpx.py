@@ -8,10 +8,10 @@ pool (`Slots`; one more waits `pool_wait_s`, then its client gets the service's
 503 with ``Retry-After``), and aborts (and GETs) over a lane of their own,
 `control_connections(connections)` connections each bounded by
 `CONTROL_TIMEOUT_S`, so an abort never waits behind the generations it frees.
-The lane's own client runs on an event loop of its own, in a daemon thread: a
-serving loop saturated by its clients holds up neither an abort's connection nor
-its write (httpx needs a dozen turns of the loop for a new connection, and a
-saturated loop's turn takes tens to hundreds of milliseconds).
+The lane's own client is httpx's sync client, each request in a thread of its
+own: a serving loop saturated by its clients holds up neither an abort's
+connection nor its write (an async client needs a dozen turns of its loop for a
+new connection, and a saturated loop's turn takes tens to hundreds of ms).
 The generate connections are spread over clients of at most `CLIENT_CONNECTIONS`
 each, a request sent with the client that has the fewest open: httpcore's pool
 (1.0.9) scans all its connections, and each idle one against all of them, at
@@ -23,8 +23,9 @@ any other transport failure (refused, reset, broken mid-answer) 502.
 from __future__ import annotations
 
 import asyncio
-import threading
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 import httpx
@@ -81,6 +82,7 @@ class HttpxTransport:
         #: The generate connections, taken by the serving loop before each send.
         self.slots = Slots(connections, pool_wait_s)
         self._owned: list[httpx.AsyncClient] = []
+        aborts: httpx.Client | httpx.AsyncClient
         if client is None:
             count = -(-connections // CLIENT_CONNECTIONS)
             each = -(-connections // count)
@@ -92,19 +94,18 @@ class HttpxTransport:
                 )
                 for _ in range(count)
             ]
-        elif not str(client.base_url):
-            client.base_url = httpx.URL(base_url)
+            lane = httpx.Limits(max_connections=control_connections(connections))
+            aborts = abort_client or httpx.Client(
+                base_url=base_url, timeout=CONTROL_TIMEOUT_S, limits=lane, verify=tls
+            )
+        else:
+            if not str(client.base_url):
+                client.base_url = httpx.URL(base_url)
+            aborts = abort_client or client
         self._clients = [client] if client is not None else list(self._owned)
         #: How many answers each client has open (sent and not yet closed).
         self._open = [0] * len(self._clients)
-        if abort_client is None and client is None:
-            lane = httpx.Limits(max_connections=control_connections(connections))
-            own = httpx.AsyncClient(
-                base_url=base_url, timeout=CONTROL_TIMEOUT_S, limits=lane, verify=tls
-            )
-            self._lane = _Lane(own, threaded=True)
-        else:
-            self._lane = _Lane(abort_client or self._clients[0], threaded=False)
+        self._lane = _Lane(aborts, control_connections(connections))
 
     async def generate(self, body: bytes, headers: Mapping[str, str]) -> EngineReply:
         opened = self._open
@@ -157,48 +158,38 @@ class HttpxTransport:
 
 
 class _Lane:
-    """Aborts and GETs over `client`; when `threaded` (the transport's own client), on an
-    event loop of their own in a daemon thread, begun at the first request and ended by
-    `aclose`, which also closes the client."""
+    """Aborts and GETs over `client`: the transport's own (sync), each in a thread, at
+    most `threads` at once, begun as needed; or the caller's (async), on the serving
+    loop. `aclose` waits for the threads, then closes the transport's own client."""
 
-    __slots__ = ("_client", "_loop", "_thread", "_threaded")
+    __slots__ = ("_client", "_threads")
 
-    def __init__(self, client: httpx.AsyncClient, *, threaded: bool) -> None:
+    def __init__(self, client: httpx.Client | httpx.AsyncClient, threads: int) -> None:
         self._client = client
-        self._threaded = threaded
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._threads = (
+            ThreadPoolExecutor(threads, thread_name_prefix="sglang-envelope aborts")
+            if isinstance(client, httpx.Client)
+            else None
+        )
 
     async def request(
         self, method: str, path: str, body: bytes | None = None
     ) -> httpx.Response:
         headers = None if body is None else json_headers({})
-        sent = self._client.request(method, path, content=body, headers=headers)
-        if not self._threaded:
-            return await sent
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-            self._thread = threading.Thread(
-                target=self._loop.run_forever, name="sglang-envelope aborts", daemon=True
-            )
-            self._thread.start()
-        return await asyncio.wrap_future(
-            asyncio.run_coroutine_threadsafe(sent, self._loop)
+        client = self._client
+        if isinstance(client, httpx.AsyncClient):
+            return await client.request(method, path, content=body, headers=headers)
+        sent = functools.partial(
+            client.request, method, path, content=body, headers=headers
         )
+        return await asyncio.get_running_loop().run_in_executor(self._threads, sent)
 
     async def aclose(self) -> None:
-        loop, thread = self._loop, self._thread
-        if not self._threaded:
-            return
-        if loop is None or thread is None:
-            await self._client.aclose()
-            return
-        closing = asyncio.run_coroutine_threadsafe(self._client.aclose(), loop)
-        await asyncio.wrap_future(closing)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
-        loop.close()
-        self._loop = self._thread = None
+        client = self._client
+        if isinstance(client, httpx.Client) and self._threads is not None:
+            stop = functools.partial(self._threads.shutdown, cancel_futures=True)
+            await asyncio.get_running_loop().run_in_executor(None, stop)
+            client.close()
 
 
 async def _chunks(response: httpx.Response) -> AsyncIterator[bytes]:
