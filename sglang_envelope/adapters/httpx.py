@@ -41,7 +41,7 @@ from sglang_envelope.serve.transport import (
     json_headers,
 )
 
-__all__ = ["CLIENT_CONNECTIONS", "HttpxTransport"]
+__all__ = ["HttpxTransport"]
 
 #: The most generate connections one ``httpx.AsyncClient`` of the transport's own holds.
 CLIENT_CONNECTIONS: Final = 16
