@@ -20,11 +20,12 @@ process is the clients (aiohttp). For each concurrency (32, 128, 512) and mode
     python scripts/load.py --short    # CI's short form: 32 and 128 clients, 1 s phases
 
 It exits 1 when a hang-up check fails (the ratios are reported, not asserted:
-they measure the machine): a client that left whose generation was not aborted,
-or one still running at the end; and, in the long form, an abort later than 1 s.
-The short form reports late aborts without failing on them: on this 2-core
-machine the Starlette app's come late under 128 unary clients (up to about
-1.6 s), a known gap. Every loop is bounded in count and time.
+they measure the machine): a client that left whose generation was not aborted
+(or ran on to its end more than 1 s after the client left), an abort later than
+1 s, or a generation still running at the end. `dispatched_after_leaving` counts
+the clients whose request reached the engine after they left (it was on its way,
+or the app had not yet seen the client go): each must be aborted too. Every loop
+is bounded in count and time.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ from sglang_envelope.testing import FakeEngine
 engine = FakeEngine(frame_delay=float(sys.argv[2]), max_recorded=1_000_000)
 started = {}  # engine rid -> [the prompt's client id, monotonic time it arrived]
 aborted = {}  # rid -> [monotonic time of each abort post]
+ended = {}  # rid -> monotonic time its answer was sent whole
 
 
 async def reply(send, body):
@@ -114,12 +116,13 @@ async def app(scope, receive, send):
     path = scope.get("path")
     if path == "/load/stats":
         outcomes = [[o.rid, o.ending] for o in engine.outcomes]
-        stats = {"started": started, "aborted": aborted, "outcomes": outcomes}
+        stats = {"started": started, "aborted": aborted, "ended": ended, "outcomes": outcomes}
         await reply(send, json.dumps({**stats, "running": engine.running}).encode())
         return
     if path == "/load/reset":
         started.clear()
         aborted.clear()
+        ended.clear()
         engine.outcomes.clear()
         await reply(send, b"")
         return
@@ -147,6 +150,8 @@ async def app(scope, receive, send):
         return {"type": "http.request", "body": body, "more_body": False}
 
     await engine(scope, replay, send)
+    if path == "/generate" and request.get("rid") is not None:
+        ended[request["rid"]] = time.monotonic()
 
 
 uvicorn.run(app, port=int(sys.argv[1]), log_level="warning", backlog=4096)
@@ -294,10 +299,11 @@ async def check_hang_ups(engine_url: str, left: dict[int, float]) -> dict[str, A
         rid, dispatched_at = by_client.get(index, (None, 0.0))
         if rid is None:  # left before its request was dispatched: nothing ran
             continue
-        if dispatched_at > at:  # it reached the app after its client left: aborted too
+        if dispatched_at > at:  # it reached the engine after its client left: aborted too
             after += 1
         ending = endings.get(rid)
-        if ending in ("length", "stop"):  # it had ended before the client left
+        ran_on = stats["ended"].get(rid, 0.0) - at > ABORT_WITHIN_S
+        if ending in ("length", "stop") and not ran_on:  # it ended (about) as it left
             continue
         times = stats["aborted"].get(rid, [])
         if ending != "abort" or not times:
@@ -386,9 +392,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-async def main(seconds: float, concurrency: tuple[int, ...], strict: bool) -> int:
-    """Run every phase; 1 when a client that left was not aborted or something ran on,
-    and, when `strict`, when an abort came more than 1 s after its client left."""
+async def main(seconds: float, concurrency: tuple[int, ...]) -> int:
+    """Run every phase; 1 when a client that left was not aborted, or its abort came
+    more than 1 s after it left, or something ran on."""
     with tempfile.TemporaryDirectory() as temporary:
         directory = Path(temporary)
         engine_port = free_port()
@@ -411,8 +417,8 @@ async def main(seconds: float, concurrency: tuple[int, ...], strict: bool) -> in
             rows, ok, late = await measure(urls, engine_url, seconds, concurrency)
     print(table(rows))
     print("hang-up checks (each aborted, nothing running):", "ok" if ok else "FAILED")
-    print(f"aborts later than 1 s: {late}" + (" (the goal is none)" if late else ""))
-    return 0 if ok and not (late and strict) else 1
+    print(f"aborts later than 1 s: {late}")
+    return 0 if ok and not late else 1
 
 
 if __name__ == "__main__":
@@ -423,7 +429,5 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     concurrency = CONCURRENCY[:2] if arguments.short else CONCURRENCY
     seconds = 1.0 if arguments.short else 5.0
-    # The short form reports late aborts and fails on the rest: the Starlette app's are
-    # late under 128 unary clients on this 2-core machine (docs/performance.md).
-    run = main(seconds, concurrency, strict=not arguments.short)
+    run = main(seconds, concurrency)
     sys.exit(asyncio.run(asyncio.wait_for(run, 900)))

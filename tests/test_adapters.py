@@ -7,6 +7,7 @@ import contextlib
 import json
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -263,3 +264,86 @@ def test_a_strict_upstream_gets_each_header_once(make: Make) -> None:
         names = [name.lower() for name, _ in headers]
         assert sorted(names) == sorted(set(names)), headers
         assert ("content-type", "application/json") in [(n.lower(), v) for n, v in headers]
+
+
+def test_httpx_spreads_its_connections_over_small_pools_each_answer_counted_once(
+    engine_url: tuple[FakeEngine, str],
+) -> None:
+    """40 connections: three clients of 14. Every stream open at once runs at the engine
+    (none waits in a full client's pool while another has room), also after answers
+    closed twice; every answer closed, or send failed, leaves its client's count."""
+    engine, url = engine_url
+    long = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 1000}}
+    stream = json.dumps({**long, "stream": True}).encode()
+
+    async def opened(transport: HttpxTransport, count: int) -> list[EngineReply]:
+        replies = [transport.generate(stream, {}) for _ in range(count)]
+        return list(await asyncio.gather(*replies))
+
+    async def main() -> tuple[int, int, list[int], list[int]]:
+        async with HttpxTransport(url, connections=40) as transport:
+            replies = await opened(transport, 40)
+            first = engine.running
+            for reply in replies[:20]:
+                await reply.close()
+                await reply.close()  # a second close frees nothing more
+            replies[:20] = await opened(transport, 20)
+            second = engine.running
+            for reply in replies:
+                await reply.close()
+            closed = list(transport._open)
+        async with HttpxTransport(url, connections=40) as refused:
+            refused._clients[0].base_url = httpx.URL("http://127.0.0.1:1")
+            with pytest.raises(UpstreamError):
+                await refused.generate(stream, {})
+            return first, second, closed, refused._open
+
+    first, second, closed, failed = asyncio.run(asyncio.wait_for(main(), 30))
+    assert (first, second) == (40, 40)
+    assert closed == failed == [0, 0, 0]
+
+
+def lane_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("sglang-envelope aborts")]
+
+
+def test_httpx_aborts_go_out_while_the_serving_loop_is_busy(
+    engine_url: tuple[FakeEngine, str],
+) -> None:
+    """The transport's own abort lane runs in threads of its own: an abort reaches SGLang
+    while the serving loop is held up (here blocked outright), and `aclose` ends them."""
+    engine, url = engine_url
+
+    async def main() -> tuple[int, int, int]:
+        async with HttpxTransport(url) as transport:
+            before = len(engine.aborts)
+            aborting = asyncio.ensure_future(transport.abort(b'{"rid": "lane-1"}'))
+            await asyncio.sleep(0)  # the abort handed to its lane
+            deadline = time.monotonic() + 5
+            while len(engine.aborts) == before and time.monotonic() < deadline:
+                time.sleep(0.01)  # the serving loop does not turn
+            reached = len(engine.aborts) - before
+            status = await aborting
+            running = len(lane_threads())
+        return reached, status, running
+
+    reached, status, running = asyncio.run(main())
+    assert (reached, status, running) == (1, 200, 1)
+    assert lane_threads() == []
+
+
+def test_httpx_with_a_client_of_the_caller_s_aborts_on_the_serving_loop(
+    engine_url: tuple[FakeEngine, str],
+) -> None:
+    engine, url = engine_url
+
+    async def main() -> int:
+        async with httpx.AsyncClient(base_url=url) as client:
+            transport = HttpxTransport(url, client=client)
+            status = await transport.abort(b'{"rid": "lane-2"}')
+            assert lane_threads() == []
+            await transport.aclose()
+        return status
+
+    assert asyncio.run(main()) == 200
+    assert engine.aborts[-1] == {"rid": "lane-2"}

@@ -146,6 +146,28 @@ def test_a_full_pool_is_the_service_s_own_503_with_retry_after(adapter: str) -> 
     assert 0.15 < took < 2.0
 
 
+def test_a_send_cancelled_in_the_turn_it_gets_a_connection_gives_it_back() -> None:
+    """Python 3.11's `asyncio.wait_for` kept such a connection and went on: the send of
+    a client gone went out, after the service had settled it as never sent."""
+    from sglang_envelope.serve.transport import Slots
+
+    async def main() -> tuple[bool, bool]:
+        slots = Slots(1, 5.0)
+        release = await slots.take()
+        waiting = asyncio.ensure_future(slots.take())
+        await asyncio.sleep(0.01)
+        release()  # the connection goes to the waiting send...
+        waiting.cancel()  # ...in the turn its client leaves
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        await asyncio.sleep(0)
+        again = await asyncio.wait_for(slots.take(), 1)
+        again()
+        return waiting.cancelled(), slots._free.locked()
+
+    assert asyncio.run(main()) == (True, False)
+
+
 def test_the_pool_settings_are_checked_naming_the_field() -> None:
     from sglang_envelope import EnvelopeError
 

@@ -8,14 +8,25 @@ pool (`Slots`; one more waits `pool_wait_s`, then its client gets the service's
 503 with ``Retry-After``), and aborts (and GETs) over a lane of their own,
 `control_connections(connections)` connections each bounded by
 `CONTROL_TIMEOUT_S`, so an abort never waits behind the generations it frees.
-httpx's failures become `UpstreamError`: a timeout 504, any other transport
-failure (refused, reset, broken mid-answer) 502.
+The lane's own client is httpx's sync client, each request in a thread of its
+own: a serving loop saturated by its clients holds up neither an abort's
+connection nor its write (an async client needs a dozen turns of its loop for a
+new connection, and a saturated loop's turn takes tens to hundreds of ms).
+The generate connections are spread over clients of at most `CLIENT_CONNECTIONS`
+each, a request sent with the client that has the fewest open: httpcore's pool
+(1.0.9) scans all its connections, and each idle one against all of them, at
+every request and every answer released, so one pool of 256 costs a loaded
+server most of its CPU. httpx's failures become `UpstreamError`: a timeout 504,
+any other transport failure (refused, reset, broken mid-answer) 502.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final
 
 import httpx
 
@@ -32,6 +43,9 @@ from sglang_envelope.serve.transport import (
 
 __all__ = ["HttpxTransport"]
 
+#: The most generate connections one ``httpx.AsyncClient`` of the transport's own holds.
+CLIENT_CONNECTIONS: Final = 16
+
 #: No read timeout: SGLang may queue a request, or pause a stream, for long (the
 #: service's `idle_timeout_s` bounds the silence instead).
 DEFAULT_TIMEOUT = httpx.Timeout(None, connect=5.0)
@@ -46,14 +60,15 @@ def _upstream(error: httpx.HTTPError) -> UpstreamError:
 
 
 class HttpxTransport:
-    """SGLang at `base_url` over `client` (its own when None, closed by `aclose`).
+    """SGLang at `base_url` over `client` (clients of its own when None, closed by
+    `aclose`).
 
     Aborts and GETs go over `abort_client`; when None, over a client of the
     transport's own for `base_url`, or over `client` itself when `client` is given
     (then size its pool beyond `connections`, or pass `abort_client`).
     """
 
-    __slots__ = ("_client", "_control", "_owned", "slots")
+    __slots__ = ("_clients", "_lane", "_open", "_owned", "slots")
 
     def __init__(
         self,
@@ -67,45 +82,56 @@ class HttpxTransport:
         #: The generate connections, taken by the serving loop before each send.
         self.slots = Slots(connections, pool_wait_s)
         self._owned: list[httpx.AsyncClient] = []
+        aborts: httpx.Client | httpx.AsyncClient
         if client is None:
-            limits = httpx.Limits(
-                max_connections=connections, max_keepalive_connections=connections
-            )
-            client = httpx.AsyncClient(
-                base_url=base_url, timeout=DEFAULT_TIMEOUT, limits=limits
-            )
-            self._owned.append(client)
-        elif not str(client.base_url):
-            client.base_url = httpx.URL(base_url)
-        self._client = client
-        if abort_client is None and self._owned:
+            count = -(-connections // CLIENT_CONNECTIONS)
+            each = -(-connections // count)
+            limits = httpx.Limits(max_connections=each, max_keepalive_connections=each)
+            tls = httpx.create_ssl_context()  # one for all: each takes 40 ms to make
+            self._owned = [
+                httpx.AsyncClient(
+                    base_url=base_url, timeout=DEFAULT_TIMEOUT, limits=limits, verify=tls
+                )
+                for _ in range(count)
+            ]
             lane = httpx.Limits(max_connections=control_connections(connections))
-            abort_client = httpx.AsyncClient(
-                base_url=base_url, timeout=CONTROL_TIMEOUT_S, limits=lane
+            aborts = abort_client or httpx.Client(
+                base_url=base_url, timeout=CONTROL_TIMEOUT_S, limits=lane, verify=tls
             )
-            self._owned.append(abort_client)
-        self._control = abort_client or client
+        else:
+            if not str(client.base_url):
+                client.base_url = httpx.URL(base_url)
+            aborts = abort_client or client
+        self._clients = [client] if client is not None else list(self._owned)
+        #: How many answers each client has open (sent and not yet closed).
+        self._open = [0] * len(self._clients)
+        self._lane = _Lane(aborts, control_connections(connections))
 
     async def generate(self, body: bytes, headers: Mapping[str, str]) -> EngineReply:
-        request = self._client.build_request(
+        opened = self._open
+        index = opened.index(min(opened))  # the client with the fewest answers open
+        client = self._clients[index]
+        request = client.build_request(
             "POST", "/generate", content=body, headers=json_headers(headers)
         )
+        opened[index] += 1
         try:
-            response = await self._client.send(request, stream=True)
-        except httpx.HTTPError as error:
-            raise _upstream(error) from error
+            response = await client.send(request, stream=True)
+        except BaseException as error:
+            opened[index] -= 1
+            if isinstance(error, httpx.HTTPError):
+                raise _upstream(error) from error
+            raise
         return EngineReply(
             response.status_code,
             _chunks(response),
-            response.aclose,
+            _closing(response, opened, index),
             dict(response.headers),
         )
 
     async def abort(self, body: bytes) -> int:
         try:
-            response = await self._control.post(
-                "/abort_request", content=body, headers=json_headers({})
-            )
+            response = await self._lane.request("POST", "/abort_request", body)
         except httpx.HTTPError as error:
             raise _upstream(error) from error
         return response.status_code
@@ -113,15 +139,16 @@ class HttpxTransport:
     async def get(self, path: str) -> tuple[int, bytes]:
         """GET `path` (``/get_server_info``, ``/v1/loads``): the status and the body."""
         try:
-            response = await self._control.get(path)
+            response = await self._lane.request("GET", path)
         except httpx.HTTPError as error:
             raise _upstream(error) from error
         return response.status_code, response.content
 
     async def aclose(self) -> None:
-        """Close the clients the transport made."""
+        """Close the clients the transport made (and its lane's thread)."""
         for client in self._owned:
             await client.aclose()
+        await self._lane.aclose()
 
     async def __aenter__(self) -> HttpxTransport:
         return self
@@ -130,9 +157,61 @@ class HttpxTransport:
         await self.aclose()
 
 
+class _Lane:
+    """Aborts and GETs over `client`: the transport's own (sync), each in a thread, at
+    most `threads` at once, begun as needed; or the caller's (async), on the serving
+    loop. `aclose` waits for the threads, then closes the transport's own client."""
+
+    __slots__ = ("_client", "_threads")
+
+    def __init__(self, client: httpx.Client | httpx.AsyncClient, threads: int) -> None:
+        self._client = client
+        self._threads = (
+            ThreadPoolExecutor(threads, thread_name_prefix="sglang-envelope aborts")
+            if isinstance(client, httpx.Client)
+            else None
+        )
+
+    async def request(
+        self, method: str, path: str, body: bytes | None = None
+    ) -> httpx.Response:
+        headers = None if body is None else json_headers({})
+        client = self._client
+        if isinstance(client, httpx.AsyncClient):
+            return await client.request(method, path, content=body, headers=headers)
+        sent = functools.partial(
+            client.request, method, path, content=body, headers=headers
+        )
+        return await asyncio.get_running_loop().run_in_executor(self._threads, sent)
+
+    async def aclose(self) -> None:
+        client = self._client
+        if isinstance(client, httpx.Client) and self._threads is not None:
+            stop = functools.partial(self._threads.shutdown, cancel_futures=True)
+            await asyncio.get_running_loop().run_in_executor(None, stop)
+            client.close()
+
+
 async def _chunks(response: httpx.Response) -> AsyncIterator[bytes]:
     try:
         async for chunk in response.aiter_raw():
             yield chunk
     except httpx.HTTPError as error:
         raise _upstream(error) from error
+
+
+def _closing(
+    response: httpx.Response, opened: list[int], index: int
+) -> Callable[[], Awaitable[None]]:
+    """`response.aclose`, which then counts the answer closed on its client, once."""
+    counted = [True]
+
+    async def close() -> None:
+        try:
+            await response.aclose()
+        finally:
+            if counted:
+                counted.clear()
+                opened[index] -= 1
+
+    return close

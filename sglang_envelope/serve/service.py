@@ -33,23 +33,13 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterable,
-    Awaitable,
-    Callable,
-    Mapping,
-)
+from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
 from sglang_envelope.cancel.plan import AbortPolicy, check_seconds
-from sglang_envelope.errors.answers import (
-    EVENT_STREAM,
-    JSON,
-    error_event,
-)
+from sglang_envelope.errors.answers import EVENT_STREAM, JSON, error_event
 from sglang_envelope.errors.exceptions import (
     EnvelopeError,
     RequestRejected,
@@ -97,6 +87,7 @@ from sglang_envelope.serve.transport import (
     transport_failures,
 )
 from sglang_envelope.serve.watch import (
+    ClientListener,
     Disconnected,
     is_gone,
     read_past_done,
@@ -276,6 +267,7 @@ class Service:
         chunks: AsyncIterable[bytes],
         *,
         disconnected: Disconnected | None = None,
+        receive: Callable[[], Awaitable[Mapping[str, Any]]] | None = None,
         routing: Routing | None = None,
         prefill_dp_rank: int | None = None,
     ) -> Answer:
@@ -287,17 +279,30 @@ class Service:
         it (400, pydantic's shape); a body over 16 MiB with 413, unread when its
         ``Content-Length`` says so, else read no further than the bound. Either
         answer has ``connection: close``: the server reads no more of the body.
+
+        `receive`, the request's ASGI ``receive`` (Starlette's ``request.receive``), in
+        place of `disconnected`: once the body is read, the client's departure is heard
+        on it (`ClientListener`), at once and without polling.
         """
+        if receive is not None and disconnected is not None:
+            raise EnvelopeError(
+                "generate_request takes disconnected or receive, not both"
+            )
         try:
             body = await read_client_body(headers, chunks)
         except RequestRejected as exc:
             return refused_unread(exc)
-        return await self.generate(
-            body,
-            disconnected=disconnected,
-            routing=routing,
-            prefill_dp_rank=prefill_dp_rank,
-        )
+        listener = None if receive is None else ClientListener(receive)
+        try:
+            return await self.generate(
+                body,
+                disconnected=listener or disconnected,
+                routing=routing,
+                prefill_dp_rank=prefill_dp_rank,
+            )
+        finally:
+            if listener is not None:
+                listener.close()
 
     async def generate_envelope(
         self,

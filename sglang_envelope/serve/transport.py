@@ -126,16 +126,25 @@ class Slots:
         free = self._free
         if not free.locked():
             await free.acquire()
-        else:
-            try:
-                await asyncio.wait_for(free.acquire(), self.wait_s)
-            except asyncio.TimeoutError:
-                raise UpstreamError(
-                    f"all {self.connections} connections to SGLang stayed busy for "
-                    f"{self.wait_s:g} s",
-                    503,
-                    retry_after_s=POOL_RETRY_AFTER_S,
-                ) from None
+            return _once(free)
+        # Not `asyncio.wait_for`: before Python 3.12 it swallows a cancellation that comes
+        # in the turn its acquire succeeds, and the send of a client gone would go out.
+        acquiring = asyncio.ensure_future(free.acquire())
+        try:
+            await asyncio.wait([acquiring], timeout=self.wait_s)
+        except BaseException:  # cancelled: a connection granted meanwhile goes back
+            if acquiring.done() and not acquiring.cancelled():
+                free.release()
+            acquiring.cancel()
+            raise
+        if not acquiring.done():
+            acquiring.cancel()  # one granted meanwhile goes back (Semaphore.acquire)
+            raise UpstreamError(
+                f"all {self.connections} connections to SGLang stayed busy for "
+                f"{self.wait_s:g} s",
+                503,
+                retry_after_s=POOL_RETRY_AFTER_S,
+            )
         return _once(free)
 
 

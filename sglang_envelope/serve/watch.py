@@ -6,12 +6,16 @@ when a frame carries output, by Dynamo's rule (non-empty ``output_ids`` or
 ``text``), and `finished` when the answer's body has ended. Closing it does
 not close the connection: an answer given up early is read to its end by
 `drain`, while its abort goes out, and only then released (`release`).
+
+`until_done_or_gone` waits for an answer while it watches the client: it polls a
+framework's test (`Disconnected`), or waits on a `ClientListener`, which hears the
+client leave on its ASGI ``receive``.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from sglang_envelope.errors.exceptions import EnvelopeError, ResponseError, UpstreamError
@@ -22,6 +26,7 @@ if TYPE_CHECKING:
     import asyncio
 
 __all__ = [
+    "ClientListener",
     "Disconnected",
     "WatchedReply",
     "is_gone",
@@ -238,15 +243,63 @@ async def read_all(watched: WatchedReply, max_bytes: int) -> bytes:
 Disconnected = Callable[[], "bool | Awaitable[bool]"]
 
 
+class ClientListener:
+    """A client's departure, heard on its ASGI ``receive`` (``request.receive``),
+    once its body has been read: a `Disconnected` that is never polled.
+
+    The first call begins listening, and tells a departure the server already knows of;
+    `until_done_or_gone` then waits on `heard`, which ends with the client's
+    ``http.disconnect`` (or with a ``receive`` that fails: the connection is broken).
+    `close` stops listening.
+    """
+
+    __slots__ = ("_receive", "heard")
+
+    def __init__(self, receive: Callable[[], Awaitable[Mapping[str, Any]]]) -> None:
+        self._receive = receive
+        self.heard: asyncio.Future[None] | None = None
+
+    async def __call__(self) -> bool:
+        import asyncio
+
+        if self.heard is None:
+            self.heard = asyncio.ensure_future(self._listen())
+        # The listener's first receive runs first: at once when the client has gone.
+        await asyncio.sleep(0)
+        return self.heard.done()
+
+    async def _listen(self) -> None:
+        try:
+            while True:
+                message = await self._receive()
+                if message.get("type") == "http.disconnect":
+                    return
+        except Exception:  # the connection is broken: its client has gone
+            return
+
+    def close(self) -> None:
+        """Stop listening (never suspends)."""
+        if self.heard is not None:
+            self.heard.cancel()
+
+
 async def until_done_or_gone(
     reading: asyncio.Future[Any], disconnected: Disconnected | None, poll_s: float
 ) -> bool:
-    """Wait for `reading`; True as soon as `disconnected()` says the client went away."""
+    """Wait for `reading`; True as soon as `disconnected()` says the client went away (a
+    `ClientListener`: as soon as it hears so)."""
     import asyncio
 
     if disconnected is None:
         await asyncio.wait([reading])
         return False
+    if isinstance(disconnected, ClientListener):
+        if disconnected.heard is None:
+            await disconnected()
+        heard = disconnected.heard
+        assert heard is not None
+        await asyncio.wait([reading, heard], return_when=asyncio.FIRST_COMPLETED)
+        return not reading.done()
     while not reading.done():
         await asyncio.wait([reading], timeout=poll_s)
         if reading.done():
