@@ -160,6 +160,14 @@ def test_through_dynamo_s_http_frontend(dynamo: tuple[str, Dynamo], server: Live
     with httpx.Client(timeout=60) as http:
         streamed = http.post(f"{front.url}/generate", json={**STREAM, "model": "tiny-gpt2"})
         unary = http.post(f"{front.url}/generate", json={**PLAIN, "model": "tiny-gpt2"})
+    assert_frontend_answers(streamed, unary, server)
+
+
+def assert_frontend_answers(
+    streamed: httpx.Response, unary: httpx.Response, server: LiveServer
+) -> None:
+    """Through Dynamo's frontend: the stream is SGLang's, in cumulative frames each with
+    the ids of its own count; a unary body gets the frontend's 501."""
     assert streamed.status_code == 200, streamed.text[:300]
     frames = sse_frames(streamed.content)
     assert all(len(f["output_ids"]) == f["meta_info"]["completion_tokens"] for f in frames)
