@@ -11,8 +11,11 @@ answer to the same body at temperature 0, key order included (volatile values as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -78,18 +81,24 @@ def run_in_process(incremental: bool) -> list[dict[str, Any]]:
     env = sglang_environment([ROOT])
     python = str(live_dir() / "venv" / "bin" / "python")
     command = [python, str(worker_file()), str(live_dir() / "tiny-gpt2")]
-    done = subprocess.run(
+    with subprocess.Popen(
         command + (["--incremental"] if incremental else []),
-        input="".join(json.dumps(case) + "\n" for case in cases),
-        capture_output=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env=env,
-        timeout=600,
         start_new_session=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    ) as worker:
+        try:
+            stdout, stderr = worker.communicate(
+                "".join(json.dumps(case) + "\n" for case in cases), timeout=600
+            )
+        finally:  # the engine's own processes too (its detokenizer outlived the worker)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.pid, signal.SIGKILL)
+    assert worker.returncode == 0, stderr[-3000:]
+    lines = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     assert lines[0] == {"deployment": {"vocab_size": 320}}  # Deployment.from_engine
     return lines[1:]
 
