@@ -8,7 +8,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -158,18 +158,14 @@ def test_respond_serves_an_aiohttp_request(engine_url: tuple[FakeEngine, str]) -
         async def handler(request: web.Request) -> web.StreamResponse:
             return await respond(request, service)
 
-        app = web.Application()
-        app.router.add_post("/generate", handler)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        port = free_port()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
-            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            async with (
+                aiohttp_serving(handler) as app_url,
+                httpx.AsyncClient(base_url=app_url) as client,
+            ):
                 unary = await client.post("/generate", json=BODY)
                 stream = await client.post("/generate", json={**BODY, "stream": True})
         finally:
-            await runner.cleanup()
             await service.aclose()
             await transport.aclose()
         return unary, stream
@@ -227,6 +223,15 @@ async def strict_upstream(seen: list[list[tuple[str, str]]]) -> AsyncIterator[st
             return web.Response(body=sse, content_type="text/event-stream")
         return web.Response(body=answer, content_type="application/json")
 
+    async with aiohttp_serving(generate) as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def aiohttp_serving(
+    generate: Callable[[web.Request], Awaitable[web.StreamResponse]],
+) -> AsyncIterator[str]:
+    """`generate` as ``POST /generate`` of an aiohttp server on loopback; its base URL."""
     app = web.Application()
     app.router.add_post("/generate", generate)
     runner = web.AppRunner(app)
