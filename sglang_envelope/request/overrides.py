@@ -55,9 +55,9 @@ def header_overrides(
     `engine` must have been built from `request` (`build_engine_request`). The
     headers are `engine.headers` and one ``x-override-*`` header for each
     field where the two differ; None when a field differs that no header sets
-    (the stream mode of a unary client streamed internally, a prefill leg, a
-    routing label) or that a header cannot carry (a rid that is not ASCII),
-    and when the target's release reads no override headers. The server
+    (a prefill leg's stream mode and sampling, a routing label) or that a header
+    cannot carry (a rid that is not ASCII), and when the target's release reads no
+    override headers. The server
     must run with ``SGLANG_ENABLE_REQUEST_HEADER_OVERRIDES=1``. Raises
     `EnvelopeError` for arguments of the wrong type.
     """

@@ -108,7 +108,7 @@ class Leg:
         return self.watched.status
 
     async def response(self, deployment: Deployment, max_bytes: int) -> dict[str, Any]:
-        """SGLang's whole answer, as one response (an internal stream aggregated).
+        """SGLang's whole answer, as one response (a prefill leg's stream aggregated).
 
         Raises SGLang's error as `EngineError` (an error body, with its status,
         or an error frame), and `ResponseError` for an answer that breaks the

@@ -8,9 +8,9 @@ status, headers and an async body, the bytes SGLang would have sent this client.
 `Service.generate_request` reads a client's HTTP request first, as SGLang's
 server reads it (`serve.incoming`): its type, its body within the bound.
 
-- It sends the engine request for the deployment's role, and relays (a
-  streaming client), aggregates an internal stream (a unary client) or reads the
-  unary answer (output-flat, which SGLang builds only on a unary answer).
+- It sends the engine request for the deployment's role in the client's stream
+  mode, and relays SGLang's stream (a streaming client) or reads its unary
+  answer (a unary client).
 - SGLang's status and error bodies are carried through (`error_response`); a
   failed transport is answered 502 or 504 (`UpstreamError`), and mid-stream
   with SGLang's error frame and ``data: [DONE]``.
