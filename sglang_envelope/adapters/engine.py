@@ -22,15 +22,16 @@ from typing import Any
 import msgspec
 
 from sglang_envelope.cancel.in_process import engine_abort
-from sglang_envelope.errors.answers import error_event
+from sglang_envelope.errors.answers import EVENT_STREAM, JSON, error_event
 from sglang_envelope.errors.exceptions import EngineError, EnvelopeError
 from sglang_envelope.response.sse import SSE_DONE, encode_sse
 from sglang_envelope.serve.transport import EngineReply
 
 __all__ = ["EngineTransport"]
 
-_JSON = {"content-type": "application/json"}
-_SSE = {"content-type": "text/event-stream; charset=utf-8"}
+#: The content types SGLang's HTTP server sends (`error_response`'s).
+_JSON = {"content-type": JSON}
+_SSE = {"content-type": EVENT_STREAM}
 _decode = msgspec.json.decode
 
 
