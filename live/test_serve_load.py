@@ -53,18 +53,12 @@ def unary_cost(server: LiveServer, incremental: bool) -> tuple[dict[str, Any], i
     return json.loads(data), len(generation.data), len(own)
 
 
-def test_a_unary_client_of_a_cumulative_server_costs_sglang_s_unary_answer(
-    server: LiveServer,
+@pytest.mark.parametrize("kind", ["server", "incremental_server"])
+def test_a_unary_client_costs_sglang_s_unary_answer_in_either_server_mode(
+    request: pytest.FixtureRequest, kind: str
 ) -> None:
-    response, pulled, own = unary_cost(server, incremental=False)
-    assert len(response["output_ids"]) == 600
-    assert pulled <= 1.2 * own, (pulled, own)
-
-
-def test_a_unary_client_of_an_incremental_server_costs_sglang_s_unary_answer(
-    incremental_server: LiveServer,
-) -> None:
-    response, pulled, own = unary_cost(incremental_server, incremental=True)
+    server: LiveServer = request.getfixturevalue(kind)
+    response, pulled, own = unary_cost(server, incremental=kind == "incremental_server")
     assert len(response["output_ids"]) == 600
     assert pulled <= 1.2 * own, (pulled, own)
 
