@@ -21,11 +21,14 @@ from sglang_envelope import (
     RequestRejected,
     Role,
     Routing,
+    SamplingParams,
     build_engine_request,
     decode_client_request,
     to_worker_envelope,
 )
 from sglang_envelope.contract import DEPLOYMENT_RULES
+from sglang_envelope.request.deployment import check_engine_body
+from sglang_envelope.types import EngineBody
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SERVER_INFO = (FIXTURES / "live_server_info.json").read_bytes()
@@ -357,3 +360,68 @@ def test_an_in_process_engine_describes_itself() -> None:
 def test_what_is_not_an_engine_is_named(engine: Any, words: str) -> None:
     with pytest.raises(EnvelopeError, match=words):
         Deployment.from_engine(engine)
+
+
+def _first_broken(deployment: Deployment, body: EngineBody) -> str | None:
+    """Every rule tried in order, none skipped: the code of the first one broken."""
+    for rule in DEPLOYMENT_RULES:
+        if rule.check(deployment, body) is not None:
+            return rule.code
+    return None
+
+
+_RAW = st.sampled_from([b"[3]", b"[3, 400]", b'"ab"', b'{"7": 1}', b'{"500": 1}'])
+_GUARDED = st.fixed_dictionaries(
+    {},
+    optional={
+        "max_thinking_tokens": st.integers(0, 3),
+        "routed_dp_rank": st.integers(-1, 3),
+        "text": st.just("hi"),
+        "token_ids_logprob": _RAW.map(msgspec.Raw),
+        "return_hidden_states": st.booleans(),
+        "custom_logit_processor": st.sampled_from(["", "x"]),
+        "return_logprob": st.booleans(),
+        "logprob_start_len": st.integers(-1, 40),
+        "return_routed_experts": st.booleans(),
+        "routed_experts_start_len": st.integers(0, 40),
+        "input_ids": st.one_of(st.none(), st.lists(st.integers(0, 400), max_size=30)),
+    },
+)
+_SAMPLING = st.fixed_dictionaries(
+    {},
+    optional={
+        "max_new_tokens": st.integers(0, 2000),
+        "stop": _RAW.map(msgspec.Raw),
+        "stop_regex": _RAW.map(msgspec.Raw),
+        "min_new_tokens": st.integers(0, 2),
+        "logit_bias": _RAW.map(msgspec.Raw),
+    },
+)
+_DEPLOYMENTS = st.builds(
+    msgspec.structs.replace,
+    st.just(LIVE),
+    skip_tokenizer_init=st.booleans(),
+    enable_strict_thinking=st.booleans(),
+    enable_custom_logit_processor=st.booleans(),
+    hidden_states=st.sampled_from(["off", "last", "full"]),
+    enable_return_routed_experts=st.booleans(),
+    dp_size=st.integers(1, 3),
+)
+
+
+@given(_DEPLOYMENTS, _GUARDED, st.one_of(st.none(), _SAMPLING))
+def test_skipping_the_guarded_rules_refuses_what_trying_every_rule_refuses(
+    deployment: Deployment, fields: dict[str, Any], sampling: dict[str, Any] | None
+) -> None:
+    """A rule is skipped while every field it names in `when` holds its default: it
+    refuses no body then, so the first refusal is the one every rule in order gives."""
+    if "input_ids" in fields and fields["input_ids"] is not None:
+        fields["input_ids"] = tuple(fields["input_ids"])
+    params = None if sampling is None else SamplingParams(**sampling)
+    body = EngineBody(sampling_params=params, **fields)
+    try:
+        check_engine_body(deployment, body)
+    except RequestRejected as refusal:
+        assert refusal.code == _first_broken(deployment, body)
+    else:
+        assert _first_broken(deployment, body) is None

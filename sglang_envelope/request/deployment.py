@@ -15,6 +15,7 @@ with ``vocab_size=None``.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple, cast
 
@@ -23,6 +24,7 @@ from msgspec import UNSET
 
 from sglang_envelope.errors.exceptions import EnvelopeError, RequestRejected, show_value
 from sglang_envelope.request.checks import logprobs_past_prompt, routed_start_past_prompt
+from sglang_envelope.request.fields import RequestFields
 from sglang_envelope.request.large_body import int_chunks
 from sglang_envelope.request.rules import RULES_BY_CODE
 
@@ -275,6 +277,10 @@ class DeploymentRule(NamedTuple):
     message: str
     #: (deployment, engine body) -> the message's facts when the body breaks the rule.
     check: Callable[[Deployment, Any], dict[str, object] | None]
+    #: The engine body's fields of which one must differ from its default for the rule
+    #: to be broken (none: any body may break it). While all hold their defaults, as in
+    #: most requests, the check is skipped (`check_engine_body`).
+    when: tuple[str, ...] = ()
 
 
 def _sampling(body: Any, name: str) -> Any:
@@ -448,15 +454,16 @@ DEPLOYMENT_RULES: tuple[DeploymentRule, ...] = (
     DeploymentRule("thinking_needs_strict_thinking", "max_thinking_tokens",
         "max_thinking_tokens requires the server to be launched with "
         "--enable-strict-thinking",
-        _thinking_without_strict),
+        _thinking_without_strict, when=("max_thinking_tokens",)),
     DeploymentRule("routed_dp_rank_out_of_range", "routed_dp_rank",
-        "routed_dp_rank={rank} out of range [0, {dp_size})", _rank_outside),
+        "routed_dp_rank={rank} out of range [0, {dp_size})", _rank_outside,
+        when=("routed_dp_rank",)),
     DeploymentRule("text_needs_tokenizer", "text",
         "The engine initialized with skip_tokenizer_init=True cannot accept text "
         "prompts. Please provide input_ids or re-initialize the engine with "
         "skip_tokenizer_init=False.",
         lambda d, body: {} if d.skip_tokenizer_init is True and body.input_ids is None
-        and body.text is not None else None),
+        and body.text is not None else None, when=("text",)),
     DeploymentRule("input_too_long", "input_ids",
         "The input ({tokens} tokens) is longer than the model's context length "
         "({context_length} tokens).", _input_too_long),
@@ -469,14 +476,15 @@ DEPLOYMENT_RULES: tuple[DeploymentRule, ...] = (
         _total_too_long),
     DeploymentRule("token_ids_logprob_out_of_vocab", "token_ids_logprob",
         "token_ids_logprob contains out-of-vocabulary token id {id}; valid range is "
-        "[0, {vocab_size}).", _logprob_id_outside),
+        "[0, {vocab_size}).", _logprob_id_outside, when=("token_ids_logprob",)),
     DeploymentRule("hidden_states_over_server_mode", "return_hidden_states",
-        _HIDDEN_CAPPED, _hidden_states_capped),
+        _HIDDEN_CAPPED, _hidden_states_capped, when=("return_hidden_states",)),
     DeploymentRule("hidden_states_not_enabled", "return_hidden_states", _HIDDEN_OFF,
-        _hidden_states_off),
+        _hidden_states_off, when=("return_hidden_states",)),
     DeploymentRule("custom_logit_processor_not_enabled", "custom_logit_processor",
         "The server is not configured to enable custom logit processor. Please set "
-        "`--enable-custom-logit-processor` to enable this feature.", _processor_off),
+        "`--enable-custom-logit-processor` to enable this feature.", _processor_off,
+        when=("custom_logit_processor",)),
     DeploymentRule("stop_needs_tokenizer", "sampling_params.stop",
         "stop={stops} " + _NO_TOKENIZER + " (requires tokenizer to decode tokens to text "
         "for matching).", _needs_tokenizer("stop")),
@@ -494,27 +502,45 @@ DEPLOYMENT_RULES: tuple[DeploymentRule, ...] = (
         _input_over_scheduler_limit),
     DeploymentRule("logprob_start_len_past_prompt", "logprob_start_len",
         RULES_BY_CODE["logprob_start_len_past_prompt"].message,
-        lambda d, body: logprobs_past_prompt(body)),
+        lambda d, body: logprobs_past_prompt(body), when=("logprob_start_len",)),
     DeploymentRule("routed_experts_start_len_past_prompt", "routed_experts_start_len",
         RULES_BY_CODE["routed_experts_start_len_past_prompt"].message,
-        lambda d, body: routed_start_past_prompt(body)),
+        lambda d, body: routed_start_past_prompt(body),
+        when=("return_routed_experts",)),
     # The library's own: SGLang answers without routed experts, as if none were asked for.
     DeploymentRule("routed_experts_not_enabled", "return_routed_experts",
         "return_routed_experts needs a server launched with "
         "--enable-return-routed-experts: "
-        "this one answers without routed_experts", _routed_experts_off),
+        "this one answers without routed_experts", _routed_experts_off,
+        when=("return_routed_experts",)),
 )  # fmt: skip
 
 
-#: Each rule's check and the rule, in order, as plain pairs: looped over on every engine
-#: request (unpacking each `DeploymentRule`, a named tuple, costs more than its check).
-_CHECKS = tuple((rule.check, rule) for rule in DEPLOYMENT_RULES)
+def _pairs(rules: tuple[DeploymentRule, ...]) -> tuple[tuple[Any, DeploymentRule], ...]:
+    """Each rule's check and the rule, in order, as plain pairs: looped over on every
+    engine request (unpacking each `DeploymentRule`, a named tuple, costs more than its
+    check)."""
+    return tuple((rule.check, rule) for rule in rules)
+
+
+_ALL_CHECKS = _pairs(DEPLOYMENT_RULES)
+#: The rules any body may break, in order: all a body with every guard at its default
+#: (`DeploymentRule.when`) can break.
+_UNGUARDED_CHECKS = _pairs(tuple(rule for rule in DEPLOYMENT_RULES if not rule.when))
+_GUARDS = tuple(sorted({name for rule in DEPLOYMENT_RULES for name in rule.when}))
+#: The guards' defaults: the client's fields' own, and None for the serving system's.
+_GUARD_DEFAULTS = tuple(
+    {f.name: f.default for f in msgspec.structs.fields(RequestFields)}.get(name)
+    for name in _GUARDS
+)
+_guard_values = operator.attrgetter(*_GUARDS)
 
 
 def check_engine_body(deployment: Deployment, body: Any) -> None:
     """Raise SGLang's first refusal of `body` (an `EngineBody`) on `deployment` as a
     `RequestRejected`, before dispatch; return when SGLang would accept it."""
-    for check, rule in _CHECKS:
+    guarded = _guard_values(body) != _GUARD_DEFAULTS  # compared by identity, then ==
+    for check, rule in _ALL_CHECKS if guarded else _UNGUARDED_CHECKS:
         facts = check(deployment, body)
         if facts is not None:
             field = rule.field.format(**facts)

@@ -341,20 +341,21 @@ def build_engine_request(
         _check_one_sequence(role, request.sampling_params)
     if target is not None and target != request.target:
         _refuse_other_target(target, request.target)
-    fields: dict[str, Any] = {"rid": envelope.rid}
+    # The client's fields lead a ClientRequest as they lead an EngineBody (RequestFields'):
+    # the body is made from them, the frontend's rid, the role's stream mode, the serving.
+    values = list(_astuple(request)[:_CLIENT_FIELD_COUNT])
+    values[_RID] = envelope.rid
+    values[_STREAM] = plan.always_streams or request.stream is True
     # The envelope's own ids were checked when it was made; others are checked here.
     if input_ids is not request.input_ids and input_ids is not None:
-        fields["input_ids"] = _check_input_ids(input_ids)
-    fields["stream"] = plan.always_streams or request.stream is True
-    if bootstrap is not None:
-        fields.update(_bootstrapped(bootstrap))
-    if plan.is_prefill:
-        fields.update(_prefill_fields(envelope.request, bootstrap, routing))
+        values[_INPUT_IDS] = _check_input_ids(input_ids)
+    serving = _NO_SERVING if bootstrap is None else _bootstrapped(bootstrap)
+    body = EngineBody(*values, *serving)
+    changes = _prefill_fields(request, bootstrap, routing) if plan.is_prefill else {}
     if routing is not None:
-        fields.update(_routed(role, routing))
-    # The client's fields lead a ClientRequest, as they lead an EngineBody (both derive
-    # from RequestFields); every change is then made by name.
-    body = _replace(EngineBody(*_astuple(request)[:_CLIENT_FIELD_COUNT]), **fields)
+        changes.update(_routed(role, routing))
+    if changes:
+        body = _replace(body, **changes)  # every other change, by name
     check_engine_body(deployment, body)
     return _made(role, body, request.passed_fields)
 
@@ -374,14 +375,32 @@ def _check_arguments(envelope: object, deployment: object, routing: object) -> N
         raise EnvelopeError(f"routing must be a Routing, got {type(routing).__name__}")
 
 
-def _bootstrapped(bootstrap: Bootstrap) -> dict[str, Any]:
-    """The engine body's fields where the prefill/decode pair meets."""
-    return {
-        "bootstrap_host": bootstrap.host,
-        "bootstrap_port": bootstrap.port,
-        "bootstrap_room": bootstrap.room,
-        "disagg_prefill_dp_rank": bootstrap.prefill_dp_rank,
-    }
+#: The serving fields of an `EngineBody`, after the client's, in order.
+_SERVING_FIELDS = EngineBody.__struct_fields__[_CLIENT_FIELD_COUNT:]
+_NO_SERVING = (None,) * len(_SERVING_FIELDS)
+_RID = EngineBody.__struct_fields__.index("rid")
+_STREAM = EngineBody.__struct_fields__.index("stream")
+_INPUT_IDS = EngineBody.__struct_fields__.index("input_ids")
+
+
+def _bootstrapped(bootstrap: Bootstrap) -> tuple[Any, ...]:
+    """The engine body's serving fields where the prefill/decode pair meets, in order
+    (the router's are set by name: `_routed`)."""
+    return (
+        bootstrap.host,
+        bootstrap.port,
+        bootstrap.room,
+        bootstrap.prefill_dp_rank,
+        *_NO_SERVING[4:],
+    )
+
+
+assert _SERVING_FIELDS[:4] == (
+    "bootstrap_host",
+    "bootstrap_port",
+    "bootstrap_room",
+    "disagg_prefill_dp_rank",
+)
 
 
 def _prefill_fields(
