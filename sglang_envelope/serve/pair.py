@@ -24,7 +24,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from sglang_envelope.errors.exceptions import EnvelopeError
-from sglang_envelope.request.routing import Bootstrap
+from sglang_envelope.request.deployment import Deployment
+from sglang_envelope.request.engine import EngineRequest, Role, build_engine_request
+from sglang_envelope.request.envelope import WorkerEnvelope
+from sglang_envelope.request.routing import Bootstrap, Routing
 from sglang_envelope.response.merge import merge_prefill
 from sglang_envelope.response.sse import SseDecoder, encode_sse
 from sglang_envelope.serve.legs import Leg
@@ -33,7 +36,7 @@ from sglang_envelope.serve.transport import Transport
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["PrefillLeg", "PrefillServer", "with_prefill_side"]
+__all__ = ["PrefillLeg", "PrefillServer", "engine_requests", "with_prefill_side"]
 
 
 class PrefillServer(msgspec.Struct, frozen=True):
@@ -53,6 +56,39 @@ class PrefillServer(msgspec.Struct, frozen=True):
         checked (`EnvelopeError` names the field)."""
         room = secrets.randbits(63)
         return Bootstrap(self.bootstrap_host, self.bootstrap_port, room, prefill_dp_rank)
+
+
+def engine_requests(
+    envelope: WorkerEnvelope,
+    deployment: Deployment,
+    servers: tuple[PrefillServer | None, Transport],
+    routing: Routing | None,
+    prefill_dp_rank: int | None,
+) -> list[tuple[EngineRequest, Transport]]:
+    """The engine requests to send for `envelope`, each with its transport: one
+    aggregated request when `servers` has no prefill server (`(prefill, decode)`),
+    else the prefill leg, then the decode leg, meeting at one bootstrap room."""
+    prefill, transport = servers
+    if prefill is None:
+        legs: tuple[tuple[Role, Transport], ...] = ((Role.AGGREGATED, transport),)
+        bootstrap = None
+    else:
+        legs = ((Role.PREFILL, prefill.transport), (Role.DECODE, transport))
+        bootstrap = prefill.bootstrap(prefill_dp_rank)
+    return [
+        (
+            build_engine_request(
+                envelope,
+                input_ids=envelope.request.input_ids,
+                role=role,
+                deployment=deployment,
+                bootstrap=bootstrap,
+                routing=routing,
+            ),
+            to,
+        )
+        for role, to in legs
+    ]
 
 
 class PrefillLeg:

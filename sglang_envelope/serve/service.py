@@ -48,14 +48,14 @@ from sglang_envelope.errors.exceptions import (
 )
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.deployment import Deployment
-from sglang_envelope.request.engine import EngineRequest, Role, build_engine_request
+from sglang_envelope.request.engine import EngineRequest
 from sglang_envelope.request.envelope import (
     WorkerEnvelope,
     decode_envelope,
     to_worker_envelope,
 )
 from sglang_envelope.request.overrides import header_overrides
-from sglang_envelope.request.routing import Bootstrap, Routing
+from sglang_envelope.request.routing import Routing
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.aggregate import DEFAULT_MAX_BYTES
 from sglang_envelope.response.finalize import finalize_response
@@ -79,7 +79,12 @@ from sglang_envelope.serve.checks import check_service_arguments
 from sglang_envelope.serve.incoming import read_client_body
 from sglang_envelope.serve.legs import Leg
 from sglang_envelope.serve.many import fan_out, samples_of
-from sglang_envelope.serve.pair import PrefillLeg, PrefillServer, with_prefill_side
+from sglang_envelope.serve.pair import (
+    PrefillLeg,
+    PrefillServer,
+    engine_requests,
+    with_prefill_side,
+)
 from sglang_envelope.serve.signals import calling_on
 from sglang_envelope.serve.transport import (
     Transport,
@@ -348,15 +353,17 @@ class Service:
         `header_overrides`, sent as it is where override headers carry the engine
         request. n > 1 samples run one request each, back as `f"{client_rid}_{k}"`.
         """
-        import asyncio
-
         try:
             if self._closing:
                 raise _shutting_down()
             samples = samples_of(envelope.request, client_rid)  # n > 1: one a sample
             if samples is None:
-                engines = self._engine_requests(
-                    envelope, routing or self._routing, prefill_dp_rank
+                engines = engine_requests(
+                    envelope,
+                    self._deployment,
+                    (self._prefill, self._transport),
+                    routing or self._routing,
+                    prefill_dp_rank,
                 )
         except EnvelopeError as exc:
             return refused(exc, envelope.stream)
@@ -364,6 +371,29 @@ class Service:
             return await self._many(samples, disconnected, routing, prefill_dp_rank)
         if disconnected is not None and await is_gone(disconnected):
             return whole_answer(CLIENT_GONE, JSON, b"")  # gone already: never dispatched
+        legs = await self._dispatched(engines, envelope, body, disconnected)
+        if isinstance(legs, Answer):
+            return legs
+        main = legs[-1]
+        prefill = self._read_prefill(legs[0], main) if len(legs) == 2 else None
+        if main.status != 200:
+            return await self._refused_by_engine(main, prefill, envelope.stream)
+        if envelope.stream:
+            relayed = self._relayed(main, client_rid, prefill)
+            return Answer(200, {"content-type": EVENT_STREAM}, relayed)
+        return await self._unary(main, client_rid, disconnected, prefill)
+
+    async def _dispatched(
+        self,
+        engines: list[tuple[EngineRequest, Transport]],
+        envelope: WorkerEnvelope,
+        body: bytes | None,
+        disconnected: Disconnected | None,
+    ) -> list[Leg] | Answer:
+        """The legs of `engines`, every one sent; or, when the client left first or a
+        leg could not be sent, the answer to give, the other legs aborted."""
+        import asyncio
+
         legs = self._sent(engines, envelope.request, body)
         sending = asyncio.gather(*(leg.sending for leg in legs), return_exceptions=True)
         try:
@@ -375,21 +405,14 @@ class Service:
             [] if gone else [e for e in sending.result() if isinstance(e, BaseException)]
         )
         failure = failed[0] if failed else None
-        if gone or failure is not None:  # a leg not sent: the other is aborted
-            self._settle_all(legs)
-            if gone:
-                return whole_answer(CLIENT_GONE, JSON, b"")
-            if not isinstance(failure, EnvelopeError):
-                raise failure  # type: ignore[misc]
-            return refused(failure, envelope.stream)
-        main = legs[-1]
-        prefill = self._read_prefill(legs[0], main) if len(legs) == 2 else None
-        if main.status != 200:
-            return await self._refused_by_engine(main, prefill, envelope.stream)
-        if envelope.stream:
-            relayed = self._relayed(main, client_rid, prefill)
-            return Answer(200, {"content-type": EVENT_STREAM}, relayed)
-        return await self._unary(main, client_rid, disconnected, prefill)
+        if not gone and failure is None:
+            return legs
+        self._settle_all(legs)  # a leg not sent: the other is aborted
+        if gone:
+            return whole_answer(CLIENT_GONE, JSON, b"")
+        if not isinstance(failure, EnvelopeError):
+            raise failure  # type: ignore[misc]
+        return refused(failure, envelope.stream)
 
     async def _many(
         self,
@@ -432,39 +455,6 @@ class Service:
             return None
         headers = header_overrides(engine, request)
         return None if headers is None else (body, headers)
-
-    def _engine_requests(
-        self,
-        envelope: WorkerEnvelope,
-        routing: Routing | None,
-        prefill_dp_rank: int | None,
-    ) -> list[tuple[EngineRequest, Transport]]:
-        """The engine requests to send, with their transports: the prefill leg first."""
-        if self._prefill is None:
-            return [
-                (self._build(envelope, Role.AGGREGATED, None, routing), self._transport)
-            ]
-        bootstrap = self._prefill.bootstrap(prefill_dp_rank)
-        legs = ((Role.PREFILL, self._prefill.transport), (Role.DECODE, self._transport))
-        return [
-            (self._build(envelope, role, bootstrap, routing), to) for role, to in legs
-        ]
-
-    def _build(
-        self,
-        envelope: WorkerEnvelope,
-        role: Role,
-        bootstrap: Bootstrap | None,
-        routing: Routing | None,
-    ) -> EngineRequest:
-        return build_engine_request(
-            envelope,
-            input_ids=envelope.request.input_ids,
-            role=role,
-            deployment=self._deployment,
-            bootstrap=bootstrap,
-            routing=routing,
-        )
 
     def _read_prefill(self, leg: Leg, main: Leg) -> PrefillLeg:
         """Read the prefill's answer to its end;
