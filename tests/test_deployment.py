@@ -384,13 +384,13 @@ _GUARDED = st.fixed_dictionaries(
         "logprob_start_len": st.integers(-1, 40),
         "return_routed_experts": st.booleans(),
         "routed_experts_start_len": st.integers(0, 40),
-        "input_ids": st.one_of(st.none(), st.lists(st.integers(0, 400), max_size=30)),
+        "input_ids": st.one_of(st.none(), st.lists(st.integers(0, 330), max_size=30)),
     },
 )
 _SAMPLING = st.fixed_dictionaries(
     {},
     optional={
-        "max_new_tokens": st.integers(0, 2000),
+        "max_new_tokens": st.integers(0, 1100),
         "stop": _RAW.map(msgspec.Raw),
         "stop_regex": _RAW.map(msgspec.Raw),
         "min_new_tokens": st.integers(0, 2),
@@ -425,3 +425,42 @@ def test_skipping_the_guarded_rules_refuses_what_trying_every_rule_refuses(
         assert refusal.code == _first_broken(deployment, body)
     else:
         assert _first_broken(deployment, body) is None
+
+
+_PARAMS = SamplingParams
+#: For each rule with guards: the deployment's changes and the only fields a body sets
+#: to break it (a guard naming another field would let it through).
+BROKEN_BY_GUARDED_FIELDS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "thinking_needs_strict_thinking": ({}, {"max_thinking_tokens": 3}),
+    "routed_dp_rank_out_of_range": ({"dp_size": 1}, {"routed_dp_rank": 1}),
+    "text_needs_tokenizer": ({"skip_tokenizer_init": True}, {"text": "hi"}),
+    "token_ids_logprob_out_of_vocab": ({}, {"token_ids_logprob": msgspec.Raw(b"[400]")}),
+    "hidden_states_over_server_mode": ({"hidden_states": "last"}, {"return_hidden_states": True}),
+    "hidden_states_not_enabled": ({"hidden_states": "off"}, {"return_hidden_states": True}),
+    "custom_logit_processor_not_enabled": ({}, {"custom_logit_processor": "x"}),
+    "stop_needs_tokenizer": (
+        {"skip_tokenizer_init": True}, {"sampling_params": _PARAMS(stop=msgspec.Raw(b'"a"'))}),
+    "stop_regex_needs_tokenizer": (
+        {"skip_tokenizer_init": True},
+        {"sampling_params": _PARAMS(stop_regex=msgspec.Raw(b'"a+"'))}),
+    "min_new_tokens_needs_tokenizer": (
+        {"skip_tokenizer_init": True}, {"sampling_params": _PARAMS(min_new_tokens=1)}),
+    "logit_bias_out_of_vocab": (
+        {}, {"sampling_params": _PARAMS(logit_bias=msgspec.Raw(b'{"500": 1}'))}),
+    "logprob_start_len_past_prompt": (
+        {}, {"input_ids": (1, 2), "return_logprob": True, "logprob_start_len": 5}),
+    "routed_experts_start_len_past_prompt": (
+        {"enable_return_routed_experts": True},
+        {"input_ids": (1, 2), "return_routed_experts": True, "routed_experts_start_len": 5}),
+    "routed_experts_not_enabled": (
+        {"enable_return_routed_experts": False}, {"return_routed_experts": True}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("rule", [rule for rule in DEPLOYMENT_RULES if rule.when])
+def test_a_rule_s_guards_name_the_fields_that_break_it(rule: Any) -> None:
+    changes, fields = BROKEN_BY_GUARDED_FIELDS[rule.code]
+    deployment = msgspec.structs.replace(LIVE, **changes)
+    with pytest.raises(RequestRejected) as caught:
+        check_engine_body(deployment, EngineBody(**fields))
+    assert caught.value.code == rule.code

@@ -24,7 +24,7 @@ from msgspec import UNSET
 
 from sglang_envelope.errors.exceptions import EnvelopeError, RequestRejected, show_value
 from sglang_envelope.request.checks import logprobs_past_prompt, routed_start_past_prompt
-from sglang_envelope.request.fields import RequestFields
+from sglang_envelope.request.fields import RequestFields, SamplingParams
 from sglang_envelope.request.large_body import int_chunks
 from sglang_envelope.request.rules import RULES_BY_CODE
 
@@ -277,9 +277,10 @@ class DeploymentRule(NamedTuple):
     message: str
     #: (deployment, engine body) -> the message's facts when the body breaks the rule.
     check: Callable[[Deployment, Any], dict[str, object] | None]
-    #: The engine body's fields of which one must differ from its default for the rule
-    #: to be broken (none: any body may break it). While all hold their defaults, as in
-    #: most requests, the check is skipped (`check_engine_body`).
+    #: The engine body's fields (``sampling_params.KEY`` for a key of its sampling
+    #: parameters) of which one must differ from its default for the rule to be broken
+    #: (none: any body may break it). While all hold their defaults, as in most
+    #: requests, the check is skipped (`check_engine_body`).
     when: tuple[str, ...] = ()
 
 
@@ -487,15 +488,18 @@ DEPLOYMENT_RULES: tuple[DeploymentRule, ...] = (
         when=("custom_logit_processor",)),
     DeploymentRule("stop_needs_tokenizer", "sampling_params.stop",
         "stop={stops} " + _NO_TOKENIZER + " (requires tokenizer to decode tokens to text "
-        "for matching).", _needs_tokenizer("stop")),
+        "for matching).", _needs_tokenizer("stop"), when=("sampling_params.stop",)),
     DeploymentRule("stop_regex_needs_tokenizer", "sampling_params.stop_regex",
         "stop_regex={stops} " + _NO_TOKENIZER + " (requires tokenizer to decode "
-        "tokens to text for matching).", _needs_tokenizer("stop_regex")),
+        "tokens to text for matching).", _needs_tokenizer("stop_regex"),
+        when=("sampling_params.stop_regex",)),
     DeploymentRule("min_new_tokens_needs_tokenizer", "sampling_params.min_new_tokens",
         "min_new_tokens={min_new_tokens} " + _NO_TOKENIZER + " (requires tokenizer for "
-        "eos_token_id).", _min_new_needs_tokenizer),
+        "eos_token_id).", _min_new_needs_tokenizer,
+        when=("sampling_params.min_new_tokens",)),
     DeploymentRule("logit_bias_out_of_vocab", "sampling_params.logit_bias",
-        "logit_bias must has keys in [0, {largest}], got {key}.", _bias_id_outside),
+        "logit_bias must has keys in [0, {largest}], got {key}.", _bias_id_outside,
+        when=("sampling_params.logit_bias",)),
     DeploymentRule("input_over_max_req_input_len", "input_ids",
         "Input length ({tokens} tokens) exceeds the maximum allowed length "
         "({limit} tokens). Use a shorter input or enable --allow-auto-truncate.",
@@ -527,19 +531,32 @@ _ALL_CHECKS = _pairs(DEPLOYMENT_RULES)
 #: The rules any body may break, in order: all a body with every guard at its default
 #: (`DeploymentRule.when`) can break.
 _UNGUARDED_CHECKS = _pairs(tuple(rule for rule in DEPLOYMENT_RULES if not rule.when))
-_GUARDS = tuple(sorted({name for rule in DEPLOYMENT_RULES for name in rule.when}))
-#: The guards' defaults: the client's fields' own, and None for the serving system's.
-_GUARD_DEFAULTS = tuple(
-    {f.name: f.default for f in msgspec.structs.fields(RequestFields)}.get(name)
-    for name in _GUARDS
+_SAMPLING = "sampling_params."
+_GUARDS = sorted({name for rule in DEPLOYMENT_RULES for name in rule.when})
+_TOP_GUARDS = tuple(name for name in _GUARDS if not name.startswith(_SAMPLING))
+_SAMPLING_GUARDS = tuple(
+    name.removeprefix(_SAMPLING) for name in _GUARDS if name.startswith(_SAMPLING)
 )
-_guard_values = operator.attrgetter(*_GUARDS)
+#: The guards' defaults: the client's fields' own, and None for the serving system's.
+_TOP_DEFAULTS = tuple(
+    {f.name: f.default for f in msgspec.structs.fields(RequestFields)}.get(name)
+    for name in _TOP_GUARDS
+)
+_SAMPLING_DEFAULTS = tuple(
+    {f.name: f.default for f in msgspec.structs.fields(SamplingParams)}[name]
+    for name in _SAMPLING_GUARDS
+)
+_top_values = operator.attrgetter(*_TOP_GUARDS)
+_sampling_values = operator.attrgetter(*_SAMPLING_GUARDS)
 
 
 def check_engine_body(deployment: Deployment, body: Any) -> None:
     """Raise SGLang's first refusal of `body` (an `EngineBody`) on `deployment` as a
     `RequestRejected`, before dispatch; return when SGLang would accept it."""
-    guarded = _guard_values(body) != _GUARD_DEFAULTS  # compared by identity, then ==
+    params = body.sampling_params  # without it, no rule on its keys can be broken
+    guarded = _top_values(body) != _TOP_DEFAULTS or (  # compared by identity, then ==
+        type(params) is SamplingParams and _sampling_values(params) != _SAMPLING_DEFAULTS
+    )
     for check, rule in _ALL_CHECKS if guarded else _UNGUARDED_CHECKS:
         facts = check(deployment, body)
         if facts is not None:
