@@ -278,6 +278,19 @@ def _prefill_dp_rank(bootstrap: Bootstrap | None, routing: Routing | None) -> in
 #: How many fields an engine body takes from the client's request.
 _CLIENT_FIELD_COUNT = len(RequestFields.__struct_fields__)
 
+#: The serving fields of an `EngineBody`, after the client's, in order.
+_SERVING_FIELDS = EngineBody.__struct_fields__[_CLIENT_FIELD_COUNT:]
+_NO_SERVING = (None,) * len(_SERVING_FIELDS)
+_RID = EngineBody.__struct_fields__.index("rid")
+_STREAM = EngineBody.__struct_fields__.index("stream")
+_INPUT_IDS = EngineBody.__struct_fields__.index("input_ids")
+assert _SERVING_FIELDS[:4] == (
+    "bootstrap_host",
+    "bootstrap_port",
+    "bootstrap_room",
+    "disagg_prefill_dp_rank",
+)
+
 
 def _describe(target: Target) -> str:
     return (
@@ -375,14 +388,6 @@ def _check_arguments(envelope: object, deployment: object, routing: object) -> N
         raise EnvelopeError(f"routing must be a Routing, got {type(routing).__name__}")
 
 
-#: The serving fields of an `EngineBody`, after the client's, in order.
-_SERVING_FIELDS = EngineBody.__struct_fields__[_CLIENT_FIELD_COUNT:]
-_NO_SERVING = (None,) * len(_SERVING_FIELDS)
-_RID = EngineBody.__struct_fields__.index("rid")
-_STREAM = EngineBody.__struct_fields__.index("stream")
-_INPUT_IDS = EngineBody.__struct_fields__.index("input_ids")
-
-
 def _bootstrapped(bootstrap: Bootstrap) -> tuple[Any, ...]:
     """The engine body's serving fields where the prefill/decode pair meets, in order
     (the router's are set by name: `_routed`)."""
@@ -393,14 +398,6 @@ def _bootstrapped(bootstrap: Bootstrap) -> tuple[Any, ...]:
         bootstrap.prefill_dp_rank,
         *_NO_SERVING[4:],
     )
-
-
-assert _SERVING_FIELDS[:4] == (
-    "bootstrap_host",
-    "bootstrap_port",
-    "bootstrap_room",
-    "disagg_prefill_dp_rank",
-)
 
 
 def _prefill_fields(
