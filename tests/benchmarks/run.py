@@ -276,7 +276,7 @@ def sglang_path(bodies: list[bytes]) -> Callable[[], None] | None:
 
 def in_process_paths(
     bodies: list[bytes],
-) -> tuple[Callable[[], None], Callable[[], None]] | None:
+) -> tuple[Callable[[], None], Callable[[], None], Callable[[], None]] | None:
     """Client bytes to the `GenerateReqInput` SGLang takes in-process, decode role: the
     library's path (every rule and every deployment rule, `to_dict()`), and NVIDIA
     Dynamo 1.6.1's (``json`` and its pydantic-validated `build_native_generate_request`),
@@ -318,7 +318,29 @@ def in_process_paths(
                 bootstrap_room=4242,
             )
 
-    return library, dynamo_builder
+    def lower_bound() -> None:
+        """The work the path cannot leave out, none of the glue of its four calls: the
+        typed decode, the rules, one engine body, the deployment's rules, the keyword
+        arguments, `GenerateReqInput`."""
+        for body in bodies:
+            wire = _typed_decode(body, _DEFAULT_CONTRACT)
+            _DEFAULT_CONTRACT.check(wire, DEFAULT_LIMITS)
+            serving = ("10.0.0.7", 8998, 4242, None, None, None, None)
+            engine = EngineBody(*astuple(wire)[:count], *serving)  # type: ignore[call-arg]
+            check_engine_body(DEPLOYMENT, engine)
+            kwargs = to_builtins(engine)
+            kwargs["input_ids"] = list(kwargs["input_ids"])
+            generate_req_input(**kwargs)
+
+    from sglang_envelope.request.deployment import check_engine_body
+    from sglang_envelope.request.engine import EngineBody
+    from sglang_envelope.request.fields import RequestFields
+    from sglang_envelope.request.limits import DEFAULT_LIMITS
+    from sglang_envelope.request.types import _DEFAULT_CONTRACT, _typed_decode
+
+    count = len(RequestFields.__struct_fields__)
+    astuple, to_builtins = msgspec.structs.astuple, msgspec.to_builtins
+    return library, dynamo_builder, lower_bound
 
 
 def _filled(prefix: bytes, item: bytes, suffix: bytes, count: int) -> bytes:
@@ -762,9 +784,12 @@ def main() -> None:
             if name == "mixed":
                 print("(no SGLang with Dynamo importable: the in-process rows are skipped)")
             continue
-        work, floor = alternate(*paths, rounds)
+        library, dynamo_builder, lower_bound = paths
+        work, floor = alternate(library, dynamo_builder, rounds)
         ok = work / floor <= 0.7
         row(f"  to GenerateReqInput vs Dynamo 1.6.1, {name}", work, floor, "<= 0.7x", ok)
+        work, floor = alternate(lower_bound, dynamo_builder, rounds)
+        row(f"    its lower bound (no glue), {name}", work, floor, "(reference)", True)
 
     ids = DEFAULT_MAX_INPUT_IDS // (8 if args.quick else 1)
     work, floor = alternate(*override_or_encode(ids), rounds)
