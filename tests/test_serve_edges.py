@@ -30,6 +30,7 @@ from tests.serve_fakes import (
     service,
     sse_data,
     streamed,
+    unary_body,
 )
 
 
@@ -178,3 +179,50 @@ def test_a_transport_timing_out_under_asyncio_gives_the_client_a_504(stream: boo
     status, data = run(answer())
     assert status == 504
     assert json.loads(data) == {"error": {"message": "SGLang did not answer in time"}}
+
+
+class Pooled(FakeTransport):
+    """A fake with one connection (`Slots`), as the library's own transports have."""
+
+    def __init__(self, script: Any) -> None:
+        from sglang_envelope.serve.transport import Slots
+
+        super().__init__(script)
+        self.slots = Slots(1, 0.5)
+
+
+def test_a_send_that_fails_gives_its_connection_back() -> None:
+    """The engine unreachable: 502, and the pool's one connection is free again (else the
+    next request would wait for it and get the pool's 503)."""
+    fake = Pooled(streamed)
+    fake.send_error = ConnectionRefusedError("refused")
+
+    async def main() -> tuple[int, int, bytes]:
+        async with service(fake) as svc:
+            failed = await svc.generate({"input_ids": [1, 2]})
+            await read(failed)
+            fake.send_error = None
+            answer = await svc.generate({"input_ids": [1, 2]})
+            return failed.status, answer.status, await read(answer)
+
+    failed, status, body = run(main())
+    assert (failed, status) == (502, 200)
+    assert json.loads(body)["output_ids"] == [7, 8]
+
+
+def test_without_an_idle_timeout_the_answer_is_read_as_it_comes() -> None:
+    fake = Pooled(lambda request: Script(chunks=[unary_body()], head_delay_s=0.05))
+    answer, body = run(served(service(fake, idle_timeout_s=None), {"input_ids": [1]}))
+    assert answer.status == 200
+    assert json.loads(body) == json.loads(unary_body(fake.requests[0]["rid"]))
+
+
+def test_a_unary_answer_cut_mid_body_is_sglang_s_502() -> None:
+    """The connection breaking while a unary answer is read: the transport's failure as
+    the service's own 502, not the transport's exception."""
+    body = unary_body()
+    cut = ConnectionResetError("cut")
+    fail = Script(chunks=[body[:9], body[9:]], fail=cut, fail_after=1)
+    answer, body = run(served(service(Pooled(lambda request: fail)), {"input_ids": [1]}))
+    assert answer.status == 502
+    assert "cut" in json.loads(body)["error"]["message"]
