@@ -256,7 +256,7 @@ RULES: tuple[Rule, ...] = (
     # build_engine_request's (ENGINE_RULES): a prefill/decode pair carries one sequence.
     Rule("parallel_sampling", "sampling_params.n",
          "sampling_params.n is {n}: a {role} leg carries one sequence; send one request "
-         "a sample (Sequences.samples())"),
+         "a sample, each with n = 1"),
     # A key SGLang's gate lets through that its SamplingParams has no argument for.
     Rule("unsupported_sampling_param", "sampling_params.{key}",
          "Unexpected keyword argument '{key}'"),
