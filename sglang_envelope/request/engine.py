@@ -362,7 +362,7 @@ def build_engine_request(
     # The envelope's own ids were checked when it was made; others are checked here.
     if input_ids is not request.input_ids and input_ids is not None:
         values[_INPUT_IDS] = _check_input_ids(input_ids)
-    serving = _NO_SERVING if bootstrap is None else _bootstrapped(bootstrap)
+    serving = _NO_SERVING if bootstrap is None else _serving_fields_at(bootstrap)
     body = EngineBody(*values, *serving)
     changes = _prefill_fields(request, bootstrap, routing) if plan.is_prefill else {}
     if routing is not None:
@@ -388,7 +388,7 @@ def _check_arguments(envelope: object, deployment: object, routing: object) -> N
         raise EnvelopeError(f"routing must be a Routing, got {type(routing).__name__}")
 
 
-def _bootstrapped(bootstrap: Bootstrap) -> tuple[Any, ...]:
+def _serving_fields_at(bootstrap: Bootstrap) -> tuple[Any, ...]:
     """The engine body's serving fields where the prefill/decode pair meets, in order
     (the router's are set by name: `_routed`)."""
     return (
