@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import tracemalloc
+from collections.abc import Iterator, Mapping
+from enum import IntEnum
 from typing import Any
 
 import msgspec
@@ -11,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_envelope import RequestRejected, decode_client_request
+from sglang_envelope.request.mapping_body import mapping_json
 from tests.strategies import client_requests, json_values
 
 
@@ -159,3 +163,76 @@ def test_a_mapping_nested_too_deep_for_json_is_refused_before_it_is_walked() -> 
     with pytest.raises(RequestRejected) as caught:  # within reach of JSON: the depth bound
         decode_client_request({"input_ids": [1], "custom_params": {"a": shallow}})
     assert "deeper than" not in caught.value.message
+
+
+class _Tag(str):
+    """A str of the caller's own type: JSON carries it as the text it is."""
+
+
+class _Frozen(Mapping[str, Any]):
+    """A mapping that is not a dict."""
+
+    def __init__(self, items: dict[str, Any]) -> None:
+        self._items = items
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+_LEAVES = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=4),
+    st.floats(), st.sampled_from([math.nan, math.inf]), st.binary(max_size=2),
+    st.just(IntEnum("Color", "RED").RED), st.just({1, 2}), st.just(object()),
+)  # fmt: skip
+_KEYS = st.one_of(st.text(max_size=3), st.integers(0, 2), st.just(b"k"), st.just(1.5))
+_VALUES = st.recursive(
+    _LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(_KEYS, inner, max_size=3),
+        st.dictionaries(st.text(max_size=3), inner, max_size=3).map(_Frozen),
+    ),
+    max_leaves=12,
+)
+
+
+def _carried(value: Any) -> bool:
+    """Whether JSON carries `value` as it is, each part told plainly."""
+    if isinstance(value, Mapping):  # msgspec writes a dict, not another mapping
+        return isinstance(value, dict) and all(
+            isinstance(key, str) and _carried(item) for key, item in value.items()
+        )
+    if isinstance(value, (list, tuple)):
+        return all(_carried(item) for item in value)
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, (str, int, type(None)))
+
+
+@given(_VALUES)
+def test_a_mapping_is_taken_exactly_when_json_carries_all_of_it(value: Any) -> None:
+    body = {"session_params": {"a": value}}
+    try:
+        data = mapping_json(body, 2**20)
+    except RequestRejected as refusal:
+        assert not _carried(value), refusal
+        assert refusal.code in ("invalid_value", "not_json")
+    else:
+        assert _carried(value)
+        assert data == msgspec.json.encode(body)
+
+
+def test_a_subclass_is_taken_only_where_json_writes_it() -> None:
+    """An enum of ints is written as its number; msgspec writes no subclass of str."""
+    body = {"session_params": {"color": IntEnum("Color", "RED").RED}}
+    assert mapping_json(body, 2**20) == b'{"session_params":{"color":1}}'
+    with pytest.raises(RequestRejected, match="type _Tag is unsupported") as caught:
+        mapping_json({"session_params": {"tag": _Tag("x")}}, 2**20)
+    assert caught.value.code == "not_json"

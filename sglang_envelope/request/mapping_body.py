@@ -27,27 +27,43 @@ __all__ = ["mapping_json"]
 _CONTAINERS = (Mapping, list, tuple)
 #: The Python types a JSON value is made of (bool is an int).
 _JSON_TYPES = (str, int, float, type(None), *_CONTAINERS)
+#: The exact types JSON decodes to: each is one of `_JSON_TYPES`, told by a set lookup
+#: where `issubclass` of an ABC such as `Mapping` costs a fraction of a microsecond.
+_PLAIN_SCALARS = frozenset((str, int, bool, type(None)))
+_PLAIN_CONTAINERS = frozenset((dict, list, tuple))
+_PLAIN_TYPES = _PLAIN_SCALARS | _PLAIN_CONTAINERS | {float}
+
+
+def _is_mapping(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, Mapping)
+
+
+def _is_container(value: Any) -> bool:
+    return type(value) in _PLAIN_CONTAINERS or isinstance(value, _CONTAINERS)
 
 
 def _containers_in(value: Any) -> list[Any] | None:
     """The containers among a list's items, or a mapping's values; None when JSON cannot
     carry one of `value`'s own keys or items (those inside its containers are theirs)."""
-    if isinstance(value, Mapping) and not all(map(isinstance, value, repeat(str))):
+    mapping = _is_mapping(value)
+    if mapping and not all(map(isinstance, value, repeat(str))):
         return None
-    items = value.values() if isinstance(value, Mapping) else value
+    items = value.values() if mapping else value
     kinds = set(map(type, items))
-    if not all(issubclass(kind, _JSON_TYPES) for kind in kinds):
+    if kinds <= _PLAIN_SCALARS:  # the usual list of ids, or of strings
+        return []
+    plain = kinds <= _PLAIN_TYPES
+    if not plain and not all(issubclass(kind, _JSON_TYPES) for kind in kinds):
         return None
-    if kinds == {float}:
-        return [] if all(map(math.isfinite, items)) else None
-    floats = (item for item in items if isinstance(item, float))
-    if any(issubclass(kind, float) for kind in kinds) and not all(
-        map(math.isfinite, floats)
+    if (float in kinds or not plain) and not all(
+        map(math.isfinite, [item for item in items if isinstance(item, float)])
     ):
         return None
-    if not any(issubclass(kind, _CONTAINERS) for kind in kinds):
+    if kinds.isdisjoint(_PLAIN_CONTAINERS) and (
+        plain or not any(issubclass(kind, _CONTAINERS) for kind in kinds)
+    ):
         return []
-    return [item for item in items if isinstance(item, _CONTAINERS)]
+    return [item for item in items if _is_container(item)]
 
 
 def _least_size(value: Any, children: list[Any], sizes: dict[int, int]) -> int:
@@ -58,9 +74,9 @@ def _least_size(value: Any, children: list[Any], sizes: dict[int, int]) -> int:
     """
     count = len(value)
     size = 2 + max(count - 1, 0) + count - len(children)
-    if isinstance(value, Mapping):
+    if _is_mapping(value):
         size += sum(map(len, value)) + 3 * count
-    return size + sum(sizes[id(child)] for child in children)
+    return size + sum([sizes[id(child)] for child in children])
 
 
 #: Nesting deeper than this is refused before any walk: msgspec cannot encode it
@@ -95,6 +111,9 @@ def _within(body: Mapping[str, Any], limit: int) -> bool | str | None:
             children = _containers_in(value)
             if children is None:
                 return None
+            if not children:  # holding no container: measured at once
+                sizes[key] = min(limit + 1, _least_size(value, children, sizes))
+                continue
             pending.add(key)
             stack.append((value, children, depth))
             stack.extend((child, None, depth + 1) for child in children)
