@@ -354,8 +354,8 @@ def build_engine_request(
         _check_one_sequence(role, request.sampling_params)
     if target is not None and target != request.target:
         _refuse_other_target(target, request.target)
-    # The client's fields lead a ClientRequest as they lead an EngineBody (RequestFields'):
-    # the body is made from them, the frontend's rid, the role's stream mode, the serving.
+    # An EngineBody is the client's fields (a ClientRequest's first ones), the frontend's
+    # rid and the role's stream mode among them, then the serving fields.
     values = list(_astuple(request)[:_CLIENT_FIELD_COUNT])
     values[_RID] = envelope.rid
     values[_STREAM] = plan.always_streams or request.stream is True
