@@ -15,6 +15,7 @@ such events at once, their bytes as received, for a relay (`relay`).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable, AsyncIterator
 from itertools import repeat
 from typing import Any, Final, TypeAlias
 
@@ -27,8 +28,15 @@ from sglang_envelope.errors.exceptions import (
     show_value,
 )
 from sglang_envelope.response.frames import decode_frame
+from sglang_envelope.response.sources import aclose_source, open_async_source
 
-__all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSE_DONE", "SseDecoder", "encode_sse"]
+__all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
+    "SSE_DONE",
+    "SseDecoder",
+    "aiter_frames",
+    "encode_sse",
+]
 
 DEFAULT_MAX_EVENT_BYTES: Final = 64 * 1024 * 1024
 """The default bound on one event: 64 MiB, the size of a long cumulative frame."""
@@ -375,6 +383,33 @@ class SseDecoder:
             limit,
             f"an SSE event is larger than max_event_bytes ({limit} bytes)",
         )
+
+
+def aiter_frames(
+    chunks: AsyncIterable[BytesLike], *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+) -> AsyncIterator[dict[str, Any]]:
+    """The frames of an SSE stream, as `SseDecoder` reads them, as they complete.
+
+    Ends after the last chunk, having checked that the stream did not stop
+    inside an event (`SseDecoder.close`). Faults come in stream order: the
+    frames before one are yielded first. The bound is checked at once, the
+    chunks when iterated; their iterator is closed whenever reading stops
+    (`sources.aclose_source`).
+    """
+    decoder = SseDecoder(max_event_bytes=max_event_bytes)
+    return _frames(decoder, open_async_source(chunks, "aiter_frames chunks"))
+
+
+async def _frames(
+    decoder: SseDecoder, chunks: AsyncIterator[BytesLike]
+) -> AsyncIterator[dict[str, Any]]:
+    try:
+        async for chunk in chunks:
+            for frame in decoder.feed(chunk):
+                yield frame
+    finally:
+        await aclose_source(chunks)
+    decoder.close()
 
 
 def _one_whole_event(data: bytes, limit: int) -> bool:
