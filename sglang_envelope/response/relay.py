@@ -60,11 +60,9 @@ from typing import Any
 from sglang_envelope.errors.answers import error_event
 from sglang_envelope.errors.exceptions import (
     EngineError,
-    EnvelopeError,
     ResponseError,
-    show_value,
 )
-from sglang_envelope.response.core import StreamCore
+from sglang_envelope.response.core import StreamCore, check_modes
 from sglang_envelope.response.delta_cut import cut_deltas
 from sglang_envelope.response.frames import check_consistency, decode_frame
 from sglang_envelope.response.reading import (
@@ -190,16 +188,7 @@ class _Relay:
         max_bytes: int,
         max_event_bytes: int,
     ) -> None:
-        if incremental is not None and type(incremental) is not bool:
-            raise EnvelopeError(
-                "incremental: expected True, False or None, "
-                f"got {show_value(incremental)}"
-            )
-        if type(client_incremental) is not bool:
-            raise EnvelopeError(
-                "client_incremental: expected a bool, "
-                f"got {show_value(client_incremental)}"
-            )
+        check_modes(incremental, client_incremental)
         # Keeps the deltas' JSON only for a cumulative client; counts in any case.
         self._buffers = None if client_incremental else BufferStore()
         store: JsonStore = CountStore() if self._buffers is None else self._buffers
@@ -231,7 +220,7 @@ class _Relay:
         payloads, error, kept = admitted
         error = error or limit_error
         if error is None and payloads and self._core.finished:
-            error = self._final_error()
+            error = self._answer_error(unparsed=False)
             if error is not None:  # the terminal frame fails: it does not go out
                 payloads = payloads[:-1] if self._sends_as_received() else []
         try:
@@ -240,10 +229,7 @@ class _Relay:
             # The stream's own error, if any, comes first.
             out = b""
             error = error or exc
-        if error is None:
-            return out
-        self.ended = True
-        return out + error_event(error) + SSE_DONE
+        return self._ending(out, error)
 
     def _pass(self, chunk: BytesLike) -> bytes:
         """`feed` once frames go out unparsed: the frames the bytes cannot vouch for are
@@ -259,13 +245,11 @@ class _Relay:
         self._core.store.end_chunk()
         error = error or limit_error
         if error is None and self._core.finished:
-            error = self._terminal_error()  # after the chunk's own faults, as aggregation
+            # After the chunk's own faults, as aggregation.
+            error = self._answer_error(unparsed=True)
             if error is not None:  # the terminal frame, last sent, does not go out
                 out = out[: len(out) - self._terminal_size]
-        if error is None:
-            return out
-        self.ended = True
-        return out + error_event(error) + SSE_DONE
+        return self._ending(out, error)
 
     def _send_shaped(
         self, data: bytes, lines: list[bytes]
@@ -330,23 +314,6 @@ class _Relay:
             sent.append(payload)
         return _as_received(sent), None
 
-    def _terminal_error(self) -> ResponseError | None:
-        """The checks of an unparsed stream's answer that its terminal frame allows.
-
-        A cumulative terminal frame is the answer: its counts are checked as
-        aggregation checks them. An incremental one's deltas were not all read.
-        """
-        try:
-            terminal, aborted = self._core.terminal_frame(said_done=False)
-            if self._core.incremental is False and not aborted:
-                check_consistency(terminal, terminal["meta_info"])
-        except EngineError:
-            # An abort with a status: SGLang streams it as a frame, as the relay does.
-            return None
-        except ResponseError as exc:
-            return exc
-        return None
-
     def close(self) -> bytes:
         """The last bytes for the client, ``[DONE]`` included,
         once the stream's end is checked."""
@@ -358,17 +325,35 @@ class _Relay:
             return error_event(exc) + SSE_DONE
         return SSE_DONE
 
-    def _final_error(self) -> ResponseError | None:
-        """Aggregation's final checks of the answer,
-        made before the terminal frame goes out."""
+    def _answer_error(self, *, unparsed: bool) -> ResponseError | None:
+        """The fault aggregation's final checks find in the answer, before its terminal
+        frame goes out; None for an abort with a status, which SGLang streams as a
+        frame, as the relay does.
+
+        With `unparsed` (frames went out unparsed), only the checks the terminal
+        frame allows: a cumulative terminal frame is the answer, its counts checked
+        as aggregation checks them; an incremental one's deltas were not all read.
+        """
+        core = self._core
         try:
-            self._core.checked_terminal(said_done=False)
+            if not unparsed:
+                core.checked_terminal(said_done=False)
+                return None
+            terminal, aborted = core.terminal_frame(said_done=False)
+            if core.incremental is False and not aborted:
+                check_consistency(terminal, terminal["meta_info"])
         except EngineError:
-            # An abort with a status: SGLang streams it as a frame, as the relay does.
             return None
         except ResponseError as exc:
             return exc
         return None
+
+    def _ending(self, out: bytes, error: ResponseError | None) -> bytes:
+        """`out`, then, after a fault, the error frame and ``[DONE]`` (`ended` then)."""
+        if error is None:
+            return out
+        self.ended = True
+        return out + error_event(error) + SSE_DONE
 
     def _sends_as_received(self) -> bool:
         mode = self._core.incremental

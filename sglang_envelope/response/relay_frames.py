@@ -28,11 +28,9 @@ from typing import Any
 from sglang_envelope.errors.answers import error_frame
 from sglang_envelope.errors.exceptions import (
     EngineError,
-    EnvelopeError,
     ResponseError,
-    show_value,
 )
-from sglang_envelope.response.core import StreamCore
+from sglang_envelope.response.core import StreamCore, check_modes
 from sglang_envelope.response.sources import (
     aclose_source,
     close_source,
@@ -56,12 +54,7 @@ class FrameRelay:
     __slots__ = ("_client", "_core", "_sent", "ended")
 
     def __init__(self, *, incremental: bool | None, client_incremental: bool) -> None:
-        if incremental is not None and type(incremental) is not bool:
-            shown = show_value(incremental)
-            raise EnvelopeError(f"incremental: expected True, False or None, got {shown}")
-        if type(client_incremental) is not bool:
-            shown = show_value(client_incremental)
-            raise EnvelopeError(f"client_incremental: expected a bool, got {shown}")
+        check_modes(incremental, client_incremental)
         self._core = StreamCore(incremental, DeltaStore())
         self._client = client_incremental
         #: Per delta path, the entries (characters of the text) the client has of it.
