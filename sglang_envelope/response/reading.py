@@ -15,7 +15,7 @@ from sglang_envelope.errors.exceptions import (
     ResponseError,
     show_value,
 )
-from sglang_envelope.response.sse import BytesLike, Payload, SseDecoder
+from sglang_envelope.response.sse import BytesLike, Payload, SseDecoder, event_payloads
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -23,7 +23,6 @@ __all__ = [
     "FrameSink",
     "SseReader",
     "check_bound",
-    "event_payloads",
     "too_big",
 ]
 
@@ -119,12 +118,6 @@ class SseReader:
         """Check the stream ended between events; return whether it said ``[DONE]``."""
         self.decoder.close()
         return self.decoder.done
-
-
-def event_payloads(data: bytes, lines: list[bytes]) -> list[Payload]:
-    """The data of events in SGLang's shape, from their lines
-    (`SseDecoder.feed_sglang_events`: `data` stands for the line of its one event)."""
-    return [data[6:-2]] if lines[0] is data else [line[6:] for line in lines]
 
 
 def check_bound(name: str, value: int) -> None:

@@ -69,7 +69,6 @@ from sglang_envelope.response.reading import (
     DEFAULT_MAX_BYTES,
     Admitted,
     SseReader,
-    event_payloads,
 )
 from sglang_envelope.response.relay_choices import ChoicesRelay
 from sglang_envelope.response.sources import (
@@ -84,6 +83,7 @@ from sglang_envelope.response.sse import (
     BytesLike,
     Payload,
     SseDecoder,
+    event_payloads,
 )
 from sglang_envelope.response.stores import BufferStore, CountStore, JsonStore, splice
 from sglang_envelope.response.views import (
