@@ -223,10 +223,9 @@ class MiddleReader:
     index must be the first frame's; a cumulative frame's bytes must be
     `plain` (its view skips what it does not read).
 
-    `decode` is the incremental view itself, raising one of `VIEW_ERRORS`,
-    with one difference: a frame with keys SGLang 0.5.23 does not write (a
-    newer release, a server flag) teaches them to this stream's view, which
-    declares them as any JSON and so still checks every byte. A new key then
+    A frame with keys SGLang 0.5.23 does not write (a newer release, a server
+    flag) teaches them to an incremental stream's view, which declares them as
+    any JSON and so still checks every byte. A new key then
     costs a view made once, not the full decode of every frame. `learned`
     holds the keys, at most `MAX_LEARNED_KEYS` plain names of at most
     `MAX_LEARNED_KEY_CHARS`; a frame with others is left to the full decoder.
@@ -267,15 +266,6 @@ class MiddleReader:
         if not self.incremental and not plain(payload):
             return None
         return view
-
-    def decode(self, payload: Payload) -> Any:
-        """The incremental view of `payload`; one of `VIEW_ERRORS` where it cannot."""
-        try:
-            return self._decode(payload)
-        except msgspec.ValidationError:
-            if not self._learn(payload):
-                raise
-        return self._decode(payload)
 
     def _learn(self, payload: Payload) -> bool:
         """Add `payload`'s undeclared keys to the view; False when there are none."""
