@@ -306,7 +306,8 @@ class StreamCore(Generic[S]):
         fits = self._fits
         for count_key, path, unless in CONSISTENCY:
             count = meta.get(count_key)
-            array = _field(frame, meta, path)
+            parent, _, key = path.rpartition(".")
+            array = (meta if parent else frame).get(key, UNSET)
             if type(count) is not int or type(array) is not list or unless in meta:
                 continue
             total = self.store.total(path) + len(array)
@@ -379,12 +380,6 @@ def _deltas(frame: dict[str, Any], meta: dict[str, Any]) -> list[tuple[str, Any]
             raise expected(path, JSON_TYPE_NAMES[kind], value)
         found.append((path, value))
     return found
-
-
-def _field(frame: dict[str, Any], meta: dict[str, Any], path: str) -> Any:
-    """The value at a `DELTA_FIELDS` path of a frame (UNSET when absent)."""
-    parent, _, key = path.rpartition(".")
-    return (meta if parent else frame).get(key, UNSET)
 
 
 def _not_extending(previous: dict[str, Any], frame: dict[str, Any]) -> str | None:

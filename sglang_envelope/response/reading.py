@@ -13,16 +13,20 @@ from sglang_envelope.errors.exceptions import (
     EnvelopeError,
     LimitExceeded,
     ResponseError,
-    show_value,
 )
-from sglang_envelope.response.sse import BytesLike, Payload, SseDecoder, event_payloads
+from sglang_envelope.response.sse import (
+    BytesLike,
+    Payload,
+    SseDecoder,
+    check_bound,
+    event_payloads,
+)
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "Admitted",
     "FrameSink",
     "SseReader",
-    "check_bound",
     "too_big",
 ]
 
@@ -118,14 +122,6 @@ class SseReader:
         """Check the stream ended between events; return whether it said ``[DONE]``."""
         self.decoder.close()
         return self.decoder.done
-
-
-def check_bound(name: str, value: int) -> None:
-    """`EnvelopeError` unless `value`, the argument `name`, is a positive integer."""
-    if type(value) is not int or value < 1:
-        raise EnvelopeError(
-            f"{name}: expected a positive integer, got {show_value(value)}"
-        )
 
 
 def too_big(limit: int, what: str) -> LimitExceeded:

@@ -35,6 +35,7 @@ __all__ = [
     "SSE_DONE",
     "SseDecoder",
     "aiter_frames",
+    "check_bound",
     "encode_sse",
     "event_payloads",
 ]
@@ -109,11 +110,7 @@ class SseDecoder:
     )
 
     def __init__(self, *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
-        if type(max_event_bytes) is not int or max_event_bytes < 1:
-            raise EnvelopeError(
-                "max_event_bytes: expected a positive integer, "
-                f"got {show_value(max_event_bytes)}"
-            )
+        check_bound("max_event_bytes", max_event_bytes)
         self._max_event_bytes = max_event_bytes
         self._data: Payload | None = None  # the data of the event being read, if any
         self._event_bytes = 0  # the size of its complete lines
@@ -370,6 +367,14 @@ async def _frames(
     finally:
         await aclose_source(chunks)
     decoder.close()
+
+
+def check_bound(name: str, value: int) -> None:
+    """`EnvelopeError` unless `value`, the argument `name`, is a positive integer."""
+    if type(value) is not int or value < 1:
+        raise EnvelopeError(
+            f"{name}: expected a positive integer, got {show_value(value)}"
+        )
 
 
 def event_payloads(data: bytes, lines: list[bytes]) -> list[Payload]:
