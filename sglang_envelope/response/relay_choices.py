@@ -20,7 +20,13 @@ from sglang_envelope.errors.exceptions import ResponseError
 from sglang_envelope.response.choices import check_choices, choice_index
 from sglang_envelope.response.frames import decode_frame
 from sglang_envelope.response.reading import SseReader
-from sglang_envelope.response.sse import SSE_DONE, BytesLike, Payload, encode_sse
+from sglang_envelope.response.sse import (
+    SSE_DONE,
+    BytesLike,
+    Payload,
+    encode_sse,
+    indexed_event,
+)
 
 __all__ = ["ChoicesRelay", "OneRelay"]
 
@@ -117,10 +123,10 @@ class ChoicesRelay:
         sent = relay.feed(encode_sse(rest))
         events = sent.split(b"\n\n")[:-1]  # a relay writes each event on one line
         if relay.ended:  # its last two: the error frame and [DONE]
-            out += [_indexed(event, index) for event in events[:-2]]
+            out += [indexed_event(event[6:], index) for event in events[:-2]]
             out += [_naming(events[-2], index), SSE_DONE]
             return True
-        out += [_indexed(event, index) for event in events]
+        out += [indexed_event(event[6:], index) for event in events]
         meta = rest.get("meta_info")
         if type(meta) is dict and meta.get("finish_reason") is not None:
             self._finished.add(index)
@@ -139,8 +145,3 @@ def _naming(event: bytes, index: int) -> bytes:
     if type(error) is dict and error.get("type") == "response_error":
         return error_event(ResponseError(f"index {index}: {error.get('message')}"))
     return event + b"\n\n"
-
-
-def _indexed(event: bytes, index: int) -> bytes:
-    """One event ``data: {...}`` with ``"index": k`` as its object's last key."""
-    return b'%s,"index":%d}\n\n' % (event[:-1], index)

@@ -38,6 +38,7 @@ __all__ = [
     "check_bound",
     "encode_sse",
     "event_payloads",
+    "indexed_event",
 ]
 
 DEFAULT_MAX_EVENT_BYTES: Final = 64 * 1024 * 1024
@@ -340,6 +341,12 @@ class SseDecoder:
             limit,
             f"an SSE event is larger than max_event_bytes ({limit} bytes)",
         )
+
+
+def indexed_event(data: bytes, index: int) -> bytes:
+    """The event of a frame's JSON object `data` with ``"index": k`` as its last key, as
+    SGLang writes a frame of a stream of many sequences (`choices`)."""
+    return b'data: %s,"index":%d}\n\n' % (data[:-1], index)
 
 
 def aiter_frames(
