@@ -19,7 +19,6 @@ from sglang_envelope.response.sse import (
     Payload,
     SseDecoder,
     check_bound,
-    event_payloads,
 )
 
 __all__ = [
@@ -91,15 +90,8 @@ class SseReader:
             return chunk[: len(chunk) - over], too_big(self._max_bytes, "the stream")
         return chunk, None
 
-    def admit(
-        self,
-        chunk: BytesLike,
-        events: tuple[bytes, list[bytes]] | None = None,
-        *,
-        keep_last: bool = False,
-    ) -> Admitted:
-        """Read `chunk` into the core (or the events in SGLang's shape the decoder already
-        read from it, `events`, from `SseDecoder.feed_sglang_events`): what it admitted.
+    def admit(self, chunk: BytesLike, *, keep_last: bool = False) -> Admitted:
+        """Read `chunk` into the core: what it admitted.
 
         The fault is the first in the stream: a frame's, else the decoder's.
         """
@@ -107,13 +99,9 @@ class SseReader:
         before = core.frames
         payloads: list[Payload] = []
         try:
-            if events is None:
-                payloads = self.decoder.feed_payloads(chunk)
-            elif events[1]:
-                payloads = event_payloads(*events)
+            payloads = self.decoder.feed_payloads(chunk)
             kept = core.add_payloads(payloads, keep_last=keep_last)
-            if events is None:
-                self.decoder.raise_pending()
+            self.decoder.raise_pending()
         except ResponseError as exc:
             return payloads[: core.frames - before], exc, None
         return payloads, None, kept

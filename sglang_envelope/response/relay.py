@@ -200,8 +200,8 @@ class _Relay:
         self._terminal_size = 0  # the bytes of the last frame parsed as sent
         self.ended = False  # a failure was written: the stream is over
 
-    def feed(self, chunk: BytesLike) -> bytes:
-        """The client's bytes for the events `chunk` completed (maybe empty).
+    def feed(self, chunk: BytesLike) -> list[bytes]:
+        """The client's bytes for the events `chunk` completed (none, or one piece).
 
         After a failure they end with the error frame and ``[DONE]``, and
         `ended` is true: feed nothing more.
@@ -210,12 +210,11 @@ class _Relay:
         if not self._core.finished and self._core.incremental is self._client:
             return self._pass(chunk)
         chunk, limit_error = self._reader.bounded(chunk)
-        events = self._reader.decoder.feed_sglang_events(chunk)
         # For a cumulative client, the chunk's last frame keeps its JSON (`_output`).
-        admitted = self._reader.admit(chunk, events, keep_last=self._buffers is not None)
+        admitted = self._reader.admit(chunk, keep_last=self._buffers is not None)
         return self._send(admitted, limit_error)
 
-    def _send(self, admitted: Admitted, limit_error: ResponseError | None) -> bytes:
+    def _send(self, admitted: Admitted, limit_error: ResponseError | None) -> list[bytes]:
         """The client's bytes for a chunk's admitted frames, and the fault after them."""
         payloads, error, kept = admitted
         error = error or limit_error
@@ -231,7 +230,7 @@ class _Relay:
             error = error or exc
         return self._ending(out, error)
 
-    def _pass(self, chunk: BytesLike) -> bytes:
+    def _pass(self, chunk: BytesLike) -> list[bytes]:
         """`feed` once frames go out unparsed: the frames the bytes cannot vouch for are
         parsed and checked (`unparsed_middle`), every event is framed and bounded."""
         chunk, limit_error = self._reader.bounded(chunk)
@@ -314,7 +313,7 @@ class _Relay:
             sent.append(payload)
         return _as_received(sent), None
 
-    def close(self) -> bytes:
+    def close(self) -> list[bytes]:
         """The last bytes for the client, ``[DONE]`` included,
         once the stream's end is checked."""
         try:
@@ -322,8 +321,8 @@ class _Relay:
             if not self._core.finished:
                 self._core.checked_terminal(said_done)  # raises: no terminal frame
         except ResponseError as exc:
-            return error_event(exc) + SSE_DONE
-        return SSE_DONE
+            return [error_event(exc) + SSE_DONE]
+        return [SSE_DONE]
 
     def _answer_error(self, *, unparsed: bool) -> ResponseError | None:
         """The fault aggregation's final checks find in the answer, before its terminal
@@ -348,12 +347,13 @@ class _Relay:
             return exc
         return None
 
-    def _ending(self, out: bytes, error: ResponseError | None) -> bytes:
-        """`out`, then, after a fault, the error frame and ``[DONE]`` (`ended` then)."""
+    def _ending(self, out: bytes, error: ResponseError | None) -> list[bytes]:
+        """`out` as the chunk's one piece, if any; after a fault, ending with the error
+        frame and ``[DONE]`` (`ended` then)."""
         if error is None:
-            return out
+            return [out] if out else []
         self.ended = True
-        return out + error_event(error) + SSE_DONE
+        return [out + error_event(error) + SSE_DONE]
 
     def _sends_as_received(self) -> bool:
         mode = self._core.incremental

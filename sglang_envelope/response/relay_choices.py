@@ -36,7 +36,7 @@ class OneRelay(Protocol):
 
     ended: bool
 
-    def feed(self, chunk: BytesLike) -> bytes: ...
+    def feed(self, chunk: BytesLike) -> list[bytes]: ...
 
 
 class _Count:
@@ -74,9 +74,9 @@ class ChoicesRelay:
         self._finished: set[int] = set()  # the indices whose terminal frame went out
         self.ended = False
 
-    def feed(self, chunk: BytesLike) -> bytes:
-        """The client's bytes for the frames `chunk` completed; after a fault, the
-        error frame and ``[DONE]`` end them and `ended` is true."""
+    def feed(self, chunk: BytesLike) -> list[bytes]:
+        """The client's bytes for the frames `chunk` completed (none, or one piece);
+        after a fault, the error frame and ``[DONE]`` end them and `ended` is true."""
         chunk, limit_error = self._reader.bounded(chunk)
         decoder = self._reader.decoder
         out: list[bytes] = []
@@ -84,15 +84,15 @@ class ChoicesRelay:
             for payload in decoder.feed_payloads(chunk):
                 if self._frame(decode_frame(payload), out):
                     self.ended = True
-                    return b"".join(out)
+                    return [b"".join(out)]
             decoder.raise_pending()
         except ResponseError as exc:
             return self._fail(out, exc)
         if limit_error is not None:
             return self._fail(out, limit_error)
-        return b"".join(out)
+        return [b"".join(out)] if out else []
 
-    def close(self) -> bytes:
+    def close(self) -> list[bytes]:
         """The last bytes: ``[DONE]``, or the error frame and ``[DONE]`` when the stream
         ended inside an event or before every sequence's terminal frame."""
         try:
@@ -107,8 +107,8 @@ class ChoicesRelay:
                 )
                 raise ResponseError(f"index {missing}: the stream {end} before {seen}")
         except ResponseError as exc:
-            return error_event(exc) + SSE_DONE
-        return SSE_DONE
+            return [error_event(exc) + SSE_DONE]
+        return [SSE_DONE]
 
     def _frame(self, frame: dict[str, Any], out: list[bytes]) -> bool:
         """Relay one frame through its index's relay into `out`; True if that relay
@@ -120,7 +120,7 @@ class ChoicesRelay:
         self._relays[index] = relay
         rest = dict(frame)
         del rest["index"]
-        sent = relay.feed(encode_sse(rest))
+        sent = b"".join(relay.feed(encode_sse(rest)))
         events = sent.split(b"\n\n")[:-1]  # a relay writes each event on one line
         if relay.ended:  # its last two: the error frame and [DONE]
             out += [indexed_event(event[6:], index) for event in events[:-2]]
@@ -132,9 +132,9 @@ class ChoicesRelay:
             self._finished.add(index)
         return False
 
-    def _fail(self, out: list[bytes], error: ResponseError) -> bytes:
+    def _fail(self, out: list[bytes], error: ResponseError) -> list[bytes]:
         self.ended = True
-        return b"".join(out) + error_event(error) + SSE_DONE
+        return [b"".join(out) + error_event(error) + SSE_DONE]
 
 
 def _naming(event: bytes, index: int) -> bytes:
