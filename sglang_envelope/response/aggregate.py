@@ -416,8 +416,11 @@ def parse_unary(
     if type(body) is dict or type(body) is list:  # as an in-process engine gives it
         response: Any = body
     else:
-        if not isinstance(body, bytes):
-            body = _as_bytes(body, "parse_unary body")
+        if isinstance(body, (bytearray, memoryview)):
+            body = bytes(body)
+        elif not isinstance(body, bytes):
+            kind = type(body).__name__
+            raise EnvelopeError(f"parse_unary body: expected bytes, got {kind}")
         if len(body) > max_bytes:
             raise too_big(max_bytes, "the response body")
         response = decode_json(body, "the response body")
@@ -438,9 +441,3 @@ def parse_unary(
         )
     check_unary_object(response, "the response body")
     return cast(GenerateResponse, response)
-
-
-def _as_bytes(data: object, what: str) -> bytes:
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data)
-    raise EnvelopeError(f"{what}: expected bytes, got {type(data).__name__}")
