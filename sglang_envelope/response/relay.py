@@ -9,12 +9,12 @@ failed stream the same way.
 
 Until the engine's mode is known (``incremental=None``: detected from the
 frames), and whenever it differs from the client's, every frame is read by the
-stream core (`core.SseReader` and `core.StreamCore`, its mode detection
+stream core (`reading.SseReader` and `core.StreamCore`, its mode detection
 and bounds): a frame goes out only once admitted, the terminal frame only after
 aggregation's final checks.
 
 * Converting, incremental engine to cumulative client: the deltas are kept as
-  the JSON text they came in (`aggregate_bytes`, one growing buffer a field),
+  the JSON text they came in (`stores.BufferStore`, one growing buffer a field),
   and each frame sent is the last frame read with those texts spliced in.
 * Converting, cumulative engine to incremental client: each delta is cut from
   the cumulative field's JSON elements, as SGLang cuts them
@@ -50,11 +50,27 @@ pass-through, as a direct connection to SGLang would deliver the frames:
 `SseDecoder.feed_sglang_events` reads a chunk of events in SGLang's shape at
 once (C-level ``find`` and ``split``); the heuristic runs over the chunk's
 bytes (`views.unparsed_middles`), and the chunk's events go out as one ``bytes`` slice.
+
+A stream of many sequences (``choices=N``: a batch, or n > 1; see `choices`)
+is read by `ChoicesRelay`: every frame is parsed and goes, without its
+``index``, to its index's own single-sequence relay (made at the index's first
+frame), which checks it and converts it to the client's mode as above; each
+frame that relay writes goes out with ``"index": k`` added as its last key
+(`sse.indexed_event`), as SGLang writes it. One ``[DONE]`` ends the stream,
+once every sequence's terminal frame has gone out. Nothing passes unparsed
+there: a frame's index is inside its JSON.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from typing import Any
 
 from sglang_envelope.errors.answers import error_event
@@ -62,6 +78,7 @@ from sglang_envelope.errors.exceptions import (
     EngineError,
     ResponseError,
 )
+from sglang_envelope.response.choices import check_choices, choice_index
 from sglang_envelope.response.core import StreamCore, check_modes
 from sglang_envelope.response.delta_cut import cut_deltas
 from sglang_envelope.response.frames import check_consistency, decode_frame
@@ -70,7 +87,6 @@ from sglang_envelope.response.reading import (
     Admitted,
     SseReader,
 )
-from sglang_envelope.response.relay_choices import ChoicesRelay
 from sglang_envelope.response.sources import (
     open_async_source,
     open_source,
@@ -83,7 +99,9 @@ from sglang_envelope.response.sse import (
     BytesLike,
     Payload,
     SseDecoder,
+    encode_sse,
     event_payloads,
+    indexed_event,
 )
 from sglang_envelope.response.stores import BufferStore, CountStore, JsonStore, splice
 from sglang_envelope.response.views import (
@@ -117,7 +135,7 @@ def relay_sse(
     as middle frames pass unparsed (see the module's docstring). Raises
     `EnvelopeError` at once for bad arguments, and for a chunk that is not
     bytes. The chunks' generator (async: ``aclose``) is closed when reading stops.
-    ``choices=N`` relays a stream of N sequences (`relay_choices`).
+    ``choices=N`` relays a stream of N sequences (`ChoicesRelay`).
     """
     relay = _make(
         "relay_sse", incremental, client_incremental, max_bytes, max_event_bytes, choices
@@ -387,6 +405,114 @@ class _Relay:
         out = splice(fields, values, b"data: ", b"\n\n")
         self._sent = sent  # the next delta starts here
         return out
+
+
+class _Count:
+    """The `SseReader` sink of the choices relay: nothing read, only counted."""
+
+    __slots__ = ("frames",)
+
+    def __init__(self) -> None:
+        self.frames = 0
+
+    def add_payloads(
+        self, payloads: list[Payload], *, keep_last: bool = False
+    ) -> dict[str, Any] | None:
+        self.frames += len(payloads)
+        return None
+
+
+class ChoicesRelay:
+    """The sans-I/O relay of `choices` sequences: feed engine bytes, get client bytes."""
+
+    __slots__ = ("_choices", "_finished", "_make", "_reader", "_relays", "ended")
+
+    def __init__(
+        self,
+        what: str,
+        choices: int,
+        make: Callable[[], _Relay],
+        max_bytes: int,
+        max_event_bytes: int,
+    ) -> None:
+        self._choices = check_choices(choices)
+        self._make = make  # a new single-sequence relay, in the client's mode
+        self._reader = SseReader(what, _Count(), max_bytes, max_event_bytes)
+        self._relays: dict[int, _Relay] = {}
+        self._finished: set[int] = set()  # the indices whose terminal frame went out
+        self.ended = False
+
+    def feed(self, chunk: BytesLike) -> list[bytes]:
+        """The client's bytes for the frames `chunk` completed (none, or one piece);
+        after a fault, the error frame and ``[DONE]`` end them and `ended` is true."""
+        chunk, limit_error = self._reader.bounded(chunk)
+        decoder = self._reader.decoder
+        out: list[bytes] = []
+        try:
+            for payload in decoder.feed_payloads(chunk):
+                if self._frame(decode_frame(payload), out):
+                    self.ended = True
+                    return [b"".join(out)]
+            decoder.raise_pending()
+        except ResponseError as exc:
+            return self._fail(out, exc)
+        if limit_error is not None:
+            return self._fail(out, limit_error)
+        return [b"".join(out)] if out else []
+
+    def close(self) -> list[bytes]:
+        """The last bytes: ``[DONE]``, or the error frame and ``[DONE]`` when the stream
+        ended inside an event or before every sequence's terminal frame."""
+        try:
+            self._reader.close()
+            if len(self._finished) < self._choices:
+                missing = next(
+                    k for k in range(len(self._finished) + 1) if k not in self._finished
+                )
+                end = "said data: [DONE]" if self._reader.decoder.done else "ended"
+                seen = (
+                    "its terminal frame" if missing in self._relays else "any frame of it"
+                )
+                raise ResponseError(f"index {missing}: the stream {end} before {seen}")
+        except ResponseError as exc:
+            return [error_event(exc) + SSE_DONE]
+        return [SSE_DONE]
+
+    def _frame(self, frame: dict[str, Any], out: list[bytes]) -> bool:
+        """Relay one frame through its index's relay into `out`; True if that relay
+        ended the stream (its error frame and ``[DONE]`` are then in `out`)."""
+        index = choice_index(frame, self._choices)
+        relay = self._relays.get(index)
+        if relay is None:
+            relay = self._make()
+        self._relays[index] = relay
+        rest = dict(frame)
+        del rest["index"]
+        sent = b"".join(relay.feed(encode_sse(rest)))
+        events = sent.split(b"\n\n")[:-1]  # a relay writes each event on one line
+        if relay.ended:  # its last two: the error frame and [DONE]
+            out += [indexed_event(event[6:], index) for event in events[:-2]]
+            out += [_naming(events[-2], index), SSE_DONE]
+            return True
+        out += [indexed_event(event[6:], index) for event in events]
+        meta = rest.get("meta_info")
+        if type(meta) is dict and meta.get("finish_reason") is not None:
+            self._finished.add(index)
+        return False
+
+    def _fail(self, out: list[bytes], error: ResponseError) -> list[bytes]:
+        self.ended = True
+        return [b"".join(out) + error_event(error) + SSE_DONE]
+
+
+def _naming(event: bytes, index: int) -> bytes:
+    """The error frame a sequence's relay ended with, its message naming the sequence
+    when the fault is the library's finding (``response_error``); SGLang's own error
+    frames go out as SGLang wrote them."""
+    error = decode_frame(event[len(b"data: ") :]).get("error")
+    if type(error) is dict and error.get("type") == "response_error":
+        return error_event(ResponseError(f"index {index}: {error.get('message')}"))
+    return event + b"\n\n"
 
 
 def _as_received(payloads: Sequence[Payload]) -> bytes:
