@@ -15,7 +15,6 @@ from sglang_envelope.errors.exceptions import EngineError, ResponseError, show_v
 
 __all__ = [
     "CONSISTENCY",
-    "as_frame",
     "check_consistency",
     "check_unary_object",
     "cumulative_count_fits",
@@ -68,11 +67,7 @@ def decode_json(data: bytes | bytearray | memoryview, what: str) -> Any:
 
 def decode_frame(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
     """The frame one event's data holds; `ResponseError` unless it is a JSON object."""
-    return as_frame(decode_json(payload, "SSE event data"))
-
-
-def as_frame(value: Any) -> dict[str, Any]:
-    """`value`, decoded from one event's data, if a JSON object; else `ResponseError`."""
+    value = decode_json(payload, "SSE event data")
     if type(value) is not dict:
         raise ResponseError(
             f"SSE event data: expected a JSON object, got {json_type(value)}"
