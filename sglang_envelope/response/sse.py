@@ -343,10 +343,10 @@ class SseDecoder:
         )
 
 
-def indexed_event(data: bytes, index: int) -> bytes:
-    """The event of a frame's JSON object `data` with ``"index": k`` as its last key, as
-    SGLang writes a frame of a stream of many sequences (`choices`)."""
-    return b'data: %s,"index":%d}\n\n' % (data[:-1], index)
+def indexed_event(frame: bytes, index: int) -> bytes:
+    """The event of `frame`, a frame's JSON object, with ``"index": k`` as its last key,
+    as SGLang writes a frame of a stream of many sequences (`choices`)."""
+    return b"data: " + frame[:-1] + b',"index":%d}\n\n' % index
 
 
 def aiter_frames(
