@@ -16,8 +16,8 @@ store (`stores`) and makes the answer's final checks; `reading.SseReader`
 feeds it a stream's SSE bytes within their bounds. Every frame is decoded
 once: once the mode is known, a middle frame is read by the stream's
 `MiddleReader` (a typed view with the full decoder's verdict); the terminal
-frame, and anything the view cannot read, is decoded in full. `aggregate`,
-`aggregate_bytes` and `relay` use only the public methods below.
+frame, and anything the view cannot read, is decoded in full. `aggregate`
+and `relay` use only the public methods below.
 """
 
 from __future__ import annotations
