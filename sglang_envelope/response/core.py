@@ -116,13 +116,7 @@ class StreamCore(Generic[S]):
         return self._last
 
     def add(self, frame: dict[str, Any]) -> None:
-        """Add the next frame, decoded; raise `EngineError` for an error frame.
-
-        A frame after the terminal one, a frame that is not a JSON object with
-        a ``meta_info`` object, a delta field of the wrong type, or, while the
-        mode is being detected, a frame that fits neither mode raises
-        `ResponseError`. A frame that raises adds nothing.
-        """
+        """Add the next frame, decoded, as `StreamAggregator.add` says."""
         number = self.frames + 1
         try:
             if type(frame) is not dict:

@@ -69,22 +69,13 @@ DELTA_ROWS: Final = tuple(
 )
 JSON_TYPE_NAMES: Final[dict[type, str]] = {str: "a string", list: "an array"}
 
-# Typed views of a middle frame, built from DELTA_FIELDS. A view decodes only
-# what a middle frame may be: no error, no object, a meta_info object without
-# a finish reason, and the first frame's index (none: no index at all; a view
-# with an index leaves the comparison to `MiddleReader.read`). msgspec refuses
-# anything else while decoding, and the frame is then decoded in full.
-#
-# An incremental view declares every key SGLang writes in a frame and refuses
-# any other (forbid_unknown_fields), so msgspec checks every byte exactly as
-# the full decoder does, while building structs instead of dicts and keeping
-# the delta lists; a frame with another key teaches it to the stream's view
-# (`MiddleReader`), or, past a few such keys, is decoded in full.
-#
-# A cumulative view reads only the finish reason, error and index: msgspec
-# skips every other field without building it, but also without checking its
-# UTF-8 or the range of its numbers, so it is trusted only for bytes `plain`
-# passes. gc=False: views are transient and hold no cycles.
+# Typed views of a middle frame, built from DELTA_FIELDS (see the module's
+# docstring). A view decodes only what a middle frame may be: no error, no
+# object, a meta_info object without a finish reason, and the first frame's
+# index (none: no index at all; a view with an index leaves the comparison to
+# `MiddleReader.read`). msgspec refuses anything else while decoding, and the
+# frame is then decoded in full. gc=False: views are transient and hold no
+# cycles.
 _SGLANG_META_KEYS: Final = (
     # tokenizer_manager._handle_batch_output and add_logprob_to_meta_info, in the
     # order SGLang writes them (msgspec reads keys fastest in its fields' order)
