@@ -52,8 +52,11 @@ from sglang_envelope.request.types import (
 from sglang_envelope.releases.target import Target
 
 # --- response side ---
-from sglang_envelope.response.aggregate import aggregate_sse, parse_unary
-from sglang_envelope.response.aiter import aggregate_sse_async
+from sglang_envelope.response.aggregate import (
+    aggregate_sse,
+    aggregate_sse_async,
+    parse_unary,
+)
 from sglang_envelope.response.types import GenerateResponse
 from sglang_envelope.response.finalize import finalize_response
 from sglang_envelope.response.relay import relay_sse, relay_sse_async

@@ -11,19 +11,20 @@ and docs/in-process.md.
 """
 
 from sglang_envelope.errors.answers import error_event, error_frame
-from sglang_envelope.response.aggregate import StreamAggregator, aggregate_frames
-from sglang_envelope.response.aggregate_bytes import (
+from sglang_envelope.response.aggregate import (
+    StreamAggregator,
+    aggregate_frames,
+    aggregate_frames_async,
     aggregate_sse_bytes,
     aggregate_sse_bytes_async,
 )
-from sglang_envelope.response.aiter import aggregate_frames_async, aiter_frames
 from sglang_envelope.response.choices import ChoicesAggregator
 from sglang_envelope.response.relay_frames import (
     FrameRelay,
     relay_frames,
     relay_frames_async,
 )
-from sglang_envelope.response.sse import SSE_DONE, SseDecoder, encode_sse
+from sglang_envelope.response.sse import SSE_DONE, SseDecoder, aiter_frames, encode_sse
 
 __all__ = [
     "SSE_DONE",

@@ -3,14 +3,25 @@
 A stream is read by the stream core (`core`: mode detection, checks, a typed
 view for each middle frame) with its deltas kept as Python objects
 (`stores.DeltaStore`); `StreamAggregator` is that core for frames the caller
-decoded, `aggregate_sse` for raw SSE bytes. `parse_unary` reads a
-non-streaming body.
+decoded, `aggregate_sse` for raw SSE bytes. `aggregate_sse_bytes` reads the
+same way into a store that keeps the deltas as JSON text (`stores.JsonStore`):
+the terminal frame is written with the texts spliced in (`stores.splice_parts`),
+piece by piece as the store lets go of each (`stores.written`), so that the
+store and the answer are never both whole. `parse_unary` reads a non-streaming
+body.
+
+Each asyncio reader takes any ``AsyncIterable`` the caller owns (an httpx
+``aiter_bytes()``, an in-process engine's frames) and feeds the same core as
+its synchronous twin, so both give the same answer and the same verdicts; the
+chunks' iterator is closed whenever reading stops (`sources`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, cast, overload
+from collections.abc import AsyncIterable, Iterable
+from typing import Any, Final, cast, overload
+
+import msgspec
 
 from sglang_envelope.errors.exceptions import (
     EngineError,
@@ -25,15 +36,10 @@ from sglang_envelope.response.choices import (
 )
 from sglang_envelope.response.core import StreamCore, answer
 from sglang_envelope.response.frames import check_unary_object, decode_json, engine_error
-from sglang_envelope.response.reading import (
-    DEFAULT_MAX_BYTES,
-    SseReader,
-    check_bound,
-    too_big,
-)
-from sglang_envelope.response.sources import feed_all
-from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike
-from sglang_envelope.response.stores import DeltaStore
+from sglang_envelope.response.reading import DEFAULT_MAX_BYTES, SseReader, too_big
+from sglang_envelope.response.sources import afeed_all, feed_all
+from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, check_bound
+from sglang_envelope.response.stores import DeltaStore, JsonStore, splice_parts, written
 from sglang_envelope.response.types import GenerateResponse
 from sglang_envelope.response.views import DELTA_FIELDS
 
@@ -47,10 +53,17 @@ __all__ = [
     "ChoicesAggregator",
     "StreamAggregator",
     "aggregate_frames",
+    "aggregate_frames_async",
     "aggregate_sse",
+    "aggregate_sse_async",
+    "aggregate_sse_bytes",
+    "aggregate_sse_bytes_async",
     "answer",
+    "answer_bytes",
     "parse_unary",
 ]
+
+_ENCODE: Final = msgspec.json.Encoder().encode
 
 
 class StreamAggregator:
@@ -160,13 +173,9 @@ def aggregate_frames(
     ``choices=N`` reads a stream of N sequences (`ChoicesAggregator`) and
     returns their answers in index order.
     """
-    if choices is not None:
-        many = ChoicesAggregator(choices, incremental=incremental)
-        feed_all(frames, "aggregate_frames frames", many.add)
-        return many.result()
-    aggregator = StreamAggregator(incremental=incremental)
-    feed_all(frames, "aggregate_frames frames", aggregator.add)
-    return aggregator.result()
+    sink = _frame_sink(incremental, choices)
+    feed_all(frames, "aggregate_frames frames", sink.add)
+    return sink.result()
 
 
 @overload
@@ -210,15 +219,151 @@ def aggregate_sse(
     ``choices=N`` reads SGLang's stream of N sequences (a batch, or n > 1):
     the answers in index order, each as `ChoicesAggregator` reads it.
     """
-    if choices is not None:
-        many = ChoicesAggregator(choices, incremental=incremental)
-        reader = SseReader("aggregate_sse", many, max_bytes, max_event_bytes)
-        feed_all(chunks, "aggregate_sse chunks", reader.feed)
-        return many.result(said_done=reader.close())
-    core = StreamCore(incremental, DeltaStore())
-    reader = SseReader("aggregate_sse", core, max_bytes, max_event_bytes)
+    reader = _sse_reader(
+        "aggregate_sse", incremental, max_bytes, max_event_bytes, choices
+    )
     feed_all(chunks, "aggregate_sse chunks", reader.feed)
-    return answer(core, said_done=reader.close())
+    return _sse_answer(reader)
+
+
+@overload
+async def aggregate_sse_async(
+    chunks: AsyncIterable[BytesLike],
+    *,
+    incremental: bool | None = ...,
+    max_bytes: int = ...,
+    max_event_bytes: int = ...,
+    choices: None = ...,
+) -> GenerateResponse: ...
+@overload
+async def aggregate_sse_async(
+    chunks: AsyncIterable[BytesLike],
+    *,
+    incremental: bool | None = ...,
+    max_bytes: int = ...,
+    max_event_bytes: int = ...,
+    choices: int,
+) -> list[GenerateResponse]: ...
+async def aggregate_sse_async(
+    chunks: AsyncIterable[BytesLike],
+    *,
+    incremental: bool | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    choices: int | None = None,
+) -> GenerateResponse | list[GenerateResponse]:
+    """`aggregate_sse` for an async iterable of chunks: same answer, same errors."""
+    what = "aggregate_sse_async"
+    reader = _sse_reader(what, incremental, max_bytes, max_event_bytes, choices)
+    await afeed_all(chunks, f"{what} chunks", reader.feed)
+    return _sse_answer(reader)
+
+
+@overload
+async def aggregate_frames_async(
+    frames: AsyncIterable[dict[str, Any]],
+    *,
+    incremental: bool | None = ...,
+    choices: None = ...,
+) -> GenerateResponse: ...
+@overload
+async def aggregate_frames_async(
+    frames: AsyncIterable[dict[str, Any]], *, incremental: bool | None = ..., choices: int
+) -> list[GenerateResponse]: ...
+async def aggregate_frames_async(
+    frames: AsyncIterable[dict[str, Any]],
+    *,
+    incremental: bool | None = None,
+    choices: int | None = None,
+) -> GenerateResponse | list[GenerateResponse]:
+    """`aggregate_frames` for an async iterable of frames as an in-process SGLang engine
+    yields them (``tokenizer_manager.generate_request``): same answer, same errors."""
+    sink = _frame_sink(incremental, choices)
+    await afeed_all(frames, "aggregate_frames_async frames", sink.add)
+    return sink.result()
+
+
+def _frame_sink(
+    incremental: bool | None, choices: int | None
+) -> StreamAggregator | ChoicesAggregator:
+    """What decoded frames are added to: one sequence's aggregator, or `choices`'."""
+    if choices is None:
+        return StreamAggregator(incremental=incremental)
+    return ChoicesAggregator(choices, incremental=incremental)
+
+
+def _sse_reader(
+    what: str,
+    incremental: bool | None,
+    max_bytes: int,
+    max_event_bytes: int,
+    choices: int | None,
+) -> SseReader:
+    """The reader of an SSE answer into one stream core, or into `choices` of them."""
+    if choices is None:
+        sink: StreamCore[DeltaStore] | ChoicesAggregator = StreamCore(
+            incremental, DeltaStore()
+        )
+    else:
+        sink = ChoicesAggregator(choices, incremental=incremental)
+    return SseReader(what, sink, max_bytes, max_event_bytes)
+
+
+def _sse_answer(reader: SseReader) -> GenerateResponse | list[GenerateResponse]:
+    """The answer `reader` read (`_sse_reader`), once the stream's end is checked."""
+    said_done = reader.close()
+    if isinstance(reader.core, ChoicesAggregator):
+        return reader.core.result(said_done=said_done)
+    return answer(cast(StreamCore[DeltaStore], reader.core), said_done=said_done)
+
+
+def answer_bytes(core: StreamCore[JsonStore], *, said_done: bool) -> bytes:
+    """The answer's JSON, written piece by piece as the store lets go of each piece.
+
+    Raises what `StreamAggregator.result` raises: no terminal frame, an abort
+    with a status (`EngineError`), two readings that differ, counts that do
+    not match.
+    """
+    terminal = core.checked_terminal(said_done)
+    if core.incremental is False:
+        return _ENCODE(terminal)
+    values = core.store.take_values()  # the pieces now live only in `values`
+    parts = splice_parts(terminal, values, b"", b"")
+    values.clear()  # and now only in `parts`
+    return written(parts)
+
+
+def aggregate_sse_bytes(
+    chunks: Iterable[BytesLike],
+    *,
+    incremental: bool | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> bytes:
+    """`aggregate_sse`'s answer as compact JSON bytes, equal to it as JSON.
+
+    The same bounds, mode detection and errors as `aggregate_sse` on the same
+    bytes; the delta fields are never held as Python objects.
+    """
+    core = StreamCore(incremental, JsonStore())
+    reader = SseReader("aggregate_sse_bytes", core, max_bytes, max_event_bytes)
+    feed_all(chunks, "aggregate_sse_bytes chunks", reader.feed)
+    return answer_bytes(core, said_done=reader.close())
+
+
+async def aggregate_sse_bytes_async(
+    chunks: AsyncIterable[BytesLike],
+    *,
+    incremental: bool | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> bytes:
+    """`aggregate_sse_bytes` for an async iterable of chunks."""
+    what = "aggregate_sse_bytes_async"
+    core = StreamCore(incremental, JsonStore())
+    reader = SseReader(what, core, max_bytes, max_event_bytes)
+    await afeed_all(chunks, f"{what} chunks", reader.feed)
+    return answer_bytes(core, said_done=reader.close())
 
 
 @overload
@@ -271,8 +416,11 @@ def parse_unary(
     if type(body) is dict or type(body) is list:  # as an in-process engine gives it
         response: Any = body
     else:
-        if not isinstance(body, bytes):
-            body = _as_bytes(body, "parse_unary body")
+        if isinstance(body, (bytearray, memoryview)):
+            body = bytes(body)
+        elif not isinstance(body, bytes):
+            kind = type(body).__name__
+            raise EnvelopeError(f"parse_unary body: expected bytes, got {kind}")
         if len(body) > max_bytes:
             raise too_big(max_bytes, "the response body")
         response = decode_json(body, "the response body")
@@ -293,9 +441,3 @@ def parse_unary(
         )
     check_unary_object(response, "the response body")
     return cast(GenerateResponse, response)
-
-
-def _as_bytes(data: object, what: str) -> bytes:
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data)
-    raise EnvelopeError(f"{what}: expected bytes, got {type(data).__name__}")

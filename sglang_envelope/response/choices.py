@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from sglang_envelope.errors.exceptions import EnvelopeError, ResponseError, show_value
-from sglang_envelope.response.core import StreamCore, answer
+from sglang_envelope.response.core import StreamCore, answer, check_modes
 from sglang_envelope.response.frames import (
     check_unary_object,
     decode_frame,
@@ -78,11 +78,7 @@ class ChoicesAggregator:
 
     def __init__(self, choices: int, *, incremental: bool | None = None) -> None:
         self._choices = check_choices(choices)
-        if incremental is not None and type(incremental) is not bool:
-            raise EnvelopeError(
-                "incremental: expected True, False or None, "
-                f"got {show_value(incremental)}"
-            )
+        check_modes(incremental)
         self._incremental = incremental
         self._cores: dict[int, StreamCore[DeltaStore]] = {}
         self._rids: dict[int, str] = {}

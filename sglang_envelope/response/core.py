@@ -16,8 +16,8 @@ store (`stores`) and makes the answer's final checks; `reading.SseReader`
 feeds it a stream's SSE bytes within their bounds. Every frame is decoded
 once: once the mode is known, a middle frame is read by the stream's
 `MiddleReader` (a typed view with the full decoder's verdict); the terminal
-frame, and anything the view cannot read, is decoded in full. `aggregate`,
-`aggregate_bytes` and `relay` use only the public methods below.
+frame, and anything the view cannot read, is decoded in full. `aggregate`
+and `relay` use only the public methods below.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Final, Generic, TypeVar, cast
 
 from msgspec import UNSET
 
-from sglang_envelope.errors.exceptions import ResponseError, show_value
+from sglang_envelope.errors.exceptions import EnvelopeError, ResponseError, show_value
 from sglang_envelope.response.frames import (
     CONSISTENCY,
     abort_error,
@@ -47,7 +47,7 @@ from sglang_envelope.response.views import (
     same_json,
 )
 
-__all__ = ["StreamCore", "answer"]
+__all__ = ["StreamCore", "answer", "check_modes"]
 
 #: `meta_info` keys SGLang sends only on a stream's first frame and at the end of its
 #: unary answer: the aggregated answer ends with them too, as SGLang's unary one does.
@@ -116,13 +116,7 @@ class StreamCore(Generic[S]):
         return self._last
 
     def add(self, frame: dict[str, Any]) -> None:
-        """Add the next frame, decoded; raise `EngineError` for an error frame.
-
-        A frame after the terminal one, a frame that is not a JSON object with
-        a ``meta_info`` object, a delta field of the wrong type, or, while the
-        mode is being detected, a frame that fits neither mode raises
-        `ResponseError`. A frame that raises adds nothing.
-        """
+        """Add the next frame, decoded, as `StreamAggregator.add` says."""
         number = self.frames + 1
         try:
             if type(frame) is not dict:
@@ -219,10 +213,15 @@ class StreamCore(Generic[S]):
             )
         if aborted:
             return terminal
-        if self._mode is False:
-            check_consistency(terminal, meta)
-        else:
-            self._check_counts(meta)
+        totals = None
+        if self._mode is not False:  # the arrays' entries, stored
+            present = self.store.present
+            totals = {
+                path: self.store.total(path)
+                for _, path, _ in CONSISTENCY
+                if path in present
+            }
+        check_consistency(terminal, meta, totals)
         return terminal
 
     def _add_run(self, payloads: list[Payload], at: int, end: int) -> None:
@@ -301,7 +300,8 @@ class StreamCore(Generic[S]):
         fits = self._fits
         for count_key, path, unless in CONSISTENCY:
             count = meta.get(count_key)
-            array = _field(frame, meta, path)
+            parent, _, key = path.rpartition(".")
+            array = (meta if parent else frame).get(key, UNSET)
             if type(count) is not int or type(array) is not list or unless in meta:
                 continue
             total = self.store.total(path) + len(array)
@@ -331,24 +331,6 @@ class StreamCore(Generic[S]):
         elif fits[False] is not None:
             self._mode = True
 
-    def _check_counts(self, meta: dict[str, Any]) -> None:
-        """`check_consistency` on the incremental answer: its arrays' entries, stored."""
-        for count_key, path, unless in CONSISTENCY:
-            count = meta.get(count_key)
-            if (
-                count is None
-                or path not in self.store.present
-                or (unless and unless in meta)
-            ):
-                continue
-            if type(count) is not int:
-                raise expected(f"meta_info.{count_key}", "an integer", count)
-            if count != self.store.total(path):
-                raise ResponseError(
-                    f"meta_info.{count_key} is {show_value(count)} but {path} has "
-                    f"{self.store.total(path)} entries"
-                )
-
     def _readings_agree(self, terminal: dict[str, Any]) -> bool:
         """Whether the incremental reading equals the terminal frame (the cumulative one):
         a concatenation equals its last piece exactly when their lengths are equal."""
@@ -360,6 +342,17 @@ class StreamCore(Generic[S]):
             if value is not UNSET and self.store.total(path) != len(value):
                 return False  # an earlier frame added to it
         return True
+
+
+def check_modes(incremental: object, client_incremental: object = False) -> None:
+    """`EnvelopeError` unless `incremental` is True, False or None and
+    `client_incremental` a bool."""
+    if incremental is not None and type(incremental) is not bool:
+        shown = show_value(incremental)
+        raise EnvelopeError(f"incremental: expected True, False or None, got {shown}")
+    if type(client_incremental) is not bool:
+        shown = show_value(client_incremental)
+        raise EnvelopeError(f"client_incremental: expected a bool, got {shown}")
 
 
 def answer(core: StreamCore[DeltaStore], *, said_done: bool) -> GenerateResponse:
@@ -381,12 +374,6 @@ def _deltas(frame: dict[str, Any], meta: dict[str, Any]) -> list[tuple[str, Any]
             raise expected(path, JSON_TYPE_NAMES[kind], value)
         found.append((path, value))
     return found
-
-
-def _field(frame: dict[str, Any], meta: dict[str, Any], path: str) -> Any:
-    """The value at a `DELTA_FIELDS` path of a frame (UNSET when absent)."""
-    parent, _, key = path.rpartition(".")
-    return (meta if parent else frame).get(key, UNSET)
 
 
 def _not_extending(previous: dict[str, Any], frame: dict[str, Any]) -> str | None:

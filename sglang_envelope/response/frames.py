@@ -15,7 +15,6 @@ from sglang_envelope.errors.exceptions import EngineError, ResponseError, show_v
 
 __all__ = [
     "CONSISTENCY",
-    "as_frame",
     "check_consistency",
     "check_unary_object",
     "cumulative_count_fits",
@@ -68,11 +67,7 @@ def decode_json(data: bytes | bytearray | memoryview, what: str) -> Any:
 
 def decode_frame(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
     """The frame one event's data holds; `ResponseError` unless it is a JSON object."""
-    return as_frame(decode_json(payload, "SSE event data"))
-
-
-def as_frame(value: Any) -> dict[str, Any]:
-    """`value`, decoded from one event's data, if a JSON object; else `ResponseError`."""
+    value = decode_json(payload, "SSE event data")
     if type(value) is not dict:
         raise ResponseError(
             f"SSE event data: expected a JSON object, got {json_type(value)}"
@@ -147,22 +142,29 @@ def abort_error(finish_reason: dict[str, Any]) -> EngineError | None:
     return EngineError(message, status)
 
 
-def check_consistency(response: dict[str, Any], meta: dict[str, Any]) -> None:
-    """Check every `CONSISTENCY` count against its array, where both are present."""
+def check_consistency(
+    response: dict[str, Any], meta: dict[str, Any], totals: dict[str, int] | None = None
+) -> None:
+    """Check every `CONSISTENCY` count against its array, where both are present: the
+    array in `response`, or its entries in `totals` (a stream's store counted them)."""
     for count_key, array_path, unless in CONSISTENCY:
         count = meta.get(count_key)
-        parent_key, _, array_key = array_path.rpartition(".")
-        array = (meta if parent_key else response).get(array_key)
+        if totals is None:
+            parent_key, _, array_key = array_path.rpartition(".")
+            array = (meta if parent_key else response).get(array_key)
+        else:
+            array = totals.get(array_path)
         if count is None or array is None or (unless is not None and unless in meta):
             continue
         if type(count) is not int:
             raise expected(f"meta_info.{count_key}", "an integer", count)
-        if type(array) is not list:
+        if totals is None and type(array) is not list:
             raise expected(array_path, "an array", array)
-        if count != len(array):
+        entries = array if totals is not None else len(array)
+        if count != entries:
             raise ResponseError(
                 f"meta_info.{count_key} is {show_value(count)} but {array_path} has "
-                f"{len(array)} entries"
+                f"{entries} entries"
             )
 
 

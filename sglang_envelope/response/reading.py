@@ -13,17 +13,19 @@ from sglang_envelope.errors.exceptions import (
     EnvelopeError,
     LimitExceeded,
     ResponseError,
-    show_value,
 )
-from sglang_envelope.response.sse import BytesLike, Payload, SseDecoder
+from sglang_envelope.response.sse import (
+    BytesLike,
+    Payload,
+    SseDecoder,
+    check_bound,
+)
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "Admitted",
     "FrameSink",
     "SseReader",
-    "check_bound",
-    "event_payloads",
     "too_big",
 ]
 
@@ -88,15 +90,8 @@ class SseReader:
             return chunk[: len(chunk) - over], too_big(self._max_bytes, "the stream")
         return chunk, None
 
-    def admit(
-        self,
-        chunk: BytesLike,
-        events: tuple[bytes, list[bytes]] | None = None,
-        *,
-        keep_last: bool = False,
-    ) -> Admitted:
-        """Read `chunk` into the core (or the events in SGLang's shape the decoder already
-        read from it, `events`, from `SseDecoder.feed_sglang_events`): what it admitted.
+    def admit(self, chunk: BytesLike, *, keep_last: bool = False) -> Admitted:
+        """Read `chunk` into the core: what it admitted.
 
         The fault is the first in the stream: a frame's, else the decoder's.
         """
@@ -104,13 +99,9 @@ class SseReader:
         before = core.frames
         payloads: list[Payload] = []
         try:
-            if events is None:
-                payloads = self.decoder.feed_payloads(chunk)
-            elif events[1]:
-                payloads = event_payloads(*events)
+            payloads = self.decoder.feed_payloads(chunk)
             kept = core.add_payloads(payloads, keep_last=keep_last)
-            if events is None:
-                self.decoder.raise_pending()
+            self.decoder.raise_pending()
         except ResponseError as exc:
             return payloads[: core.frames - before], exc, None
         return payloads, None, kept
@@ -119,20 +110,6 @@ class SseReader:
         """Check the stream ended between events; return whether it said ``[DONE]``."""
         self.decoder.close()
         return self.decoder.done
-
-
-def event_payloads(data: bytes, lines: list[bytes]) -> list[Payload]:
-    """The data of events in SGLang's shape, from their lines
-    (`SseDecoder.feed_sglang_events`: `data` stands for the line of its one event)."""
-    return [data[6:-2]] if lines[0] is data else [line[6:] for line in lines]
-
-
-def check_bound(name: str, value: int) -> None:
-    """`EnvelopeError` unless `value`, the argument `name`, is a positive integer."""
-    if type(value) is not int or value < 1:
-        raise EnvelopeError(
-            f"{name}: expected a positive integer, got {show_value(value)}"
-        )
 
 
 def too_big(limit: int, what: str) -> LimitExceeded:

@@ -9,12 +9,12 @@ failed stream the same way.
 
 Until the engine's mode is known (``incremental=None``: detected from the
 frames), and whenever it differs from the client's, every frame is read by the
-stream core (`core.SseReader` and `core.StreamCore`, its mode detection
+stream core (`reading.SseReader` and `core.StreamCore`, its mode detection
 and bounds): a frame goes out only once admitted, the terminal frame only after
 aggregation's final checks.
 
 * Converting, incremental engine to cumulative client: the deltas are kept as
-  the JSON text they came in (`aggregate_bytes`, one growing buffer a field),
+  the JSON text they came in (`stores.BufferStore`, one growing buffer a field),
   and each frame sent is the last frame read with those texts spliced in.
 * Converting, cumulative engine to incremental client: each delta is cut from
   the cumulative field's JSON elements, as SGLang cuts them
@@ -50,30 +50,43 @@ pass-through, as a direct connection to SGLang would deliver the frames:
 `SseDecoder.feed_sglang_events` reads a chunk of events in SGLang's shape at
 once (C-level ``find`` and ``split``); the heuristic runs over the chunk's
 bytes (`views.unparsed_middles`), and the chunk's events go out as one ``bytes`` slice.
+
+A stream of many sequences (``choices=N``: a batch, or n > 1; see `choices`)
+is read by `ChoicesRelay`: every frame is parsed and goes, without its
+``index``, to its index's own single-sequence relay (made at the index's first
+frame), which checks it and converts it to the client's mode as above; each
+frame that relay writes goes out with ``"index": k`` added as its last key
+(`sse.indexed_event`), as SGLang writes it. One ``[DONE]`` ends the stream,
+once every sequence's terminal frame has gone out. Nothing passes unparsed
+there: a frame's index is inside its JSON.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from typing import Any
 
 from sglang_envelope.errors.answers import error_event
 from sglang_envelope.errors.exceptions import (
     EngineError,
-    EnvelopeError,
     ResponseError,
-    show_value,
 )
-from sglang_envelope.response.core import StreamCore
+from sglang_envelope.response.choices import check_choices, choice_index
+from sglang_envelope.response.core import StreamCore, check_modes
 from sglang_envelope.response.delta_cut import cut_deltas
 from sglang_envelope.response.frames import check_consistency, decode_frame
 from sglang_envelope.response.reading import (
     DEFAULT_MAX_BYTES,
     Admitted,
     SseReader,
-    event_payloads,
 )
-from sglang_envelope.response.relay_choices import ChoicesRelay
 from sglang_envelope.response.sources import (
     open_async_source,
     open_source,
@@ -86,6 +99,9 @@ from sglang_envelope.response.sse import (
     BytesLike,
     Payload,
     SseDecoder,
+    encode_sse,
+    event_payloads,
+    indexed_event,
 )
 from sglang_envelope.response.stores import BufferStore, CountStore, JsonStore, splice
 from sglang_envelope.response.views import (
@@ -119,7 +135,7 @@ def relay_sse(
     as middle frames pass unparsed (see the module's docstring). Raises
     `EnvelopeError` at once for bad arguments, and for a chunk that is not
     bytes. The chunks' generator (async: ``aclose``) is closed when reading stops.
-    ``choices=N`` relays a stream of N sequences (`relay_choices`).
+    ``choices=N`` relays a stream of N sequences (`ChoicesRelay`).
     """
     relay = _make(
         "relay_sse", incremental, client_incremental, max_bytes, max_event_bytes, choices
@@ -190,16 +206,7 @@ class _Relay:
         max_bytes: int,
         max_event_bytes: int,
     ) -> None:
-        if incremental is not None and type(incremental) is not bool:
-            raise EnvelopeError(
-                "incremental: expected True, False or None, "
-                f"got {show_value(incremental)}"
-            )
-        if type(client_incremental) is not bool:
-            raise EnvelopeError(
-                "client_incremental: expected a bool, "
-                f"got {show_value(client_incremental)}"
-            )
+        check_modes(incremental, client_incremental)
         # Keeps the deltas' JSON only for a cumulative client; counts in any case.
         self._buffers = None if client_incremental else BufferStore()
         store: JsonStore = CountStore() if self._buffers is None else self._buffers
@@ -211,8 +218,8 @@ class _Relay:
         self._terminal_size = 0  # the bytes of the last frame parsed as sent
         self.ended = False  # a failure was written: the stream is over
 
-    def feed(self, chunk: BytesLike) -> bytes:
-        """The client's bytes for the events `chunk` completed (maybe empty).
+    def feed(self, chunk: BytesLike) -> list[bytes]:
+        """The client's bytes for the events `chunk` completed (none, or one piece).
 
         After a failure they end with the error frame and ``[DONE]``, and
         `ended` is true: feed nothing more.
@@ -221,17 +228,16 @@ class _Relay:
         if not self._core.finished and self._core.incremental is self._client:
             return self._pass(chunk)
         chunk, limit_error = self._reader.bounded(chunk)
-        events = self._reader.decoder.feed_sglang_events(chunk)
         # For a cumulative client, the chunk's last frame keeps its JSON (`_output`).
-        admitted = self._reader.admit(chunk, events, keep_last=self._buffers is not None)
+        admitted = self._reader.admit(chunk, keep_last=self._buffers is not None)
         return self._send(admitted, limit_error)
 
-    def _send(self, admitted: Admitted, limit_error: ResponseError | None) -> bytes:
+    def _send(self, admitted: Admitted, limit_error: ResponseError | None) -> list[bytes]:
         """The client's bytes for a chunk's admitted frames, and the fault after them."""
         payloads, error, kept = admitted
         error = error or limit_error
         if error is None and payloads and self._core.finished:
-            error = self._final_error()
+            error = self._answer_error(unparsed=False)
             if error is not None:  # the terminal frame fails: it does not go out
                 payloads = payloads[:-1] if self._sends_as_received() else []
         try:
@@ -240,12 +246,9 @@ class _Relay:
             # The stream's own error, if any, comes first.
             out = b""
             error = error or exc
-        if error is None:
-            return out
-        self.ended = True
-        return out + error_event(error) + SSE_DONE
+        return self._ending(out, error)
 
-    def _pass(self, chunk: BytesLike) -> bytes:
+    def _pass(self, chunk: BytesLike) -> list[bytes]:
         """`feed` once frames go out unparsed: the frames the bytes cannot vouch for are
         parsed and checked (`unparsed_middle`), every event is framed and bounded."""
         chunk, limit_error = self._reader.bounded(chunk)
@@ -259,13 +262,11 @@ class _Relay:
         self._core.store.end_chunk()
         error = error or limit_error
         if error is None and self._core.finished:
-            error = self._terminal_error()  # after the chunk's own faults, as aggregation
+            # After the chunk's own faults, as aggregation.
+            error = self._answer_error(unparsed=True)
             if error is not None:  # the terminal frame, last sent, does not go out
                 out = out[: len(out) - self._terminal_size]
-        if error is None:
-            return out
-        self.ended = True
-        return out + error_event(error) + SSE_DONE
+        return self._ending(out, error)
 
     def _send_shaped(
         self, data: bytes, lines: list[bytes]
@@ -330,24 +331,7 @@ class _Relay:
             sent.append(payload)
         return _as_received(sent), None
 
-    def _terminal_error(self) -> ResponseError | None:
-        """The checks of an unparsed stream's answer that its terminal frame allows.
-
-        A cumulative terminal frame is the answer: its counts are checked as
-        aggregation checks them. An incremental one's deltas were not all read.
-        """
-        try:
-            terminal, aborted = self._core.terminal_frame(said_done=False)
-            if self._core.incremental is False and not aborted:
-                check_consistency(terminal, terminal["meta_info"])
-        except EngineError:
-            # An abort with a status: SGLang streams it as a frame, as the relay does.
-            return None
-        except ResponseError as exc:
-            return exc
-        return None
-
-    def close(self) -> bytes:
+    def close(self) -> list[bytes]:
         """The last bytes for the client, ``[DONE]`` included,
         once the stream's end is checked."""
         try:
@@ -355,20 +339,39 @@ class _Relay:
             if not self._core.finished:
                 self._core.checked_terminal(said_done)  # raises: no terminal frame
         except ResponseError as exc:
-            return error_event(exc) + SSE_DONE
-        return SSE_DONE
+            return [error_event(exc) + SSE_DONE]
+        return [SSE_DONE]
 
-    def _final_error(self) -> ResponseError | None:
-        """Aggregation's final checks of the answer,
-        made before the terminal frame goes out."""
+    def _answer_error(self, *, unparsed: bool) -> ResponseError | None:
+        """The fault aggregation's final checks find in the answer, before its terminal
+        frame goes out; None for an abort with a status, which SGLang streams as a
+        frame, as the relay does.
+
+        With `unparsed` (frames went out unparsed), only the checks the terminal
+        frame allows: a cumulative terminal frame is the answer, its counts checked
+        as aggregation checks them; an incremental one's deltas were not all read.
+        """
+        core = self._core
         try:
-            self._core.checked_terminal(said_done=False)
+            if not unparsed:
+                core.checked_terminal(said_done=False)
+                return None
+            terminal, aborted = core.terminal_frame(said_done=False)
+            if core.incremental is False and not aborted:
+                check_consistency(terminal, terminal["meta_info"])
         except EngineError:
-            # An abort with a status: SGLang streams it as a frame, as the relay does.
             return None
         except ResponseError as exc:
             return exc
         return None
+
+    def _ending(self, out: bytes, error: ResponseError | None) -> list[bytes]:
+        """`out` as the chunk's one piece, if any; after a fault, ending with the error
+        frame and ``[DONE]`` (`ended` then)."""
+        if error is None:
+            return [out] if out else []
+        self.ended = True
+        return [out + error_event(error) + SSE_DONE]
 
     def _sends_as_received(self) -> bool:
         mode = self._core.incremental
@@ -402,6 +405,114 @@ class _Relay:
         out = splice(fields, values, b"data: ", b"\n\n")
         self._sent = sent  # the next delta starts here
         return out
+
+
+class _Count:
+    """The `SseReader` sink of the choices relay: nothing read, only counted."""
+
+    __slots__ = ("frames",)
+
+    def __init__(self) -> None:
+        self.frames = 0
+
+    def add_payloads(
+        self, payloads: list[Payload], *, keep_last: bool = False
+    ) -> dict[str, Any] | None:
+        self.frames += len(payloads)
+        return None
+
+
+class ChoicesRelay:
+    """The sans-I/O relay of `choices` sequences: feed engine bytes, get client bytes."""
+
+    __slots__ = ("_choices", "_finished", "_make", "_reader", "_relays", "ended")
+
+    def __init__(
+        self,
+        what: str,
+        choices: int,
+        make: Callable[[], _Relay],
+        max_bytes: int,
+        max_event_bytes: int,
+    ) -> None:
+        self._choices = check_choices(choices)
+        self._make = make  # a new single-sequence relay, in the client's mode
+        self._reader = SseReader(what, _Count(), max_bytes, max_event_bytes)
+        self._relays: dict[int, _Relay] = {}
+        self._finished: set[int] = set()  # the indices whose terminal frame went out
+        self.ended = False
+
+    def feed(self, chunk: BytesLike) -> list[bytes]:
+        """The client's bytes for the frames `chunk` completed (none, or one piece);
+        after a fault, the error frame and ``[DONE]`` end them and `ended` is true."""
+        chunk, limit_error = self._reader.bounded(chunk)
+        decoder = self._reader.decoder
+        out: list[bytes] = []
+        try:
+            for payload in decoder.feed_payloads(chunk):
+                if self._frame(decode_frame(payload), out):
+                    self.ended = True
+                    return [b"".join(out)]
+            decoder.raise_pending()
+        except ResponseError as exc:
+            return self._fail(out, exc)
+        if limit_error is not None:
+            return self._fail(out, limit_error)
+        return [b"".join(out)] if out else []
+
+    def close(self) -> list[bytes]:
+        """The last bytes: ``[DONE]``, or the error frame and ``[DONE]`` when the stream
+        ended inside an event or before every sequence's terminal frame."""
+        try:
+            self._reader.close()
+            if len(self._finished) < self._choices:
+                missing = next(
+                    k for k in range(len(self._finished) + 1) if k not in self._finished
+                )
+                end = "said data: [DONE]" if self._reader.decoder.done else "ended"
+                seen = (
+                    "its terminal frame" if missing in self._relays else "any frame of it"
+                )
+                raise ResponseError(f"index {missing}: the stream {end} before {seen}")
+        except ResponseError as exc:
+            return [error_event(exc) + SSE_DONE]
+        return [SSE_DONE]
+
+    def _frame(self, frame: dict[str, Any], out: list[bytes]) -> bool:
+        """Relay one frame through its index's relay into `out`; True if that relay
+        ended the stream (its error frame and ``[DONE]`` are then in `out`)."""
+        index = choice_index(frame, self._choices)
+        relay = self._relays.get(index)
+        if relay is None:
+            relay = self._make()
+        self._relays[index] = relay
+        rest = dict(frame)
+        del rest["index"]
+        sent = b"".join(relay.feed(encode_sse(rest)))
+        events = sent.split(b"\n\n")[:-1]  # a relay writes each event on one line
+        if relay.ended:  # its last two: the error frame and [DONE]
+            out += [indexed_event(event[6:], index) for event in events[:-2]]
+            out += [_naming(events[-2], index), SSE_DONE]
+            return True
+        out += [indexed_event(event[6:], index) for event in events]
+        meta = rest.get("meta_info")
+        if type(meta) is dict and meta.get("finish_reason") is not None:
+            self._finished.add(index)
+        return False
+
+    def _fail(self, out: list[bytes], error: ResponseError) -> list[bytes]:
+        self.ended = True
+        return [b"".join(out) + error_event(error) + SSE_DONE]
+
+
+def _naming(event: bytes, index: int) -> bytes:
+    """The error frame a sequence's relay ended with, its message naming the sequence
+    when the fault is the library's finding (``response_error``); SGLang's own error
+    frames go out as SGLang wrote them."""
+    error = decode_frame(event[len(b"data: ") :]).get("error")
+    if type(error) is dict and error.get("type") == "response_error":
+        return error_event(ResponseError(f"index {index}: {error.get('message')}"))
+    return event + b"\n\n"
 
 
 def _as_received(payloads: Sequence[Payload]) -> bytes:

@@ -28,16 +28,14 @@ from typing import Any
 from sglang_envelope.errors.answers import error_frame
 from sglang_envelope.errors.exceptions import (
     EngineError,
-    EnvelopeError,
     ResponseError,
-    show_value,
 )
-from sglang_envelope.response.core import StreamCore
+from sglang_envelope.response.core import StreamCore, check_modes
 from sglang_envelope.response.sources import (
-    aclose_source,
-    close_source,
     open_async_source,
     open_source,
+    relay_chunks,
+    relay_chunks_async,
 )
 from sglang_envelope.response.stores import DeltaStore
 from sglang_envelope.response.views import DELTA_ROWS
@@ -56,12 +54,7 @@ class FrameRelay:
     __slots__ = ("_client", "_core", "_sent", "ended")
 
     def __init__(self, *, incremental: bool | None, client_incremental: bool) -> None:
-        if incremental is not None and type(incremental) is not bool:
-            shown = show_value(incremental)
-            raise EnvelopeError(f"incremental: expected True, False or None, got {shown}")
-        if type(client_incremental) is not bool:
-            shown = show_value(client_incremental)
-            raise EnvelopeError(f"client_incremental: expected a bool, got {shown}")
+        check_modes(incremental, client_incremental)
         self._core = StreamCore(incremental, DeltaStore())
         self._client = client_incremental
         #: Per delta path, the entries (characters of the text) the client has of it.
@@ -157,20 +150,7 @@ def relay_frames(
     iterator they came from is closed when the relay stops.
     """
     relay = FrameRelay(incremental=incremental, client_incremental=client_incremental)
-    return _relayed(relay, open_source(frames, "relay_frames frames"))
-
-
-def _relayed(
-    relay: FrameRelay, frames: Iterator[dict[str, Any]]
-) -> Iterator[dict[str, Any]]:
-    try:
-        for frame in frames:
-            yield from relay.feed(frame)
-            if relay.ended:
-                return
-    finally:
-        close_source(frames)
-    yield from relay.close()
+    return relay_chunks(relay, open_source(frames, "relay_frames frames"))
 
 
 def relay_frames_async(
@@ -182,19 +162,5 @@ def relay_frames_async(
     """`relay_frames` for an async iterable of output objects: an in-process engine's
     ``generate_request``."""
     relay = FrameRelay(incremental=incremental, client_incremental=client_incremental)
-    return _relayed_async(relay, open_async_source(frames, "relay_frames_async frames"))
-
-
-async def _relayed_async(
-    relay: FrameRelay, frames: AsyncIterator[dict[str, Any]]
-) -> AsyncIterator[dict[str, Any]]:
-    try:
-        async for frame in frames:
-            for out in relay.feed(frame):
-                yield out
-            if relay.ended:
-                return
-    finally:
-        await aclose_source(frames)
-    for out in relay.close():
-        yield out
+    frames_read = open_async_source(frames, "relay_frames_async frames")
+    return relay_chunks_async(relay, frames_read)

@@ -8,7 +8,8 @@ has ``aclose`` (an async generator, such as an httpx ``aiter_bytes()``) is
 awaited closed (`aclose_source`), a generator is closed (`close_source`). The
 source's ``finally`` runs then, not when the garbage collector finds it.
 Other iterators (a list's, a file's) are left as they are: the reader did not
-open what they read. `relay_chunks` drives a relay over a source so.
+open what they read. `relay_chunks` drives a relay (of bytes, or of frames)
+over a source so.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from collections.abc import (
     Iterable,
     Iterator,
 )
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sglang_envelope.errors.exceptions import EnvelopeError
+
+T = TypeVar("T")
 
 __all__ = [
     "aclose_source",
@@ -89,18 +92,19 @@ async def afeed_all(
         await aclose_source(iterator)
 
 
-class Relay(Protocol):
-    """A sans-I/O relay (`relay`): feed engine bytes, get client bytes, then close."""
+class Relay(Protocol[T]):
+    """A sans-I/O relay (`relay`, `relay_frames`): feed engine chunks or frames, get the
+    client's pieces (bytes, or frames) for each, then close."""
 
     ended: bool
 
-    def feed(self, chunk: Any) -> bytes: ...
+    def feed(self, chunk: Any) -> list[T]: ...
 
-    def close(self) -> bytes: ...
+    def close(self) -> list[T]: ...
 
 
-def relay_chunks(relay: Relay, chunks: Iterator[Any]) -> Iterator[bytes]:
-    """The client's bytes of `relay` over `chunks`: each chunk's, then the close's
+def relay_chunks(relay: Relay[T], chunks: Iterator[Any]) -> Iterator[T]:
+    """The client's pieces of `relay` over `chunks`: each chunk's, then the close's
     (after a failure, the failure's last); the source closed (`close_source`) however
     that ends."""
     try:
@@ -108,28 +112,28 @@ def relay_chunks(relay: Relay, chunks: Iterator[Any]) -> Iterator[bytes]:
             out = relay.feed(chunk)
             if relay.ended:  # a failure: the source is closed before it goes out
                 break
-            if out:
-                yield out
+            yield from out
         else:
             out = relay.close()
     finally:
         close_source(chunks)
-    yield out
+    yield from out
 
 
 async def relay_chunks_async(
-    relay: Relay, chunks: AsyncIterator[Any]
-) -> AsyncIterator[bytes]:
+    relay: Relay[T], chunks: AsyncIterator[Any]
+) -> AsyncIterator[T]:
     """`relay_chunks` over an async source, its iterator closed (`aclose_source`)."""
     try:
         async for chunk in chunks:
             out = relay.feed(chunk)
             if relay.ended:  # a failure: the source is closed before it goes out
                 break
-            if out:
-                yield out
+            for piece in out:
+                yield piece
         else:
             out = relay.close()
     finally:
         await aclose_source(chunks)
-    yield out
+    for piece in out:
+        yield piece

@@ -5,16 +5,17 @@ SGLang writes ``data: <json>\\n\\n`` per frame and ends with ``data: [DONE]\\n\\
 stream the WHATWG event-stream rules accept, whatever the chunk boundaries;
 `encode_sse` writes frames exactly as SGLang does.
 
-The decoder splits each chunk into lines once (``bytes.split`` on LF) and
-keeps an unfinished line in one growing ``bytearray``: the cost is linear in
-the stream. Runs of events in SGLang's own shape, a ``data: `` line then a
-blank line, are taken a chunk at a time; anything else goes through the
-line-by-line WHATWG rules. `SseDecoder.feed_sglang_events` reads a chunk of
-such events at once, their bytes as received, for a relay (`relay`).
+The decoder has two paths. A chunk whose events are all in SGLang's own
+shape, a ``data: {`` line then a blank line, is read at once with C-level
+scans (`SseDecoder.feed_sglang_events`, which hands a relay their bytes as
+received); anything else goes through the line-by-line WHATWG rules. Either
+splits a chunk into lines once (``bytes.split`` on LF) and keeps an
+unfinished line in one growing ``bytearray``: the cost is linear in the stream.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterable, AsyncIterator
 from itertools import repeat
 from typing import Any, Final, TypeAlias
 
@@ -27,8 +28,18 @@ from sglang_envelope.errors.exceptions import (
     show_value,
 )
 from sglang_envelope.response.frames import decode_frame
+from sglang_envelope.response.sources import aclose_source, open_async_source
 
-__all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSE_DONE", "SseDecoder", "encode_sse"]
+__all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
+    "SSE_DONE",
+    "SseDecoder",
+    "aiter_frames",
+    "check_bound",
+    "encode_sse",
+    "event_payloads",
+    "indexed_event",
+]
 
 DEFAULT_MAX_EVENT_BYTES: Final = 64 * 1024 * 1024
 """The default bound on one event: 64 MiB, the size of a long cumulative frame."""
@@ -100,11 +111,7 @@ class SseDecoder:
     )
 
     def __init__(self, *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
-        if type(max_event_bytes) is not int or max_event_bytes < 1:
-            raise EnvelopeError(
-                "max_event_bytes: expected a positive integer, "
-                f"got {show_value(max_event_bytes)}"
-            )
+        check_bound("max_event_bytes", max_event_bytes)
         self._max_event_bytes = max_event_bytes
         self._data: Payload | None = None  # the data of the event being read, if any
         self._event_bytes = 0  # the size of its complete lines
@@ -190,7 +197,7 @@ class SseDecoder:
         begins with ``{``, no CR, no comment, no other field. Returns the bytes
         of the completed events as received and each event's line (the bytes
         stand for the line of a lone event); the payloads are the lines past
-        their first 6 bytes (`core.event_payloads`), as `feed_payloads` gives them.
+        their first 6 bytes (`event_payloads`), as `feed_payloads` gives them.
 
         None, the decoder unchanged, inside an event, past ``[DONE]``, at the
         stream's start unless `data` begins with ``d`` (so no BOM), or when
@@ -240,6 +247,11 @@ class SseDecoder:
 
     def _slice(self, data: bytes, payloads: list[Payload]) -> None:
         """Read at most _SLICE bytes, appending the data of each event they complete."""
+        shaped = self.feed_sglang_events(data)
+        if shaped is not None:
+            if shaped[1]:
+                payloads += event_payloads(*shaped)
+            return
         if self._head is not None:
             data = self._skip_bom(data)
         if not data:
@@ -250,62 +262,16 @@ class SseDecoder:
         if b"\r" in data:
             self._after_cr = data[-1] == 13
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        self._lines(data, payloads)
-
-    def _lines(self, data: bytes, payloads: list[Payload]) -> None:
         # Bytes, and a bytearray first if a line was open.
         lines: list[Any] = data.split(b"\n")
         last = lines.pop()  # the start of the next line, or b"" when data ends with LF
-        if not lines:
-            self._keep(last)
-            return
-        start = 0
-        event_open = self._data is not None or bool(self._event_bytes or self._partial)
-        if self._partial:  # the line the last chunk began
+        if lines and self._partial:  # the line the last chunk began
             partial = self._partial
             partial += lines[0]
             self._partial = bytearray()
             lines[0] = bytes(partial)
-        if event_open:
-            # Finish the event the last chunk left open, up to its blank line.
-            start = lines.index(b"") + 1 if b"" in lines else len(lines)
-            self._read(lines[:start], payloads)
-        if start < len(lines):
-            end = self._sglang_shaped(lines, start, len(data), payloads)
-            self._read(lines[end:] if end else lines, payloads)
+        self._read(lines, payloads)
         self._keep(last)
-
-    def _sglang_shaped(
-        self, lines: list[bytes], start: int, size: int, payloads: list[Payload]
-    ) -> int:
-        """Take the run of events in SGLang's shape from `start`, all at once.
-
-        Returns where the lines it did not take begin.
-        """
-        end = len(lines) - (len(lines) - start) % 2
-        events = lines[start:end:2]
-        if any(lines[start + 1 : end : 2]):  # every other line must be blank
-            return start
-        found = [line[6:] for line in events if line.startswith(_DATA_PREFIX)]
-        if len(found) != len(events):
-            return start
-        too_big = None
-        if size > self._max_event_bytes:
-            limit = self._max_event_bytes
-            too_big = next(
-                (i for i, line in enumerate(events) if len(line) >= limit), None
-            )
-            found = found[:too_big]  # the events before the oversized one still count
-        if self._done or _DONE in found:
-            at = 0 if self._done else found.index(_DONE)
-            payloads += found[:at]
-            for _ in found[at:]:
-                self._set_done()
-        else:
-            payloads += found
-        if too_big is not None:
-            raise self._too_big()
-        return end
 
     def _read(self, lines: list[Any], payloads: list[Payload]) -> None:
         """Apply complete lines (without their line ends) by the WHATWG rules."""
@@ -375,6 +341,53 @@ class SseDecoder:
             limit,
             f"an SSE event is larger than max_event_bytes ({limit} bytes)",
         )
+
+
+def indexed_event(frame: bytes, index: int) -> bytes:
+    """The event of `frame`, a frame's JSON object, with ``"index": k`` as its last key,
+    as SGLang writes a frame of a stream of many sequences (`choices`)."""
+    return b"data: " + frame[:-1] + b',"index":%d}\n\n' % index
+
+
+def aiter_frames(
+    chunks: AsyncIterable[BytesLike], *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+) -> AsyncIterator[dict[str, Any]]:
+    """The frames of an SSE stream, as `SseDecoder` reads them, as they complete.
+
+    Ends after the last chunk, having checked that the stream did not stop
+    inside an event (`SseDecoder.close`). Faults come in stream order: the
+    frames before one are yielded first. The bound is checked at once, the
+    chunks when iterated; their iterator is closed whenever reading stops
+    (`sources.aclose_source`).
+    """
+    decoder = SseDecoder(max_event_bytes=max_event_bytes)
+    return _frames(decoder, open_async_source(chunks, "aiter_frames chunks"))
+
+
+async def _frames(
+    decoder: SseDecoder, chunks: AsyncIterator[BytesLike]
+) -> AsyncIterator[dict[str, Any]]:
+    try:
+        async for chunk in chunks:
+            for frame in decoder.feed(chunk):
+                yield frame
+    finally:
+        await aclose_source(chunks)
+    decoder.close()
+
+
+def check_bound(name: str, value: int) -> None:
+    """`EnvelopeError` unless `value`, the argument `name`, is a positive integer."""
+    if type(value) is not int or value < 1:
+        raise EnvelopeError(
+            f"{name}: expected a positive integer, got {show_value(value)}"
+        )
+
+
+def event_payloads(data: bytes, lines: list[bytes]) -> list[Payload]:
+    """The data of events in SGLang's shape, from their lines
+    (`SseDecoder.feed_sglang_events`: `data` stands for the line of its one event)."""
+    return [data[6:-2]] if lines[0] is data else [line[6:] for line in lines]
 
 
 def _one_whole_event(data: bytes, limit: int) -> bool:

@@ -24,7 +24,6 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET
 
-from sglang_envelope.response.frames import CONSISTENCY
 from sglang_envelope.response.sse import BytesLike
 from sglang_envelope.response.views import DELTA_FIELDS, DELTA_ROWS
 
@@ -49,13 +48,6 @@ _MARKS: Final = {
 }
 _MARKED: Final = {b"%d" % n: path for n, path in enumerate(_PATHS)}
 _PLACES: Final = {path: (in_meta, key) for path, key, in_meta, _ in DELTA_ROWS}
-_COUNTED: Final = (
-    "output_ids",
-    "meta_info.output_token_logprobs",
-    "meta_info.output_token_sampling_mask",
-)
-if {path for _, path, _ in CONSISTENCY} != set(_COUNTED):  # pragma: no cover
-    raise AssertionError("CountStore.add_views must count what CONSISTENCY counts")
 
 
 class DeltaStore:
@@ -212,28 +204,10 @@ class JsonStore(DeltaStore):
 
 
 class CountStore(JsonStore):
-    """The deltas' counts alone, for the final checks of a stream known incremental, which
-    need those of the `CONSISTENCY` arrays and no more."""
+    """The deltas' counts alone, for the final checks of a stream known incremental: each
+    chunk's deltas are counted at its end and dropped."""
 
     __slots__ = ()
-
-    def add_views(self, views: list[Any]) -> None:
-        """Count the `CONSISTENCY` arrays of middle frames read through the incremental
-        view (views come only once the mode is known incremental); 7-9% less time than
-        keeping every delta a chunk for a relay that detects the mode."""
-        ids = token = mask = None  # None: no frame had it
-        for frame in views:
-            meta = frame.meta_info
-            if (value := frame.output_ids) is not UNSET:
-                ids = (ids or 0) + len(value)
-            if (value := meta.output_token_logprobs) is not UNSET:
-                token = (token or 0) + len(value)
-            if (value := meta.output_token_sampling_mask) is not UNSET:
-                mask = (mask or 0) + len(value)
-        for path, count in zip(_COUNTED, (ids, token, mask), strict=True):
-            if count is not None:
-                self._counts[path] += count
-                self.present.add(path)
 
     def _keep_json(self, path: str, json: bytes) -> None:
         pass

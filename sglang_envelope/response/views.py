@@ -69,22 +69,13 @@ DELTA_ROWS: Final = tuple(
 )
 JSON_TYPE_NAMES: Final[dict[type, str]] = {str: "a string", list: "an array"}
 
-# Typed views of a middle frame, built from DELTA_FIELDS. A view decodes only
-# what a middle frame may be: no error, no object, a meta_info object without
-# a finish reason, and the first frame's index (none: no index at all; a view
-# with an index leaves the comparison to `MiddleReader.read`). msgspec refuses
-# anything else while decoding, and the frame is then decoded in full.
-#
-# An incremental view declares every key SGLang writes in a frame and refuses
-# any other (forbid_unknown_fields), so msgspec checks every byte exactly as
-# the full decoder does, while building structs instead of dicts and keeping
-# the delta lists; a frame with another key teaches it to the stream's view
-# (`MiddleReader`), or, past a few such keys, is decoded in full.
-#
-# A cumulative view reads only the finish reason, error and index: msgspec
-# skips every other field without building it, but also without checking its
-# UTF-8 or the range of its numbers, so it is trusted only for bytes `plain`
-# passes. gc=False: views are transient and hold no cycles.
+# Typed views of a middle frame, built from DELTA_FIELDS (see the module's
+# docstring). A view decodes only what a middle frame may be: no error, no
+# object, a meta_info object without a finish reason, and the first frame's
+# index (none: no index at all; a view with an index leaves the comparison to
+# `MiddleReader.read`). msgspec refuses anything else while decoding, and the
+# frame is then decoded in full. gc=False: views are transient and hold no
+# cycles.
 _SGLANG_META_KEYS: Final = (
     # tokenizer_manager._handle_batch_output and add_logprob_to_meta_info, in the
     # order SGLang writes them (msgspec reads keys fastest in its fields' order)
@@ -223,10 +214,9 @@ class MiddleReader:
     index must be the first frame's; a cumulative frame's bytes must be
     `plain` (its view skips what it does not read).
 
-    `decode` is the incremental view itself, raising one of `VIEW_ERRORS`,
-    with one difference: a frame with keys SGLang 0.5.23 does not write (a
-    newer release, a server flag) teaches them to this stream's view, which
-    declares them as any JSON and so still checks every byte. A new key then
+    A frame with keys SGLang 0.5.23 does not write (a newer release, a server
+    flag) teaches them to an incremental stream's view, which declares them as
+    any JSON and so still checks every byte. A new key then
     costs a view made once, not the full decode of every frame. `learned`
     holds the keys, at most `MAX_LEARNED_KEYS` plain names of at most
     `MAX_LEARNED_KEY_CHARS`; a frame with others is left to the full decoder.
@@ -267,15 +257,6 @@ class MiddleReader:
         if not self.incremental and not plain(payload):
             return None
         return view
-
-    def decode(self, payload: Payload) -> Any:
-        """The incremental view of `payload`; one of `VIEW_ERRORS` where it cannot."""
-        try:
-            return self._decode(payload)
-        except msgspec.ValidationError:
-            if not self._learn(payload):
-                raise
-        return self._decode(payload)
 
     def _learn(self, payload: Payload) -> bool:
         """Add `payload`'s undeclared keys to the view; False when there are none."""

@@ -10,8 +10,7 @@ import msgspec
 from sglang_envelope.errors.exceptions import EnvelopeError, UpstreamError
 from sglang_envelope.request.deployment import Deployment
 from sglang_envelope.request.engine import EngineRequest
-from sglang_envelope.response.aggregate import parse_unary
-from sglang_envelope.response.aiter import aggregate_sse_async
+from sglang_envelope.response.aggregate import aggregate_sse_async, parse_unary
 from sglang_envelope.serve.transport import (
     Slots,
     Transport,

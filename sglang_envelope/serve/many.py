@@ -27,7 +27,7 @@ from sglang_envelope.errors.exceptions import EnvelopeError
 from sglang_envelope.request.envelope import WorkerEnvelope, to_worker_envelope
 from sglang_envelope.request.sequences import one_prompt, samples_per_prompt
 from sglang_envelope.request.types import ClientRequest
-from sglang_envelope.response.sse import SSE_DONE, SseDecoder
+from sglang_envelope.response.sse import SSE_DONE, SseDecoder, indexed_event
 from sglang_envelope.serve.answer import Answer, refused, whole_answer
 
 if TYPE_CHECKING:
@@ -132,13 +132,12 @@ def indexed_events(decoder: SseDecoder, chunk: bytes, index: int) -> tuple[bytes
     ``data: [DONE]`` is dropped: the merged stream sends its own.
     """
     out: list[bytes] = []
-    tail = b',"index":%d}\n\n' % index
     for payload in decoder.feed_payloads(chunk):
         data = bytes(payload).strip()
         if data.startswith(_ERROR):
             out.append(b"data: " + data + b"\n\n")
             return b"".join(out), True
-        out.append(b"data: " + data[:-1] + tail)
+        out.append(indexed_event(data, index))
     return b"".join(out), False
 
 
