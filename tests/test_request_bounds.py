@@ -165,6 +165,10 @@ def test_a_mapping_nested_too_deep_for_json_is_refused_before_it_is_walked() -> 
     assert "deeper than" not in caught.value.message
 
 
+class _Color(IntEnum):
+    RED = 1
+
+
 class _Tag(str):
     """A str of the caller's own type: JSON carries it as the text it is."""
 
@@ -188,7 +192,7 @@ class _Frozen(Mapping[str, Any]):
 _LEAVES = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.text(max_size=4),
     st.floats(), st.sampled_from([math.nan, math.inf]), st.binary(max_size=2),
-    st.just(IntEnum("Color", "RED").RED), st.just({1, 2}), st.just(object()),
+    st.just(_Color.RED), st.just({1, 2}), st.just(object()),
 )  # fmt: skip
 _KEYS = st.one_of(st.text(max_size=3), st.integers(0, 2), st.just(b"k"), st.just(1.5))
 _VALUES = st.recursive(
@@ -231,7 +235,7 @@ def test_a_mapping_is_taken_exactly_when_json_carries_all_of_it(value: Any) -> N
 
 def test_a_subclass_is_taken_only_where_json_writes_it() -> None:
     """An enum of ints is written as its number; msgspec writes no subclass of str."""
-    body = {"session_params": {"color": IntEnum("Color", "RED").RED}}
+    body = {"session_params": {"color": _Color.RED}}
     assert mapping_json(body, 2**20) == b'{"session_params":{"color":1}}'
     with pytest.raises(RequestRejected, match="type _Tag is unsupported") as caught:
         mapping_json({"session_params": {"tag": _Tag("x")}}, 2**20)
