@@ -275,12 +275,14 @@ def sglang_path(bodies: list[bytes]) -> Callable[[], None] | None:
 
 
 def in_process_paths(
-    bodies: list[bytes],
+    bodies: list[bytes], mappings: bool = False
 ) -> tuple[Callable[[], None], Callable[[], None], Callable[[], None]] | None:
     """Client bytes to the `GenerateReqInput` SGLang takes in-process, decode role: the
-    library's path (every rule and every deployment rule, `to_dict()`), and NVIDIA
+    library's path (every rule and every deployment rule, `to_dict()`), NVIDIA
     Dynamo 1.6.1's (``json`` and its pydantic-validated `build_native_generate_request`),
-    where both are importable (the live environment, with Dynamo on the path)."""
+    and the library's lower bound, where both are importable (the live environment, with
+    Dynamo on the path). `mappings`: from the mapping a Dynamo worker is handed (its
+    request plane decoded the client's JSON), as docs/dynamo.md's worker takes it."""
     try:
         generate_req_input = importlib.import_module(
             "sglang.srt.managers.io_struct"
@@ -291,9 +293,10 @@ def in_process_paths(
     import json
 
     bootstrap = Bootstrap("10.0.0.7", 8998, 4242)
+    inputs: list[Any] = [json.loads(body) for body in bodies] if mappings else bodies
 
     def library() -> None:
-        for body in bodies:
+        for body in inputs:
             request = decode_client_request(body)
             envelope = to_worker_envelope(request, rid="0123456789abcdef0123456789abcdef")
             engine = build_engine_request(
@@ -306,8 +309,8 @@ def in_process_paths(
             generate_req_input(**engine.to_dict())
 
     def dynamo_builder() -> None:
-        for body in bodies:
-            payload = json.loads(body)
+        for body in inputs:
+            payload = body if mappings else json.loads(body)
             dynamo.build_native_generate_request(
                 payload,
                 input_ids=payload["input_ids"],
@@ -341,49 +344,6 @@ def in_process_paths(
     count = len(RequestFields.__struct_fields__)
     astuple, to_builtins = msgspec.structs.astuple, msgspec.to_builtins
     return library, dynamo_builder, lower_bound
-
-
-def mapping_paths(
-    bodies: list[bytes],
-) -> tuple[Callable[[], None], Callable[[], None]] | None:
-    """The same, from the mapping a Dynamo worker is handed (Dynamo's request plane has
-    decoded the client's JSON): the library's path as docs/dynamo.md's worker takes it,
-    and Dynamo 1.6.1's builder on the same mappings."""
-    try:
-        io_struct = importlib.import_module("sglang.srt.managers.io_struct")
-        dynamo = importlib.import_module("dynamo.sglang.engine_generate")
-    except ImportError:
-        return None
-    generate_req_input = io_struct.GenerateReqInput
-    payloads = [msgspec.json.decode(body) for body in bodies]
-    bootstrap = Bootstrap("10.0.0.7", 8998, 4242)
-
-    def library() -> None:
-        for payload in payloads:
-            request = decode_client_request(payload)
-            envelope = to_worker_envelope(request, rid="0123456789abcdef0123456789abcdef")
-            engine = build_engine_request(
-                envelope,
-                deployment=DEPLOYMENT,
-                input_ids=request.input_ids,
-                role=Role.DECODE,
-                bootstrap=bootstrap,
-            )
-            generate_req_input(**engine.to_dict())
-
-    def dynamo_builder() -> None:
-        for payload in payloads:
-            dynamo.build_native_generate_request(
-                payload,
-                input_ids=payload["input_ids"],
-                request_id="0123456789abcdef0123456789abcdef",
-                priority=None,
-                bootstrap_host="10.0.0.7",
-                bootstrap_port=8998,
-                bootstrap_room=4242,
-            )
-
-    return library, dynamo_builder
 
 
 def _filled(prefix: bytes, item: bytes, suffix: bytes, count: int) -> bytes:
@@ -833,9 +793,9 @@ def main() -> None:
         row(f"  to GenerateReqInput vs Dynamo 1.6.1, {name}", work, floor, "<= 0.7x", ok)
         work, floor = alternate(lower_bound, dynamo_builder, rounds)
         row(f"    its lower bound (no glue), {name}", work, floor, "(reference)", True)
-        from_mappings = mapping_paths(some)
+        from_mappings = in_process_paths(some, mappings=True)
         assert from_mappings is not None
-        work, floor = alternate(*from_mappings, rounds)
+        work, floor = alternate(*from_mappings[:2], rounds)
         row(f"    from Dynamo's mapping, both, {name}", work, floor, "(reference)", True)
 
     ids = DEFAULT_MAX_INPUT_IDS // (8 if args.quick else 1)
