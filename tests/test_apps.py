@@ -47,22 +47,37 @@ def wait_for(test: Any, timeout: float = 5.0) -> None:
 @pytest.fixture(scope="module", params=APPS)
 def running(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, FakeEngine]]:
-    """Each app in turn, running in front of its fake engine, for the module's tests."""
+) -> Iterator[tuple[str, FakeEngine, str]]:
+    """Each app in turn, running in front of its fake engine, for the module's tests:
+    (the app's URL, the engine, the engine's URL)."""
     engine = FakeEngine(frame_delay=0.005)
     directory = tmp_path_factory.mktemp("apps")
     with serving(engine) as url, running_app(request.param, directory, url, VOCAB) as app_url:
-        yield app_url, engine
+        yield app_url, engine, url
 
 
 @pytest.fixture
-def app(running: tuple[str, FakeEngine]) -> tuple[str, FakeEngine]:
+def app(running: tuple[str, FakeEngine, str]) -> tuple[str, FakeEngine]:
     """(the app's URL, its engine), the engine's records cleared for this test."""
-    _, engine = running
+    url, engine, _ = running
     wait_for(lambda: engine.running == 0)
     for records in (engine.requests, engine.aborts, engine.outcomes):
         records.clear()
-    return running
+    return url, engine
+
+
+@contextlib.contextmanager
+def engine_set(engine: FakeEngine, **options: Any) -> Iterator[None]:
+    """The module's `engine` given `options` (``frame_delay``, ``fail_after``, which it
+    reads at each frame) for the block, then as it was for the module's other tests."""
+    before = {name: getattr(engine, name) for name in options}
+    for name, value in options.items():
+        setattr(engine, name, value)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            setattr(engine, name, value)
 
 
 def test_each_app_is_at_most_25_lines_of_its_reader_s_code() -> None:
@@ -119,10 +134,12 @@ def test_a_unary_client_gone_aborts_once_before_the_answer(app: tuple[str, FakeE
     assert json.loads(engine.requests[0])["stream"] is False
 
 
-def test_an_error_mid_stream_gives_sglang_s_frame_and_done(tmp_path: Path) -> None:
-    engine = FakeEngine(fail_after=2)
+def test_an_error_mid_stream_gives_sglang_s_frame_and_done(
+    app: tuple[str, FakeEngine], running: tuple[str, FakeEngine, str]
+) -> None:
+    (url, engine), sglang = app, running[2]
     body = {"input_ids": [5, 6, 7], "stream": True}
-    with serving(engine) as sglang, running_app(APPS[0], tmp_path, sglang, VOCAB) as url:
+    with engine_set(engine, fail_after=2):
         direct = httpx.post(sglang + "/generate", json=body).content
         relayed = httpx.post(url + "/generate", json=body).content
     assert relayed.endswith(b"data: [DONE]\n\n")
@@ -179,12 +196,13 @@ def test_200_concurrent_requests_leave_nothing_behind(app: tuple[str, FakeEngine
 STALL_S = 30.0
 
 
-@pytest.mark.parametrize("name", APPS)
-def test_a_client_that_hangs_up_while_sglang_stalls_is_aborted(tmp_path: Path, name: str) -> None:
+def test_a_client_that_hangs_up_while_sglang_stalls_is_aborted(
+    app: tuple[str, FakeEngine],
+) -> None:
     """Nothing is being written to the client, so only watching its connection tells."""
-    engine = FakeEngine(frame_delay=STALL_S)
+    url, engine = app
     body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3}, "stream": True}
-    with serving(engine) as sglang, running_app(name, tmp_path, sglang, VOCAB) as url:
+    with engine_set(engine, frame_delay=STALL_S):
         with (
             httpx.Client(timeout=10) as client,
             client.stream("POST", url + "/generate", json=body) as answer,
