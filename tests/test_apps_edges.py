@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -152,10 +153,14 @@ def test_a_body_sent_as_text_is_refused_as_sglang_refuses_it(
 def test_an_app_told_no_vocabulary_stops_at_its_start_saying_what_to_pass(
     tmp_path: Path, name: str
 ) -> None:
-    with serving(FakeEngine()) as sglang:
-        code, log = failed_start(name, tmp_path, sglang, {})
-        both_given = {"VOCAB_SIZE": "320", "MODEL_CONFIG": "config.json"}
-        both, both_log = failed_start(name, tmp_path, sglang, both_given)
+    both_given = {"VOCAB_SIZE": "320", "MODEL_CONFIG": "config.json"}
+    (tmp_path / "neither").mkdir()
+    (tmp_path / "both").mkdir()
+    # The two starts at once, each from a directory of its own (its file, its log).
+    with serving(FakeEngine()) as sglang, ThreadPoolExecutor(2) as pool:
+        neither = pool.submit(failed_start, name, tmp_path / "neither", sglang, {})
+        both_started = pool.submit(failed_start, name, tmp_path / "both", sglang, both_given)
+        (code, log), (both, both_log) = neither.result(), both_started.result()
     assert code != 0 and both != 0
     assert "the model's vocabulary is not known" in log and "neither was given" in log
     assert "MODEL_CONFIG and VOCAB_SIZE" in log
