@@ -44,22 +44,11 @@ def wait_for(test: Any, timeout: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-@pytest.fixture(scope="module", params=APPS)
-def running(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, FakeEngine, str]]:
-    """Each app in turn, running in front of its fake engine, for the module's tests:
-    (the app's URL, the engine, the engine's URL)."""
-    engine = FakeEngine(frame_delay=0.005)
-    directory = tmp_path_factory.mktemp("apps")
-    with serving(engine) as url, running_app(request.param, directory, url, VOCAB) as app_url:
-        yield app_url, engine, url
-
-
 @pytest.fixture
-def app(running: tuple[str, FakeEngine, str]) -> tuple[str, FakeEngine]:
-    """(the app's URL, its engine), the engine's records cleared for this test."""
-    url, engine, _ = running
+def app(app_running: tuple[str, FakeEngine, str]) -> tuple[str, FakeEngine]:
+    """(the app's URL, its engine) of the session's app (conftest.py), the engine's
+    records cleared for this test."""
+    url, engine, _ = app_running
     wait_for(lambda: engine.running == 0)
     for records in (engine.requests, engine.aborts, engine.outcomes):
         records.clear()
@@ -68,8 +57,8 @@ def app(running: tuple[str, FakeEngine, str]) -> tuple[str, FakeEngine]:
 
 @contextlib.contextmanager
 def engine_set(engine: FakeEngine, **options: Any) -> Iterator[None]:
-    """The module's `engine` given `options` (``frame_delay``, ``fail_after``, which it
-    reads at each frame) for the block, then as it was for the module's other tests."""
+    """The session's `engine` given `options` (``frame_delay``, ``fail_after``, which it
+    reads at each frame) for the block, then as it was for the other tests."""
     before = {name: getattr(engine, name) for name in options}
     for name, value in options.items():
         setattr(engine, name, value)
@@ -135,9 +124,9 @@ def test_a_unary_client_gone_aborts_once_before_the_answer(app: tuple[str, FakeE
 
 
 def test_an_error_mid_stream_gives_sglang_s_frame_and_done(
-    app: tuple[str, FakeEngine], running: tuple[str, FakeEngine, str]
+    app: tuple[str, FakeEngine], app_running: tuple[str, FakeEngine, str]
 ) -> None:
-    (url, engine), sglang = app, running[2]
+    (url, engine), sglang = app, app_running[2]
     body = {"input_ids": [5, 6, 7], "stream": True}
     with engine_set(engine, fail_after=2):
         direct = httpx.post(sglang + "/generate", json=body).content

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -25,26 +24,17 @@ from sglang_envelope.limits import DEFAULT_MAX_BODY_BYTES
 from sglang_envelope.testing import FakeEngine
 from tests.apps import APPS, failed_start, running_app, serving
 
-VOCAB = 320
 READ_S = 10.0
 CHUNK = 1 << 20
 
 
-@pytest.fixture(scope="module", params=APPS)
-def running(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, FakeEngine]]:
-    engine = FakeEngine()
-    directory = tmp_path_factory.mktemp("apps")
-    with serving(engine) as url, running_app(request.param, directory, url, VOCAB) as app_url:
-        yield app_url, engine
-
-
 @pytest.fixture
-def app(running: tuple[str, FakeEngine]) -> tuple[str, FakeEngine]:
-    _, engine = running
+def app(app_running: tuple[str, FakeEngine, str]) -> tuple[str, FakeEngine]:
+    """(the app's URL, its engine) of the session's app (conftest.py), the engine's
+    requests cleared for this test."""
+    url, engine, _ = app_running
     engine.requests.clear()
-    return running
+    return url, engine
 
 
 def exchange(url: str, head: list[str], parts: list[bytes]) -> tuple[int, bytes]:
