@@ -117,15 +117,14 @@ def test_a_valid_body_of_2_mib_is_served(app: tuple[str, FakeEngine]) -> None:
 
 
 def test_a_body_sent_as_text_is_refused_as_sglang_refuses_it(
-    app: tuple[str, FakeEngine],
+    app: tuple[str, FakeEngine], app_running: tuple[str, FakeEngine, str]
 ) -> None:
-    url, engine = app
+    (url, engine), sglang = app, app_running[2]
     body = json.dumps({"input_ids": [5, 6, 7], "stream": True}).encode()
     plain = {"content-type": "text/plain"}
     answer = httpx.post(url + "/generate", content=body, headers=plain)
     assert list(engine.requests) == []
-    with serving(FakeEngine()) as sglang:
-        direct = httpx.post(sglang + "/generate", content=body, headers=plain)
+    direct = httpx.post(sglang + "/generate", content=body, headers=plain)  # SGLang's own
     assert answer.status_code == direct.status_code == 400
     assert answer.headers["content-type"] == direct.headers["content-type"]
     got, want = answer.json(), direct.json()
