@@ -139,6 +139,10 @@ def unary_body(rid: str = "RID") -> bytes:
 #: The SGLang server of the loop's tests, and an abort policy quick enough for them.
 DEPLOYMENT = Deployment(vocab_size=320, incremental_streaming_output=False)
 POLICY = AbortPolicy(retry_delays_s=(), deadline_s=0.5, first_token_wait_s=0.2)
+#: For a test whose engine answer outlives its abort (its abort fails, or the answer is
+#: scripted to come seconds later), which waits out the drain's deadline at its close: a
+#: short deadline, and a short wait for a decode leg's first token.
+QUICK_DRAIN = AbortPolicy(retry_delays_s=(), deadline_s=0.1, first_token_wait_s=0.05)
 
 
 def run(coroutine: Any) -> Any:

@@ -21,6 +21,7 @@ from sglang_envelope.adapters.aiohttp import AiohttpTransport, respond
 from sglang_envelope.adapters.httpx import HttpxTransport
 from sglang_envelope.testing import FakeEngine
 from tests.apps import closed_port, free_port, serving
+from tests.serve_fakes import QUICK_DRAIN
 
 DEPLOYMENT = Deployment(vocab_size=320)
 BODY = {"rid": "mine", "input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3}}
@@ -115,12 +116,12 @@ def test_a_timeout_is_an_upstream_error_504() -> None:
         return caught.value
 
     with silent_server(None) as url:
-        client = httpx.AsyncClient(base_url=url, timeout=0.3)
+        client = httpx.AsyncClient(base_url=url, timeout=0.1)
         assert asyncio.run(main(HttpxTransport(url, client=client))).status == 504
         asyncio.run(client.aclose())
 
         async def with_session() -> UpstreamError:
-            session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.3))
+            session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.1))
             async with session:
                 return await main(AiohttpTransport(url, session=session))
 
@@ -187,7 +188,9 @@ class Wrong:
 
 def test_a_transport_returning_no_engine_reply_is_the_server_s_bug() -> None:
     async def main() -> tuple[int, bytes]:
-        async with Service(Wrong(), deployment=DEPLOYMENT) as svc:
+        # No engine answer is seen to end: the default policy's repeats (1.55 s) would be
+        # waited out at the close.
+        async with Service(Wrong(), deployment=DEPLOYMENT, abort_policy=QUICK_DRAIN) as svc:
             answer = await svc.generate(json.dumps(BODY).encode())
             return answer.status, await read(answer)
 

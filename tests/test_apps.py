@@ -44,25 +44,29 @@ def wait_for(test: Any, timeout: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-@pytest.fixture(scope="module", params=APPS)
-def running(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, FakeEngine]]:
-    """Each app in turn, running in front of its fake engine, for the module's tests."""
-    engine = FakeEngine(frame_delay=0.005)
-    directory = tmp_path_factory.mktemp("apps")
-    with serving(engine) as url, running_app(request.param, directory, url, VOCAB) as app_url:
-        yield app_url, engine
-
-
 @pytest.fixture
-def app(running: tuple[str, FakeEngine]) -> tuple[str, FakeEngine]:
-    """(the app's URL, its engine), the engine's records cleared for this test."""
-    _, engine = running
+def app(app_running: tuple[str, FakeEngine, str]) -> tuple[str, FakeEngine]:
+    """(the app's URL, its engine) of the session's app (conftest.py), the engine's
+    records cleared for this test."""
+    url, engine, _ = app_running
     wait_for(lambda: engine.running == 0)
     for records in (engine.requests, engine.aborts, engine.outcomes):
         records.clear()
-    return running
+    return url, engine
+
+
+@contextlib.contextmanager
+def engine_set(engine: FakeEngine, **options: Any) -> Iterator[None]:
+    """The session's `engine` given `options` (``frame_delay``, ``fail_after``, which it
+    reads at each frame) for the block, then as it was for the other tests."""
+    before = {name: getattr(engine, name) for name in options}
+    for name, value in options.items():
+        setattr(engine, name, value)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            setattr(engine, name, value)
 
 
 def test_each_app_is_at_most_25_lines_of_its_reader_s_code() -> None:
@@ -119,10 +123,12 @@ def test_a_unary_client_gone_aborts_once_before_the_answer(app: tuple[str, FakeE
     assert json.loads(engine.requests[0])["stream"] is False
 
 
-def test_an_error_mid_stream_gives_sglang_s_frame_and_done(tmp_path: Path) -> None:
-    engine = FakeEngine(fail_after=2)
+def test_an_error_mid_stream_gives_sglang_s_frame_and_done(
+    app: tuple[str, FakeEngine], app_running: tuple[str, FakeEngine, str]
+) -> None:
+    (url, engine), sglang = app, app_running[2]
     body = {"input_ids": [5, 6, 7], "stream": True}
-    with serving(engine) as sglang, running_app(APPS[0], tmp_path, sglang, VOCAB) as url:
+    with engine_set(engine, fail_after=2):
         direct = httpx.post(sglang + "/generate", json=body).content
         relayed = httpx.post(url + "/generate", json=body).content
     assert relayed.endswith(b"data: [DONE]\n\n")
@@ -158,13 +164,19 @@ def test_200_concurrent_requests_leave_nothing_behind(app: tuple[str, FakeEngine
     url, engine = app
 
     async def burst() -> list[int]:
-        limits = httpx.Limits(max_connections=200)
-        async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+        # Ten clients of 20 connections, not one of 200: httpx's pool looks at each of
+        # its connections to place each request, which cost this test about a second.
+        limits = httpx.Limits(max_connections=20)
+        async with contextlib.AsyncExitStack() as stack:
+            clients = [
+                await stack.enter_async_context(httpx.AsyncClient(timeout=30, limits=limits))
+                for _ in range(10)
+            ]
 
             async def one(index: int) -> int:
                 body = {"input_ids": [5, index % 300], "stream": index % 2 == 0}
                 body["sampling_params"] = {"max_new_tokens": 3}
-                answer = await client.post(url + "/generate", json=body)
+                answer = await clients[index % 10].post(url + "/generate", json=body)
                 return answer.status_code
 
             return await asyncio.gather(*(one(index) for index in range(200)))
@@ -179,12 +191,13 @@ def test_200_concurrent_requests_leave_nothing_behind(app: tuple[str, FakeEngine
 STALL_S = 30.0
 
 
-@pytest.mark.parametrize("name", APPS)
-def test_a_client_that_hangs_up_while_sglang_stalls_is_aborted(tmp_path: Path, name: str) -> None:
+def test_a_client_that_hangs_up_while_sglang_stalls_is_aborted(
+    app: tuple[str, FakeEngine],
+) -> None:
     """Nothing is being written to the client, so only watching its connection tells."""
-    engine = FakeEngine(frame_delay=STALL_S)
+    url, engine = app
     body = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3}, "stream": True}
-    with serving(engine) as sglang, running_app(name, tmp_path, sglang, VOCAB) as url:
+    with engine_set(engine, frame_delay=STALL_S):
         with (
             httpx.Client(timeout=10) as client,
             client.stream("POST", url + "/generate", json=body) as answer,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -24,26 +24,17 @@ from sglang_envelope.limits import DEFAULT_MAX_BODY_BYTES
 from sglang_envelope.testing import FakeEngine
 from tests.apps import APPS, failed_start, running_app, serving
 
-VOCAB = 320
 READ_S = 10.0
 CHUNK = 1 << 20
 
 
-@pytest.fixture(scope="module", params=APPS)
-def running(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, FakeEngine]]:
-    engine = FakeEngine()
-    directory = tmp_path_factory.mktemp("apps")
-    with serving(engine) as url, running_app(request.param, directory, url, VOCAB) as app_url:
-        yield app_url, engine
-
-
 @pytest.fixture
-def app(running: tuple[str, FakeEngine]) -> tuple[str, FakeEngine]:
-    _, engine = running
+def app(app_running: tuple[str, FakeEngine, str]) -> tuple[str, FakeEngine]:
+    """(the app's URL, its engine) of the session's app (conftest.py), the engine's
+    requests cleared for this test."""
+    url, engine, _ = app_running
     engine.requests.clear()
-    return running
+    return url, engine
 
 
 def exchange(url: str, head: list[str], parts: list[bytes]) -> tuple[int, bytes]:
@@ -126,15 +117,14 @@ def test_a_valid_body_of_2_mib_is_served(app: tuple[str, FakeEngine]) -> None:
 
 
 def test_a_body_sent_as_text_is_refused_as_sglang_refuses_it(
-    app: tuple[str, FakeEngine],
+    app: tuple[str, FakeEngine], app_running: tuple[str, FakeEngine, str]
 ) -> None:
-    url, engine = app
+    (url, engine), sglang = app, app_running[2]
     body = json.dumps({"input_ids": [5, 6, 7], "stream": True}).encode()
     plain = {"content-type": "text/plain"}
     answer = httpx.post(url + "/generate", content=body, headers=plain)
     assert list(engine.requests) == []
-    with serving(FakeEngine()) as sglang:
-        direct = httpx.post(sglang + "/generate", content=body, headers=plain)
+    direct = httpx.post(sglang + "/generate", content=body, headers=plain)  # SGLang's own
     assert answer.status_code == direct.status_code == 400
     assert answer.headers["content-type"] == direct.headers["content-type"]
     got, want = answer.json(), direct.json()
@@ -152,10 +142,14 @@ def test_a_body_sent_as_text_is_refused_as_sglang_refuses_it(
 def test_an_app_told_no_vocabulary_stops_at_its_start_saying_what_to_pass(
     tmp_path: Path, name: str
 ) -> None:
-    with serving(FakeEngine()) as sglang:
-        code, log = failed_start(name, tmp_path, sglang, {})
-        both_given = {"VOCAB_SIZE": "320", "MODEL_CONFIG": "config.json"}
-        both, both_log = failed_start(name, tmp_path, sglang, both_given)
+    both_given = {"VOCAB_SIZE": "320", "MODEL_CONFIG": "config.json"}
+    (tmp_path / "neither").mkdir()
+    (tmp_path / "both").mkdir()
+    # The two starts at once, each from a directory of its own (its file, its log).
+    with serving(FakeEngine()) as sglang, ThreadPoolExecutor(2) as pool:
+        neither = pool.submit(failed_start, name, tmp_path / "neither", sglang, {})
+        both_started = pool.submit(failed_start, name, tmp_path / "both", sglang, both_given)
+        (code, log), (both, both_log) = neither.result(), both_started.result()
     assert code != 0 and both != 0
     assert "the model's vocabulary is not known" in log and "neither was given" in log
     assert "MODEL_CONFIG and VOCAB_SIZE" in log

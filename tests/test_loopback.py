@@ -60,7 +60,8 @@ class TranscriptHandler(http.server.BaseHTTPRequestHandler):
 def server() -> Iterator[tuple[str, int]]:
     handler = type("Handler", (TranscriptHandler,), {"transcript": sglang_transcript()[0]})
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # shutdown() waits for serve_forever's next poll: 0.5 s by default.
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield "127.0.0.1", httpd.server_address[1]

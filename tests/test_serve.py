@@ -27,6 +27,7 @@ from tests.serve_fakes import (
     DEPLOYMENT,
     DONE,
     LENGTH,
+    QUICK_DRAIN,
     FakeTransport,
     Script,
     events,
@@ -248,7 +249,7 @@ def test_a_unary_client_gone_before_sglang_s_head_is_aborted() -> None:
             calls.append(asyncio.get_running_loop().time())
             return len(calls) > 2
 
-        svc = service(transport, disconnect_poll_s=0.05)
+        svc = service(transport, disconnect_poll_s=0.05, abort_policy=QUICK_DRAIN)
         answer = await svc.generate(FLAT, disconnected=disconnected)
         await svc.aclose()
         return answer, transport, transport.abort_times[0] - calls[-1]
@@ -262,7 +263,7 @@ def cancelled_handler(script: Any) -> FakeTransport:
 
     async def main() -> FakeTransport:
         transport = FakeTransport(script)
-        svc = service(transport)
+        svc = service(transport, abort_policy=QUICK_DRAIN)
         task = asyncio.ensure_future(svc.generate(FLAT))
         await asyncio.sleep(0.05)
         task.cancel()
@@ -395,7 +396,11 @@ def test_an_abort_that_fails_is_reported_not_lost(
     reports: list[tuple[Any, Any]] = []
 
     async def main() -> None:
-        svc = service(DownAborts(failure), on_abort=lambda e, o: reports.append((e, o)))
+        svc = service(
+            DownAborts(failure),
+            abort_policy=QUICK_DRAIN,
+            on_abort=lambda e, o: reports.append((e, o)),
+        )
         answer = await svc.generate(STREAM)
         await answer.body.__anext__()
         await answer.body.aclose()

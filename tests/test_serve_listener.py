@@ -10,7 +10,16 @@ from typing import Any
 import pytest
 
 from sglang_envelope import CLIENT_GONE, EnvelopeError
-from tests.serve_fakes import FakeTransport, Script, read, run, service, simple_stream, unary_body
+from tests.serve_fakes import (
+    QUICK_DRAIN,
+    FakeTransport,
+    Script,
+    read,
+    run,
+    service,
+    simple_stream,
+    unary_body,
+)
 
 FLAT = b'{"input_ids": [5, 6], "return_flat_raw_output_top_logprobs": true}'
 STREAM = b'{"input_ids": [5, 6], "stream": true}'
@@ -47,7 +56,7 @@ def test_a_unary_client_heard_leaving_is_answered_and_aborted_at_once() -> None:
         transport = FakeTransport(slow_unary)
         gone = asyncio.Event()
         loop = asyncio.get_running_loop()
-        async with service(transport, disconnect_poll_s=60) as svc:
+        async with service(transport, disconnect_poll_s=60, abort_policy=QUICK_DRAIN) as svc:
             asking = svc.generate_request({}, body_of(FLAT), receive=receiving(gone, []))
             answering = asyncio.ensure_future(asking)
             await asyncio.sleep(0.2)
@@ -97,7 +106,7 @@ def test_a_receive_that_fails_is_a_client_gone() -> None:
             await asyncio.sleep(0.1)
             raise OSError("the connection broke")
 
-        async with service(transport) as svc:
+        async with service(transport, abort_policy=QUICK_DRAIN) as svc:
             answer = await svc.generate_request({}, body_of(FLAT), receive=broken)
             return answer.status, transport
 

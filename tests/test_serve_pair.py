@@ -15,6 +15,7 @@ from tests.serve_fakes import (
     DONE,
     LENGTH,
     POLICY,
+    QUICK_DRAIN,
     FakeTransport,
     Script,
     events,
@@ -44,7 +45,8 @@ def pair(
     prefill: FakeTransport, decode: FakeTransport, **options: Any
 ) -> Service:  # the decode server is the service's own transport
     server = PrefillServer(prefill, "10.0.0.1", 8998)
-    return Service(decode, deployment=DEPLOYMENT, prefill=server, abort_policy=POLICY, **options)
+    options.setdefault("abort_policy", POLICY)
+    return Service(decode, deployment=DEPLOYMENT, prefill=server, **options)
 
 
 def test_both_legs_go_out_with_one_room_and_are_read_to_the_end() -> None:
@@ -125,7 +127,7 @@ def test_a_failed_prefill_aborts_the_decode_leg_and_gives_its_error() -> None:
     async def main(body: bytes) -> tuple[Any, bytes, FakeTransport]:
         prefill = FakeTransport(lambda request: Script(500, [error]))
         decode = FakeTransport(waits_for_its_peer)
-        async with pair(prefill, decode) as svc:
+        async with pair(prefill, decode, abort_policy=QUICK_DRAIN) as svc:
             answer = await svc.generate(body)
             return answer, await read(answer), decode
 
