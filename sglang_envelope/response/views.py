@@ -284,15 +284,14 @@ def unparsed_middles(events: list[bytes], data: bytes, start: int = 0) -> bool:
     middle frame by its bytes alone, so that it may go out unparsed.
 
     `data` from `start` holds exactly as many ``"finish_reason"`` as there are
-    events and each event holds one ``"finish_reason":null`` (looked for from
-    its end, where SGLang writes `meta_info`: a cumulative frame is long), so
-    that is each event's one finish_reason key; and no key can be spelt another way, as
+    events and each event holds one ``"finish_reason":null``, so that is each
+    event's one finish_reason key; and no key can be spelt another way, as
     `data` has no ``\\u00`` escape (the backslash is looked for first: most
     frames have none).
     """
     return (
         data.count(_FINISH_KEY, start) == len(events)
-        and min(map(bytes.rfind, events, repeat(NOT_TERMINAL))) >= 0
+        and min(map(bytes.find, events, repeat(NOT_TERMINAL))) >= 0
         and (b"\\" not in data or _ESCAPE not in data)
     )
 
