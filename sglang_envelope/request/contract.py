@@ -15,7 +15,6 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-import msgspec
 from msgspec import UNSET
 
 from sglang_envelope.errors.exceptions import RequestRejected
@@ -26,9 +25,10 @@ from sglang_envelope.releases.target import (
     first_release_with,
 )
 from sglang_envelope.request.fields import (
+    REQUEST_DEFAULTS,
+    SAMPLING_DEFAULTS,
     TEXT_INPUT_FIELDS,
     RequestFields,
-    SamplingParams,
 )
 from sglang_envelope.request.generated import define, shortcut_test
 from sglang_envelope.request.limits import (
@@ -234,8 +234,8 @@ class Contract(NamedTuple):
 RawCheck = Callable[[Any, Any], None]
 #: The typed fields and their defaults, by scope (True: `sampling_params`).
 _DEFAULTS: dict[bool, Mapping[str, Any]] = {
-    False: {field.name: field.default for field in msgspec.structs.fields(RequestFields)},
-    True: {field.name: field.default for field in msgspec.structs.fields(SamplingParams)},
+    False: REQUEST_DEFAULTS,
+    True: SAMPLING_DEFAULTS,
 }
 #: The checks of the fields held as JSON bytes (each defaulting to UNSET), by scope.
 _RAW_CHECKS: dict[bool, tuple[tuple[str, RawCheck], ...]] = {

@@ -24,7 +24,11 @@ from msgspec import UNSET
 
 from sglang_envelope.errors.exceptions import EnvelopeError, RequestRejected, show_value
 from sglang_envelope.request.checks import logprobs_past_prompt, routed_start_past_prompt
-from sglang_envelope.request.fields import RequestFields, SamplingParams
+from sglang_envelope.request.fields import (
+    REQUEST_DEFAULTS,
+    SAMPLING_DEFAULTS,
+    SamplingParams,
+)
 from sglang_envelope.request.large_body import int_chunks
 from sglang_envelope.request.rules import RULES_BY_CODE
 
@@ -538,14 +542,8 @@ _SAMPLING_GUARDS = tuple(
     name.removeprefix(_SAMPLING) for name in _GUARDS if name.startswith(_SAMPLING)
 )
 #: The guards' defaults: the client's fields' own, and None for the serving system's.
-_TOP_DEFAULTS = tuple(
-    {f.name: f.default for f in msgspec.structs.fields(RequestFields)}.get(name)
-    for name in _TOP_GUARDS
-)
-_SAMPLING_DEFAULTS = tuple(
-    {f.name: f.default for f in msgspec.structs.fields(SamplingParams)}[name]
-    for name in _SAMPLING_GUARDS
-)
+_TOP_DEFAULTS = tuple(REQUEST_DEFAULTS.get(name) for name in _TOP_GUARDS)
+_SAMPLING_DEFAULTS = tuple(SAMPLING_DEFAULTS[name] for name in _SAMPLING_GUARDS)
 _top_values = operator.attrgetter(*_TOP_GUARDS)
 _sampling_values = operator.attrgetter(*_SAMPLING_GUARDS)
 

@@ -8,12 +8,15 @@ adds the checks) and `engine.EngineBody` derive from `RequestFields`.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
 __all__ = [
+    "REQUEST_DEFAULTS",
+    "SAMPLING_DEFAULTS",
     "TEXT_INPUT_FIELDS",
     "RequestFields",
     "SamplingParams",
@@ -158,6 +161,14 @@ class RequestFields(msgspec.Struct, frozen=True, omit_defaults=True):
     mm_processor_kwargs: Raw | UnsetType = UNSET
 
 
+#: Each client field's default, and each `sampling_params` key's: what a body that
+#: leaves it out holds.
+REQUEST_DEFAULTS: Mapping[str, Any] = {
+    field.name: field.default for field in msgspec.structs.fields(RequestFields)
+}
+SAMPLING_DEFAULTS: Mapping[str, Any] = {
+    field.name: field.default for field in msgspec.structs.fields(SamplingParams)
+}
 #: The fields only a target with input="text" takes: `text`, then the media fields.
 TEXT_INPUT_FIELDS = RequestFields.__struct_fields__[
     RequestFields.__struct_fields__.index("text") :

@@ -43,6 +43,7 @@ from sglang_envelope.request.decode_errors import (
     translate_validation_error,
 )
 from sglang_envelope.request.fields import (
+    REQUEST_DEFAULTS,
     TEXT_INPUT_FIELDS,
     RequestFields,
     SamplingParams,
@@ -92,9 +93,7 @@ class _TextWire(RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=
 
 
 #: What a token-input request holds in the text and media fields: their defaults.
-_NO_TEXT = tuple(f.default for f in msgspec.structs.fields(RequestFields))[
-    -len(TEXT_INPUT_FIELDS) :
-]
+_NO_TEXT = tuple(REQUEST_DEFAULTS[name] for name in TEXT_INPUT_FIELDS)
 
 
 class _Checked(NamedTuple):
