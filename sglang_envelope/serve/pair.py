@@ -61,14 +61,15 @@ class PrefillServer(msgspec.Struct, frozen=True):
 def engine_requests(
     envelope: WorkerEnvelope,
     deployment: Deployment,
-    servers: tuple[PrefillServer | None, Transport],
+    *,
+    prefill: PrefillServer | None,
+    transport: Transport,
     routing: Routing | None,
     prefill_dp_rank: int | None,
 ) -> list[tuple[EngineRequest, Transport]]:
     """The engine requests to send for `envelope`, each with its transport: one
-    aggregated request when `servers` has no prefill server (`(prefill, decode)`),
-    else the prefill leg, then the decode leg, meeting at one bootstrap room."""
-    prefill, transport = servers
+    aggregated request over `transport` without a `prefill` server, else the prefill
+    leg, then the decode leg (over `transport`), meeting at one bootstrap room."""
     if prefill is None:
         legs: tuple[tuple[Role, Transport], ...] = ((Role.AGGREGATED, transport),)
         bootstrap = None

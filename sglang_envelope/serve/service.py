@@ -361,9 +361,10 @@ class Service:
                 engines = engine_requests(
                     envelope,
                     self._deployment,
-                    (self._prefill, self._transport),
-                    routing or self._routing,
-                    prefill_dp_rank,
+                    prefill=self._prefill,
+                    transport=self._transport,
+                    routing=routing or self._routing,
+                    prefill_dp_rank=prefill_dp_rank,
                 )
         except EnvelopeError as exc:
             return refused(exc, envelope.stream)
