@@ -125,7 +125,7 @@ def _within(body: Mapping[str, Any], limit: int) -> bool | str | None:
 
 def _entries(value: Any) -> Any:
     """A container's items with the step that reaches each: `.key` or `[index]`."""
-    if isinstance(value, Mapping):
+    if _is_mapping(value):
         return ((f".{key}", item) for key, item in value.items())
     return ((f"[{index}]", item) for index, item in enumerate(value))
 
@@ -133,7 +133,7 @@ def _entries(value: Any) -> Any:
 def _fault_in(value: Any) -> tuple[str, str] | None:
     """What JSON cannot carry among `value`'s own keys and items:
     (the step to it, what)."""
-    if isinstance(value, Mapping):
+    if _is_mapping(value):
         for key in value:
             if not isinstance(key, str):
                 return "", f"keys must be strings, got a `{type(key).__name__}` key"
@@ -172,11 +172,7 @@ def _first_fault(body: Mapping[str, Any]) -> RequestRejected:
             return reject("invalid_value", path=path or "body", detail=detail)
         children = []
         for step, item in _entries(value):
-            if (
-                isinstance(item, _CONTAINERS)
-                and id(item) not in seen
-                and id(item) not in parents
-            ):
+            if _is_container(item) and id(item) not in seen and id(item) not in parents:
                 # The first that holds it, met before it.
                 parents[id(item)] = (value, step)
                 children.append(item)
