@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -90,6 +91,24 @@ def test_a_batch_answers_in_order_under_sglangs_rids() -> None:
     _, data, transport = serve(body)
     assert [item["meta_info"]["id"] for item in json.loads(data)] == ["b_0", "b_1", "b_2"]
     assert [request["input_ids"] for request in transport.requests] == [[5], [6, 7], [8]]
+
+
+@pytest.mark.parametrize(
+    "members",
+    list(
+        itertools.permutations(
+            [b'"rid": ["x", "y"]', b'"input_ids": [[5], [6]]', b'"return_logprob": true']
+        )
+    ),
+)
+def test_a_batch_is_served_whatever_the_order_of_its_members(members: tuple[bytes]) -> None:
+    # A batch never decodes as one prompt: whichever member the one-prompt decode trips
+    # on first (here the rid list, when it comes first), the body is read as a batch.
+    body = b"{" + b", ".join(members) + b"}"
+    answer, data, transport = serve(body)
+    assert answer.status == 200
+    assert [item["meta_info"]["id"] for item in json.loads(data)] == ["x", "y"]
+    assert [request["input_ids"] for request in transport.requests] == [[5], [6]]
 
 
 def test_a_batch_without_rids_gets_the_engines_and_n_per_prompt() -> None:

@@ -220,9 +220,17 @@ def decode_sequences(
     check_bound("max_batch_bytes", max_batch_bytes)
     bounds = _Bounds(max_prompts, max_sequences, max_batch_bytes)
     data = as_json(body, limits.max_body_bytes)
+    # One prompt, the usual body, is decoded once; a batch never decodes as one prompt,
+    # so it is read as a batch only once the one-prompt decode refuses the body.
+    try:
+        request = decode_with_limits(data, limits, contract)
+    except RequestRejected as refusal:
+        one_prompt_refusal = refusal
+    else:
+        return one_prompt(request, max_sequences)
     batch = _batch_of(data, contract.text_input)
     if batch is None:
-        return one_prompt(decode_with_limits(data, limits, contract), max_sequences)
+        raise one_prompt_refusal
     return _decode_batch(batch, limits, contract, bounds)
 
 
@@ -250,9 +258,10 @@ class _Batch(NamedTuple):
 
 
 def _batch_of(data: bytes | Raw, text_input: bool) -> _Batch | None:
-    """The body as a batch, or None: a body that is not a batch (or not a JSON object)
-    is left to the one-prompt decode. SGLang reads the batch from `text` when it is set
-    (a list: a batch), else from `input_ids` (a list whose first item is a list)."""
+    """The body as a batch, or None for a body that is not a batch (or not a JSON
+    object): the one-prompt decode's refusal stands. SGLang reads the batch from `text`
+    when it is set (a list: a batch), else from `input_ids` (a list whose first item is
+    a list)."""
     try:
         members = _members.decode(data)
         text = members.get("text") if text_input else None

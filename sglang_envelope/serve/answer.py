@@ -11,13 +11,12 @@ import msgspec
 from sglang_envelope.errors.answers import error_response, stream_requested
 from sglang_envelope.errors.exceptions import (
     EnvelopeError,
-    RequestRejected,
     UpstreamError,
 )
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.engine import EngineRequest
 from sglang_envelope.request.sequences import decode_sequences
-from sglang_envelope.request.types import ClientRequest, decode_client_request
+from sglang_envelope.request.types import ClientRequest
 
 __all__ = [
     "Answer",
@@ -84,16 +83,13 @@ def new_rid() -> str:
 def client_request(
     body: object, target: Target
 ) -> ClientRequest | tuple[ClientRequest, ...]:
-    """The client's request: `body` decoded for `target` (a batch: its one-sample
-    requests, `Sequences.samples()`), or a `ClientRequest` (`check_target`)."""
+    """The client's request: `body` decoded for `target` by `decode_sequences` (a
+    batch: its one-sample requests, `Sequences.samples()`), or a `ClientRequest`
+    (`check_target`)."""
     if type(body) is ClientRequest:
         return body
-    try:
-        return decode_client_request(body, target=target)  # type: ignore[arg-type]
-    except RequestRejected as exc:
-        if exc.code != "batched_input":
-            raise
-    return decode_sequences(body, target=target).samples()  # type: ignore[arg-type]
+    sequences = decode_sequences(body, target=target)  # type: ignore[arg-type]
+    return sequences.samples() if sequences.batch else sequences.requests[0]
 
 
 def check_target(body: object, target: Target) -> None:
