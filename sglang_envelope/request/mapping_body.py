@@ -42,41 +42,40 @@ def _is_container(value: Any) -> bool:
     return type(value) in _PLAIN_CONTAINERS or isinstance(value, _CONTAINERS)
 
 
-def _containers_in(value: Any) -> list[Any] | None:
-    """The containers among a list's items, or a mapping's values; None when JSON cannot
-    carry one of `value`'s own keys or items (those inside its containers are theirs)."""
-    mapping = _is_mapping(value)
-    if mapping and not all(map(isinstance, value, repeat(str))):
-        return None
-    items = value.values() if mapping else value
-    kinds = set(map(type, items))
-    if kinds <= _PLAIN_SCALARS:  # the usual list of ids, or of strings
-        return []
-    plain = kinds <= _PLAIN_TYPES
-    if not plain and not all(issubclass(kind, _JSON_TYPES) for kind in kinds):
-        return None
-    if (float in kinds or not plain) and not all(
-        map(math.isfinite, [item for item in items if isinstance(item, float)])
-    ):
-        return None
-    if kinds.isdisjoint(_PLAIN_CONTAINERS) and (
-        plain or not any(issubclass(kind, _CONTAINERS) for kind in kinds)
-    ):
-        return []
-    return [item for item in items if _is_container(item)]
+def _look(value: Any) -> tuple[list[Any], int] | None:
+    """A container's own containers (a mapping's values, a list's items), and the fewest
+    bytes compact JSON writes it in, leaving those out; None when JSON cannot carry one
+    of its own keys or items (those inside its containers are theirs).
 
-
-def _least_size(value: Any, children: list[Any], sizes: dict[int, int]) -> int:
-    """The fewest bytes compact JSON writes `value` in (its containers' in `sizes`).
-
-    Each item takes a byte or more and a comma between two; a key its
-    characters, two quotes and a colon.
+    Each item takes a byte or more and a comma between two; a key its characters,
+    two quotes and a colon.
     """
     count = len(value)
-    size = 2 + max(count - 1, 0) + count - len(children)
-    if _is_mapping(value):
+    size = 1 + max(count, 1)  # the brackets, and a comma between two items
+    if type(value) is dict or isinstance(value, Mapping):
+        if not all(map(isinstance, value, repeat(str))):
+            return None
         size += sum(map(len, value)) + 3 * count
-    return size + sum([sizes[id(child)] for child in children])
+        items: Any = value.values()
+    else:
+        items = value
+    kinds = set(map(type, items))
+    if kinds <= _PLAIN_SCALARS:  # the usual list of ids, or of strings
+        return [], size + count
+    if kinds <= _PLAIN_TYPES:  # the types JSON decodes to: told apart by type alone
+        if float in kinds and not all(
+            map(math.isfinite, [item for item in items if type(item) is float])
+        ):
+            return None
+        children = [item for item in items if type(item) in _PLAIN_CONTAINERS]
+    else:
+        if not all(issubclass(kind, _JSON_TYPES) for kind in kinds):
+            return None
+        floats = [item for item in items if isinstance(item, float)]
+        if not all(map(math.isfinite, floats)):
+            return None
+        children = [item for item in items if _is_container(item)]
+    return children, size + count - len(children)
 
 
 #: Nesting deeper than this is refused before any walk: msgspec cannot encode it
@@ -96,9 +95,10 @@ def _within(body: Mapping[str, Any], limit: int) -> bool | str | None:
     """
     sizes: dict[int, int] = {}  # by id(): the lower bound of each container done
     pending: set[int] = set()  # containers being walked: met again, a cycle
-    stack: list[tuple[Any, list[Any] | None, int]] = [(body, None, 1)]
+    # (container, its containers, its own bytes, depth); its containers None: not looked
+    stack: list[tuple[Any, list[Any] | None, int, int]] = [(body, None, 0, 1)]
     while stack:
-        value, children, depth = stack.pop()
+        value, children, size, depth = stack.pop()
         key = id(value)
         # First visit: check it, then walk the containers inside first.
         if children is None:
@@ -108,18 +108,19 @@ def _within(body: Mapping[str, Any], limit: int) -> bool | str | None:
                 return False
             if depth > DEEPEST:
                 return "deep"
-            children = _containers_in(value)
-            if children is None:
+            looked = _look(value)
+            if looked is None:
                 return None
-            if not children:  # holding no container: measured at once
-                sizes[key] = min(limit + 1, _least_size(value, children, sizes))
+            children, size = looked
+            if children:
+                pending.add(key)
+                stack.append((value, children, size, depth))
+                stack.extend((child, None, 0, depth + 1) for child in children)
                 continue
-            pending.add(key)
-            stack.append((value, children, depth))
-            stack.extend((child, None, depth + 1) for child in children)
-            continue
-        pending.discard(key)
-        sizes[key] = min(limit + 1, _least_size(value, children, sizes))
+        else:
+            pending.discard(key)
+            size += sum([sizes[id(child)] for child in children])
+        sizes[key] = min(limit + 1, size)
     return sizes[id(body)] <= limit
 
 
