@@ -1,29 +1,19 @@
 """Rollout controls as plans: abort every request, drain, pause and continue generation.
 
 Pure data, no I/O, in the style of `plan_abort`: each plan is the path and the
-exact body to send, checked when it is made. The SGLang facts behind them are
-in ``docs/rollout.md``; in short, for every known release (0.5.21, 0.5.22 and
-0.5.23, read from each release's own code):
-
-- ``POST /abort_request`` takes `io_struct.AbortReq` (``rid``, ``abort_all``,
-  ``finished_reason``, ``abort_message``, ``weight_versions``); with
-  ``abort_all`` true the tokenizer manager aborts every request it holds;
-- ``POST /pause_generation`` takes `PauseGenerationReqInput`, whose ``mode`` is
-  ``"abort"``, ``"retract"`` or ``"in_place"``, and ``POST /continue_generation``
-  takes `ContinueGenerationReqInput` (``torch_empty_cache``);
-- ``GET /v1/loads`` answers ``{"timestamp", "version", "accelerator",
-  "num_accelerators", "loads": [...]}``, one load per DP rank, each with
-  ``num_running_reqs`` and ``num_waiting_reqs`` (`engine_idle` reads those).
+exact body to send, checked when it is made; `run_drain` carries a drain out. The
+SGLang facts behind them, read from each known release's code, are in
+``docs/rollout.md``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import msgspec
 
-from sglang_envelope.cancel.plan import check_seconds
+from sglang_envelope.cancel.plan import check_argument, check_body, check_seconds
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.releases.target import Target
 
@@ -86,9 +76,8 @@ CONTROLS: Mapping[str, ReleaseControls] = {
 }
 
 
-def _controls(target: object) -> ReleaseControls:
-    if not isinstance(target, Target):
-        raise EnvelopeError(f"target must be a Target, got {type(target).__name__}")
+def _controls(target: Target) -> ReleaseControls:
+    check_argument("target", target, Target, "a Target")
     controls = CONTROLS.get(target.sglang)
     if controls is None:  # a release with tables but no controls read yet
         raise EnvelopeError(
@@ -140,27 +129,6 @@ class _ContinueBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
 _encoder = msgspec.json.Encoder()
 
 
-def _check_body(
-    body: object, kind: type[msgspec.Struct], made_by: str, shape: str
-) -> Any:
-    """The decoded `body`, which must be exactly the bytes `made_by` builds
-    (else `EnvelopeError`)."""
-    expected = f"expected the bytes {made_by} builds, {shape}"
-    if type(body) is not bytes:
-        raise EnvelopeError(f"body: {expected}, got {type(body).__name__}")
-    try:
-        value = msgspec.json.decode(body, type=kind)
-    except (msgspec.DecodeError, EnvelopeError) as error:
-        raise EnvelopeError(
-            f"body: {expected}, got {show_value(body)} ({error})"
-        ) from None
-    if _encoder.encode(value) != body:
-        raise EnvelopeError(
-            f"body: {expected}, got {show_value(body)} (not in that form)"
-        )
-    return value
-
-
 def _check_path(path: object, expected: str) -> None:
     if path != expected or type(path) is not str:
         raise EnvelopeError(f"path: expected {expected!r}, got {show_value(path)}")
@@ -180,7 +148,7 @@ class AbortAllPlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _check_path(self.path, "/abort_request")
-        _check_body(self.body, _AbortAllBody, "plan_abort_all", '{"abort_all":true,...}')
+        check_body(self.body, _AbortAllBody, "plan_abort_all", '{"abort_all":true,...}')
 
 
 class PausePlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -192,7 +160,7 @@ class PausePlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _check_path(self.path, "/pause_generation")
-        read = _check_body(self.body, _PauseBody, "plan_pause", '{"mode":"..."}')
+        read = check_body(self.body, _PauseBody, "plan_pause", '{"mode":"..."}')
         if self.mode != read.mode:
             raise EnvelopeError(
                 f"mode: expected the body's {read.mode!r}, got {show_value(self.mode)}"
@@ -207,7 +175,7 @@ class ContinuePlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _check_path(self.path, "/continue_generation")
-        _check_body(
+        check_body(
             self.body, _ContinueBody, "plan_continue", '{} or {"torch_empty_cache":false}'
         )
 
@@ -241,15 +209,14 @@ def plan_abort_all(
     ``weight_versions`` for a release whose `AbortReq` lacks it.
     """
     controls = _controls(target)
-    members: dict[str, Any] = {"abort_all": True}
+    spans = None
     if weight_versions is not None:
         spans = _spans(weight_versions)
         if "weight_versions" not in controls.abort_fields:
             raise EnvelopeError(
                 f"weight_versions: SGLang {target.sglang}'s AbortReq has no such field"
             )
-        members["weight_versions"] = spans
-    return AbortAllPlan(body=_encoder.encode(members))
+    return AbortAllPlan(body=_encoder.encode(_AbortAllBody(True, spans)))
 
 
 def plan_pause(
@@ -293,8 +260,7 @@ def plan_continue(
         raise EnvelopeError(
             f"torch_empty_cache: expected a bool, got {type(torch_empty_cache).__name__}"
         )
-    body = b"{}" if torch_empty_cache else _encoder.encode({"torch_empty_cache": False})
-    return ContinuePlan(body=body)
+    return ContinuePlan(body=_encoder.encode(_ContinueBody(torch_empty_cache)))
 
 
 class DrainPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -359,8 +325,7 @@ def plan_drain(
     not a `DrainPolicy`, and for a release without ``GET /v1/loads``.
     """
     abort = plan_abort_all(target=target, weight_versions=weight_versions)
-    if not isinstance(policy, DrainPolicy):
-        raise EnvelopeError(f"policy must be a DrainPolicy, got {type(policy).__name__}")
+    check_argument("policy", policy, DrainPolicy, "a DrainPolicy")
     if not _controls(target).loads:
         raise EnvelopeError(f"target: SGLang {target.sglang} has no GET /v1/loads")
     return DrainPlan(
