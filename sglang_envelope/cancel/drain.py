@@ -17,8 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from sglang_envelope.cancel.loads import read_loads
-from sglang_envelope.cancel.rollout import DrainPlan
+from sglang_envelope.cancel.rollout import DrainPlan, read_loads
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 
 __all__ = ["DrainOutcome", "DrainRound", "run_drain"]

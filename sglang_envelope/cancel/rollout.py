@@ -1,4 +1,5 @@
-"""Rollout controls as plans: abort every request, drain, pause and continue generation.
+"""Rollout controls as plans: abort every request, drain, pause and continue
+generation; and SGLang's ``GET /v1/loads`` answer read (is the engine idle?).
 
 Pure data, no I/O, in the style of `plan_abort`: each plan is the path and the
 exact body to send, checked when it is made; `run_drain` carries a drain out. The
@@ -9,30 +10,40 @@ SGLang facts behind them, read from each known release's code, are in
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal, NamedTuple
+from typing import Annotated, Literal, NamedTuple
 
 import msgspec
 
 from sglang_envelope.cancel.plan import check_argument, check_body, check_seconds
-from sglang_envelope.errors.exceptions import EnvelopeError, show_value
+from sglang_envelope.errors.exceptions import (
+    EnvelopeError,
+    LimitExceeded,
+    ResponseError,
+    show_value,
+)
 from sglang_envelope.releases.target import Target
+from sglang_envelope.request.limits import check_bound
 
 __all__ = [
     "CONTROLS",
     "DEFAULT_DRAIN_DEADLINE_S",
     "DEFAULT_DRAIN_RETRY_S",
+    "DEFAULT_MAX_LOADS_BYTES",
     "PAUSE_MODES",
     "AbortAllPlan",
     "ContinuePlan",
     "DrainPlan",
     "DrainPolicy",
+    "EngineLoad",
     "PausePlan",
     "ReleaseControls",
     "WeightVersionSpan",
+    "engine_idle",
     "plan_abort_all",
     "plan_continue",
     "plan_drain",
     "plan_pause",
+    "read_loads",
 ]
 
 PauseMode = Literal["abort", "retract", "in_place"]
@@ -42,6 +53,8 @@ PAUSE_MODES: tuple[str, ...] = ("abort", "retract", "in_place")
 DEFAULT_DRAIN_RETRY_S = 3.0
 #: ... for up to 180 s.
 DEFAULT_DRAIN_DEADLINE_S = 180.0
+#: The largest ``/v1/loads`` answer read (a load is about 1 KiB; 1024 DP ranks fit).
+DEFAULT_MAX_LOADS_BYTES = 1 << 20
 
 
 class ReleaseControls(NamedTuple):
@@ -333,3 +346,69 @@ def plan_drain(
         retry_every_s=float(policy.retry_every_s),
         deadline_s=float(policy.deadline_s),
     )
+
+
+class _Load(msgspec.Struct):
+    num_running_reqs: Annotated[int, msgspec.Meta(ge=0)]
+    num_waiting_reqs: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _Loads(msgspec.Struct):
+    loads: list[_Load]
+
+
+_loads_decoder = msgspec.json.Decoder(_Loads)
+
+
+class EngineLoad(msgspec.Struct, frozen=True, kw_only=True):
+    """The requests a ``/v1/loads`` answer shows, summed over its DP ranks."""
+
+    #: Requests in running batches (`num_running_reqs`).
+    running: int
+    #: Requests queued (`num_waiting_reqs`), the disaggregation queues included.
+    waiting: int
+    #: How many DP ranks the answer lists.
+    ranks: int
+
+    @property
+    def idle(self) -> bool:
+        """No running and no waiting request, on at least one rank."""
+        return self.ranks > 0 and self.running == 0 and self.waiting == 0
+
+
+def read_loads(body: bytes, *, max_bytes: int = DEFAULT_MAX_LOADS_BYTES) -> EngineLoad:
+    """The running and waiting requests of a ``GET /v1/loads`` answer body (JSON bytes).
+
+    Reads only ``loads[i].num_running_reqs`` and ``loads[i].num_waiting_reqs``
+    (other keys are ignored). Raises `LimitExceeded` for a body over
+    `max_bytes` (before parsing it), `ResponseError` naming the key for a body
+    of another shape, and `EnvelopeError` for arguments of the wrong type.
+    """
+    if type(body) is not bytes:
+        raise EnvelopeError(f"body must be bytes, got {type(body).__name__}")
+    check_bound("max_bytes", max_bytes)
+    if len(body) > max_bytes:
+        raise LimitExceeded(
+            "max_bytes",
+            max_bytes,
+            f"the /v1/loads answer is {len(body)} bytes, more than max_bytes={max_bytes}",
+        )
+    try:
+        loads = _loads_decoder.decode(body).loads
+    # A ValidationError names the key.
+    except (msgspec.DecodeError, RecursionError) as error:
+        raise ResponseError(
+            f"the /v1/loads answer is not SGLang's shape: {error}"
+        ) from None
+    return EngineLoad(
+        running=sum(load.num_running_reqs for load in loads),
+        waiting=sum(load.num_waiting_reqs for load in loads),
+        ranks=len(loads),
+    )
+
+
+def engine_idle(body: bytes, *, max_bytes: int = DEFAULT_MAX_LOADS_BYTES) -> bool:
+    """Whether a ``GET /v1/loads`` answer shows the engine idle: every DP rank with no
+    running and no waiting request (`read_loads(body).idle`). An answer listing no rank
+    is not idle: it shows nothing. Raises what `read_loads` raises."""
+    return read_loads(body, max_bytes=max_bytes).idle
