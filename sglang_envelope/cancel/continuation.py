@@ -1,10 +1,6 @@
-"""A continuation request: what is left of an aborted (or length-stopped) generation.
-
-As AReaL's rollout does after a pause or an abort: the output ids appended to
-``input_ids``, ``max_new_tokens`` lowered by the tokens made, everything else
-as the client sent it. At temperature 0 the two parts' outputs (and their routed
-experts, joined) are the generation the first request would have made
-uninterrupted.
+"""A continuation request: what is left of an aborted (or length-stopped) generation,
+as AReaL's rollout asks for it after a pause or an abort. At temperature 0 the two
+parts' outputs (and their routed experts, joined) are the uninterrupted generation.
 """
 
 from __future__ import annotations

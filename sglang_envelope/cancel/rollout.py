@@ -300,16 +300,9 @@ def _check_drain_times(retry_every_s: object, deadline_s: object) -> None:
 
 
 class DrainPlan(msgspec.Struct, frozen=True, kw_only=True):
-    """Abort every request until the engine reports idle, bounded in time.
-
-    1. ``POST abort.path`` with ``abort.body``;
-    2. ``GET loads_path``; if `engine_idle` says the answer shows no running
-       and no waiting request, the drain is done;
-    3. otherwise wait `retry_every_s` and go back to 1, unless that would pass
-       `deadline_s` (from the start): then give up, the engine not idle.
-
-    `run_drain` does this with the caller's transport.
-    """
+    """Abort every request until the engine reports idle, bounded in time: post
+    `abort`, read ``GET loads_path``, and again every `retry_every_s` until the answer
+    shows the engine idle or the next round would pass `deadline_s` (`run_drain`)."""
 
     abort: AbortAllPlan
     retry_every_s: float
