@@ -28,9 +28,9 @@ CONTINUABLE = ("abort", "length")
 _CONSTRAINTS = (*GRAMMAR_FIELDS, "choice")
 
 
-def _continuable_meta(response: object) -> Mapping[str, Any]:
-    """The `meta_info` of a response whose generation can be continued: `EnvelopeError`
-    naming the field for anything else."""
+def _continuable(response: object) -> tuple[Mapping[str, Any], list[int]]:
+    """The `meta_info` and the output ids of a response whose generation can be
+    continued: `EnvelopeError` naming the field for anything else."""
     if not isinstance(response, Mapping):
         raise EnvelopeError(
             "response: expected one response object (as aggregate_sse and parse_unary "
@@ -59,10 +59,6 @@ def _continuable_meta(response: object) -> Mapping[str, Any]:
             "SGLang refused or failed the "
             "request; a continuation would meet the same error"
         )
-    return meta
-
-
-def _output_ids(response: Mapping[str, Any], meta: Mapping[str, Any]) -> list[int]:
     ids = response.get("output_ids")
     if not isinstance(ids, list):
         raise EnvelopeError(
@@ -80,7 +76,7 @@ def _output_ids(response: Mapping[str, Any], meta: Mapping[str, Any]) -> list[in
             "incremental stream's abort frame repeats its last id, so read such a stream "
             "in cumulative mode or unary"
         )
-    return ids
+    return meta, ids
 
 
 def _token_prompt(request: ClientRequest) -> tuple[int, ...]:
@@ -127,8 +123,7 @@ def continuation_request(
             "default_max_new_tokens must be an int >= 0, "
             f"got {show_value(default_max_new_tokens)}"
         )
-    meta = _continuable_meta(response)
-    ids = _output_ids(response, meta)
+    meta, ids = _continuable(response)
     given = request.sampling_params
     params = SamplingParams() if given is UNSET or given is None else given
     changes: dict[str, Any] = {}

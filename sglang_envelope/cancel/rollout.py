@@ -139,9 +139,6 @@ class _ContinueBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
     torch_empty_cache: bool = True
 
 
-_encoder = msgspec.json.Encoder()
-
-
 def _check_path(path: object, expected: str) -> None:
     if path != expected or type(path) is not str:
         raise EnvelopeError(f"path: expected {expected!r}, got {show_value(path)}")
@@ -229,7 +226,7 @@ def plan_abort_all(
             raise EnvelopeError(
                 f"weight_versions: SGLang {target.sglang}'s AbortReq has no such field"
             )
-    return AbortAllPlan(body=_encoder.encode(_AbortAllBody(True, spans)))
+    return AbortAllPlan(body=msgspec.json.encode(_AbortAllBody(True, spans)))
 
 
 def plan_pause(
@@ -251,7 +248,7 @@ def plan_pause(
     if type(mode) is not str or mode not in controls.pause_modes:
         listed = ", ".join(repr(m) for m in controls.pause_modes)
         raise EnvelopeError(f"mode: expected one of {listed}, got {show_value(mode)}")
-    return PausePlan(body=_encoder.encode({"mode": mode}), mode=mode)
+    return PausePlan(body=msgspec.json.encode({"mode": mode}), mode=mode)
 
 
 def plan_continue(
@@ -273,7 +270,7 @@ def plan_continue(
         raise EnvelopeError(
             f"torch_empty_cache: expected a bool, got {type(torch_empty_cache).__name__}"
         )
-    return ContinuePlan(body=_encoder.encode(_ContinueBody(torch_empty_cache)))
+    return ContinuePlan(body=msgspec.json.encode(_ContinueBody(torch_empty_cache)))
 
 
 class DrainPolicy(msgspec.Struct, frozen=True, kw_only=True):
