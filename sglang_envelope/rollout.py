@@ -9,18 +9,20 @@ left of an aborted or length-stopped generation. See docs/rollout.md.
 
 from sglang_envelope.cancel.continuation import continuation_request
 from sglang_envelope.cancel.drain import DrainOutcome, DrainRound, run_drain
-from sglang_envelope.cancel.loads import EngineLoad, engine_idle, read_loads
 from sglang_envelope.cancel.rollout import (
     AbortAllPlan,
     ContinuePlan,
     DrainPlan,
     DrainPolicy,
+    EngineLoad,
     PausePlan,
     WeightVersionSpan,
+    engine_idle,
     plan_abort_all,
     plan_continue,
     plan_drain,
     plan_pause,
+    read_loads,
 )
 
 __all__ = [

@@ -1,12 +1,6 @@
-"""A continuation request: what is left of an aborted (or length-stopped) generation.
-
-As AReaL's rollout does after a pause or an abort: the output ids appended to
-``input_ids``, ``max_new_tokens`` lowered by the tokens made, everything else
-(sampling parameters, logprob settings) as the client sent it. At temperature
-0 the continuation's output, appended to the first part's, is the generation
-the first request would have made uninterrupted; so are its routed experts,
-joined (`join_routed_experts`), since the continuation asks only for the rows
-the first part has not got.
+"""A continuation request: what is left of an aborted (or length-stopped) generation,
+as AReaL's rollout asks for it after a pause or an abort. At temperature 0 the two
+parts' outputs (and their routed experts, joined) are the uninterrupted generation.
 """
 
 from __future__ import annotations
@@ -17,7 +11,9 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
+from sglang_envelope.cancel.plan import check_argument
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
+from sglang_envelope.request.checks import GRAMMAR_FIELDS
 from sglang_envelope.request.fields import SamplingParams
 from sglang_envelope.request.sequences import samples_per_prompt
 from sglang_envelope.request.types import ClientRequest
@@ -29,12 +25,12 @@ DEFAULT_MAX_NEW_TOKENS = 128
 #: The finish reasons a generation can be continued after.
 CONTINUABLE = ("abort", "length")
 #: Constrained decoding: its grammar would start again at the continuation's first token.
-_CONSTRAINTS = ("json_schema", "regex", "ebnf", "structural_tag", "choice")
+_CONSTRAINTS = (*GRAMMAR_FIELDS, "choice")
 
 
-def _continuable_meta(response: object) -> Mapping[str, Any]:
-    """The `meta_info` of a response whose generation can be continued: `EnvelopeError`
-    naming the field for anything else."""
+def _continuable(response: object) -> tuple[Mapping[str, Any], list[int]]:
+    """The `meta_info` and the output ids of a response whose generation can be
+    continued: `EnvelopeError` naming the field for anything else."""
     if not isinstance(response, Mapping):
         raise EnvelopeError(
             "response: expected one response object (as aggregate_sse and parse_unary "
@@ -43,11 +39,6 @@ def _continuable_meta(response: object) -> Mapping[str, Any]:
     meta = response.get("meta_info")
     if not isinstance(meta, Mapping):
         raise EnvelopeError(f"meta_info: expected an object, got {show_value(meta)}")
-    _finish_type(meta)
-    return meta
-
-
-def _finish_type(meta: Mapping[str, Any]) -> str:
     finish = meta.get("finish_reason")
     if not isinstance(finish, Mapping) or type(finish.get("type")) is not str:
         raise EnvelopeError(
@@ -55,7 +46,7 @@ def _finish_type(meta: Mapping[str, Any]) -> str:
             f"'type', got {show_value(finish)} "
             "(a generation still running cannot be continued)"
         )
-    kind: str = finish["type"]
+    kind = finish["type"]
     if kind not in CONTINUABLE:
         raise EnvelopeError(
             f"meta_info.finish_reason.type: {kind!r} cannot be continued: the generation "
@@ -68,10 +59,6 @@ def _finish_type(meta: Mapping[str, Any]) -> str:
             "SGLang refused or failed the "
             "request; a continuation would meet the same error"
         )
-    return kind
-
-
-def _output_ids(response: Mapping[str, Any], meta: Mapping[str, Any]) -> list[int]:
     ids = response.get("output_ids")
     if not isinstance(ids, list):
         raise EnvelopeError(
@@ -89,42 +76,13 @@ def _output_ids(response: Mapping[str, Any], meta: Mapping[str, Any]) -> list[in
             "incremental stream's abort frame repeats its last id, so read such a stream "
             "in cumulative mode or unary"
         )
-    return ids
-
-
-def _check_unconstrained(params: SamplingParams) -> None:
-    for name in _CONSTRAINTS:
-        value = getattr(params, name)
-        if value is not UNSET and value is not None:
-            raise EnvelopeError(
-                f"sampling_params.{name}: a constrained generation cannot be continued: "
-                "SGLang would match it from its start against the continuation alone"
-            )
-
-
-def _budget(params: SamplingParams, made: int, default: int) -> int | None:
-    """What is left of `max_new_tokens` after `made` tokens (None: no limit was set)."""
-    asked = params.max_new_tokens
-    if asked is None:
-        return None
-    total = default if asked is UNSET else asked
-    left = total - made
-    if left <= 0:
-        raise EnvelopeError(
-            f"sampling_params.max_new_tokens: {total} tokens were asked for "
-            f"and {made} made: "
-            "none is left to continue"
-        )
-    return left
+    return meta, ids
 
 
 def _token_prompt(request: ClientRequest) -> tuple[int, ...]:
     """The request's prompt ids; `EnvelopeError` for what is not a `ClientRequest`, and
     for a text prompt."""
-    if not isinstance(request, ClientRequest):
-        raise EnvelopeError(
-            f"request must be a ClientRequest, got {type(request).__name__}"
-        )
+    check_argument("request", request, ClientRequest, "a ClientRequest")
     if request.input_ids is None or request.text is not None:
         raise EnvelopeError(
             "text: a request with a text prompt cannot be continued: the continuation "
@@ -142,30 +100,22 @@ def continuation_request(
 ) -> ClientRequest:
     """The request that continues `request`'s generation after `response` stopped it.
 
-    `response` is the answer to `request`, as `aggregate_sse` or `parse_unary`
-    return it (a stream read in cumulative mode, SGLang's default, or unary),
-    with ``finish_reason.type`` ``"abort"`` or ``"length"``. The continuation
-    is `request` with its ``output_ids`` appended to ``input_ids``,
-    ``sampling_params.max_new_tokens`` lowered by the tokens made (an unset
-    one counts as `default_max_new_tokens`, SGLang's 128; a null one stays
-    null), ``min_new_tokens`` lowered likewise (not below 0), and every other
-    field kept but ``routed_experts_start_len``, which becomes the first part's
-    last position (its rows stop before it): `join_routed_experts` of the parts'
-    strings is the whole generation's. It is made as a `ClientRequest` is, so
-    every rule of `request.target` is checked (`RequestRejected` for a broken
-    one, such as ``too_many_input_ids``).
+    `response` is the answer to `request` (one sequence, as `aggregate_sse` or
+    `parse_unary` return it: a stream read in cumulative mode, or unary) with
+    ``finish_reason.type`` ``"abort"`` or ``"length"``. The continuation is
+    `request` with its ``output_ids`` appended to ``input_ids``,
+    ``max_new_tokens`` lowered by the tokens made (unset counts as
+    `default_max_new_tokens`, SGLang's 128; null stays null), ``min_new_tokens``
+    lowered likewise (not below 0), ``routed_experts_start_len`` moved to the first
+    part's last position (so `join_routed_experts` of the parts' strings is the
+    whole generation's), for one sample of n > 1 no ``n`` and the sample's rid
+    (``meta_info.id``), and every other field kept. It is made as a `ClientRequest`
+    is: `RequestRejected` for a broken rule of `request.target`.
 
-    Raises `EnvelopeError` naming the field where it cannot be continued: a
-    finish reason other than abort or length (or none), an abort SGLang gave
-    an error status, ``output_ids`` missing or not ints or not as many as
-    ``completion_tokens``, no ``max_new_tokens`` left, constrained decoding
-    (``json_schema``, ``regex``, ``ebnf``, ``structural_tag``, ``choice``), a
-    prompt given as ``text`` (a target with input="text"): its continuation needs the
-    prompt's token ids, which only SGLang's tokenizer knows.
-
-    `response` is one sequence: for a request with n > 1, pass one sample's
-    answer; its continuation is that sample's alone (no ``n``), under the rid
-    the sample was answered under (``meta_info.id``).
+    Raises `EnvelopeError` naming the field where it cannot be continued: another
+    finish reason (or none), an abort with an error status, ``output_ids`` missing,
+    not ints or not ``completion_tokens`` many, no ``max_new_tokens`` left,
+    constrained decoding, or a ``text`` prompt (only SGLang's tokenizer knows its ids).
     """
     prompt = _token_prompt(request)
     if type(default_max_new_tokens) is not int or default_max_new_tokens < 0:
@@ -173,15 +123,15 @@ def continuation_request(
             "default_max_new_tokens must be an int >= 0, "
             f"got {show_value(default_max_new_tokens)}"
         )
-    meta = _continuable_meta(response)
-    ids = _output_ids(response, meta)
+    meta, ids = _continuable(response)
     given = request.sampling_params
     params = SamplingParams() if given is UNSET or given is None else given
-    _check_unconstrained(params)
     changes: dict[str, Any] = {}
-    # `response` is one sample of many: so is its continuation.
-    if samples_per_prompt(request) > 1:
-        changes["rid"] = _sample_rid(meta)
+    one_sample = samples_per_prompt(request) > 1
+    if one_sample:
+        # The sample's rid (its id), or None for one to be assigned.
+        rid = meta.get("id")
+        changes["rid"] = rid if type(rid) is str and rid else None
     if request.return_routed_experts:
         # The first part's rows end before its last position, which had no forward pass.
         last = len(prompt) + len(ids) - 1
@@ -189,9 +139,7 @@ def continuation_request(
     return msgspec.structs.replace(
         request,
         input_ids=(*prompt, *ids),
-        sampling_params=_rest_of(
-            params, len(ids), default_max_new_tokens, "rid" in changes
-        ),
+        sampling_params=_rest_of(params, len(ids), default_max_new_tokens, one_sample),
         **changes,
     )
 
@@ -199,18 +147,27 @@ def continuation_request(
 def _rest_of(
     params: SamplingParams, made: int, default: int, one_sample: bool
 ) -> SamplingParams:
-    """`params` for what is left after `made` tokens: the budgets lowered (`_budget`), and
-    no ``n`` for one sample of many."""
-    changes: dict[str, Any] = {"max_new_tokens": _budget(params, made, default)}
+    """`params` for what is left after `made` tokens: the budgets lowered, and no ``n``
+    for one sample of many; `EnvelopeError` for constrained decoding, and when no token
+    is left to make."""
+    for name in _CONSTRAINTS:
+        if getattr(params, name) not in (UNSET, None):
+            raise EnvelopeError(
+                f"sampling_params.{name}: a constrained generation cannot be continued: "
+                "SGLang would match it from its start against the continuation alone"
+            )
+    changes: dict[str, Any] = {}
+    total = default if params.max_new_tokens is UNSET else params.max_new_tokens
+    if total is not None:  # None: no limit was set
+        if total <= made:
+            raise EnvelopeError(
+                f"sampling_params.max_new_tokens: {total} tokens were asked for "
+                f"and {made} made: none is left to continue"
+            )
+        changes["max_new_tokens"] = total - made
     least = params.min_new_tokens
     if type(least) is int and least > 0:
         changes["min_new_tokens"] = max(0, least - made)
     if one_sample:
         changes["n"] = UNSET
     return msgspec.structs.replace(params, **changes)
-
-
-def _sample_rid(meta: Mapping[str, Any]) -> str | None:
-    """The rid of the sample `meta` answers (its ``id``), or None to be assigned."""
-    rid = meta.get("id")
-    return rid if type(rid) is str and rid else None

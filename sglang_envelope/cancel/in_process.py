@@ -1,18 +1,11 @@
 """An abort carried out in-process: SGLang's tokenizer manager, not
-``POST /abort_request``.
+``POST /abort_request``, for a worker that runs SGLang in its own process
+(``sgl.Engine``, as Dynamo's SGLang worker does).
 
-A worker that runs SGLang in its own process (``sgl.Engine``, as Dynamo's
-SGLang worker does) cancels an engine request with
-``tokenizer_manager.abort_request(rid=...)``. `engine_abort` gives `run_abort`
-the `send` that does it, so an abort plan (`plan_abort`) is carried out
-in-process exactly as over HTTP: the first-token wait, the repeats that cover a
-request not registered yet, the deadline.
-
-SGLang's tokenizer manager marks a request's abort as sent and drops every
-later abort of it (``abort_sent``), and drops an abort of a rid it does not
-hold (a request not registered yet, or already over): a host's own abort of
-the same request (Dynamo's cancellation monitor) and the plan's repeats reach
-the scheduler once, never as a storm.
+SGLang's tokenizer manager drops every abort of a request after the first
+(``abort_sent``) and an abort of a rid it does not hold: a host's own abort of the
+same request (Dynamo's cancellation monitor) and the plan's repeats reach the
+scheduler once, never as a storm.
 """
 
 from __future__ import annotations

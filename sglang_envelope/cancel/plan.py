@@ -3,23 +3,21 @@
 Pure data, no I/O. `plan_abort` says what to send to SGLang's
 `POST /abort_request`, whether to wait for the first token first, when to repeat
 the abort and when to give up draining; the worker's transport carries it out.
+`ABORT_RULES` is the whole rule set; the SGLang facts behind it are in
+`docs/cancellation.md`.
 
-`ABORT_RULES` is the whole rule set, one row per (stream mode, role, first token
-seen). The SGLang facts behind it are in `docs/cancellation.md`:
-
-- the abort body is `{"rid": ...}` (`io_struct.AbortReq`, read as a JSON object);
-- the tokenizer manager ignores an abort for a rid it has not registered yet
-  (with one tokenizer worker), so an early abort can be lost: repeat it until
-  the rid is known to be registered, which the first streamed token proves;
-- the scheduler matches abort rids by prefix (`req.rid.startswith(rid)`), so an
-  empty rid would match every request on the server: refused here.
+The checks every plan of the `cancel` folder makes (`check_seconds`,
+`check_argument`, `check_body`) are here too.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import NamedTuple
+from functools import reduce
+from itertools import accumulate
+from operator import add
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -36,6 +34,9 @@ __all__ = [
     "AbortPlan",
     "AbortPolicy",
     "AbortStep",
+    "check_argument",
+    "check_body",
+    "check_seconds",
     "plan_abort",
 ]
 
@@ -66,21 +67,46 @@ def check_seconds(name: str, value: object) -> None:
         )
 
 
-def _check_delays(delays: object) -> None:
+def check_argument(name: str, value: object, kind: type, what: str) -> None:
+    """Raise `EnvelopeError` ("`name` must be `what`, got its type") unless `value` is a
+    `kind`."""
+    if not isinstance(value, kind):
+        raise EnvelopeError(f"{name} must be {what}, got {type(value).__name__}")
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def check_body(body: object, kind: type[msgspec.Struct], made_by: str, shape: str) -> Any:
+    """`body` decoded as a `kind`; `EnvelopeError` naming ``body`` unless it is exactly
+    the bytes `made_by` builds (its `shape`). One decode and one encode, each linear in
+    the body's length."""
+    expected = f"expected the bytes {made_by} builds, {shape}"
+    if type(body) is not bytes:
+        raise EnvelopeError(f"body: {expected}, got {type(body).__name__}")
+    try:
+        value = msgspec.json.decode(body, type=kind)
+    except (msgspec.DecodeError, EnvelopeError) as error:
+        raise EnvelopeError(
+            f"body: {expected}, got {show_value(body)} ({error})"
+        ) from None
+    if _encoder.encode(value) != body:
+        raise EnvelopeError(
+            f"body: {expected}, got {show_value(body)} (not in that form)"
+        )
+    return value
+
+
+def _check_times(delays: object, wait: object, deadline: object) -> None:
+    """The times of a policy or a plan, each a finite number of seconds >= 0."""
     if not isinstance(delays, tuple):
         raise EnvelopeError(
             f"retry_delays_s: expected a tuple of seconds, got {show_value(delays)}"
         )
     for index, delay in enumerate(delays):
         check_seconds(f"retry_delays_s[{index}]", delay)
-
-
-def _schedule_total(wait: float, delays: tuple[float, ...]) -> float:
-    """`wait + sum(delays)`, added left to right exactly as `_trim` adds them."""
-    total = 0.0
-    for delay in delays:
-        total += float(delay)
-    return float(wait) + total
+    check_seconds("first_token_wait_s", wait)
+    check_seconds("deadline_s", deadline)
 
 
 class AbortPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,9 +128,20 @@ class AbortPolicy(msgspec.Struct, frozen=True, kw_only=True):
     deadline_s: float = DEFAULT_DEADLINE_S
 
     def __post_init__(self) -> None:
-        _check_delays(self.retry_delays_s)
-        check_seconds("first_token_wait_s", self.first_token_wait_s)
-        check_seconds("deadline_s", self.deadline_s)
+        _check_times(self.retry_delays_s, self.first_token_wait_s, self.deadline_s)
+
+
+class _AbortBody(msgspec.Struct, forbid_unknown_fields=True):
+    """The one abort body the library sends: `io_struct.AbortReq` with only its rid.
+
+    Refused: an empty or null rid (SGLang's scheduler matches rids by prefix, and
+    `AbortReq` reads null as ""), and `abort_all` in any form (no plan aborts every
+    request)."""
+
+    rid: str
+
+    def __post_init__(self) -> None:
+        check_rid(self.rid)
 
 
 class AbortPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -134,62 +171,28 @@ class AbortPlan(msgspec.Struct, frozen=True, kw_only=True):
     deadline_s: float
 
     def __post_init__(self) -> None:
-        _check_abort_body(self.body)
+        shape = '{"rid":"..."} with a non-empty rid'
+        check_body(self.body, _AbortBody, "plan_abort", shape)
         if type(self.wait_for_first_token) is not bool:
             raise EnvelopeError(
                 "wait_for_first_token: expected a bool, "
                 f"got {type(self.wait_for_first_token).__name__}"
             )
-        check_seconds("first_token_wait_s", self.first_token_wait_s)
+        _check_times(self.retry_delays_s, self.first_token_wait_s, self.deadline_s)
         if not self.wait_for_first_token and self.first_token_wait_s != 0:
             raise EnvelopeError(
                 "first_token_wait_s: expected 0.0 in a plan that does not wait for the "
                 f"first token, got {show_value(self.first_token_wait_s)}"
             )
-        _check_delays(self.retry_delays_s)
-        check_seconds("deadline_s", self.deadline_s)
-        end = _schedule_total(self.first_token_wait_s, self.retry_delays_s)
+        # Added left to right, as `_trim` adds them (`sum` may round otherwise).
+        retries = reduce(add, map(float, self.retry_delays_s), 0.0)
+        end = float(self.first_token_wait_s) + retries
         if not end <= float(self.deadline_s):
             raise EnvelopeError(
                 "deadline_s: expected at least "
                 f"first_token_wait_s + sum(retry_delays_s) = {end!r}, "
                 f"got {show_value(self.deadline_s)}"
             )
-
-
-class _AbortBody(msgspec.Struct, forbid_unknown_fields=True):
-    """The one abort body the library sends: `io_struct.AbortReq` with only its rid."""
-
-    rid: str
-
-
-_body_decoder = msgspec.json.Decoder(_AbortBody)
-_BODY_EXPECTED = (
-    'expected the bytes plan_abort builds, {"rid":"..."} with a non-empty rid'
-)
-
-
-def _check_abort_body(body: object) -> None:
-    """Raise `EnvelopeError` unless `body` is exactly `_encoder.encode({"rid": rid})`.
-
-    Refused: an empty or null rid (SGLang's scheduler matches rids by prefix,
-    and `AbortReq` reads null as ""), `abort_all` in any form (no plan aborts
-    every request), and any other spelling of the same JSON. One decode and one
-    encode, each linear in the body's length.
-    """
-    if type(body) is not bytes:
-        raise EnvelopeError(f"body: {_BODY_EXPECTED}, got {type(body).__name__}")
-    try:
-        rid = _body_decoder.decode(body).rid
-        check_rid(rid)
-    except (msgspec.DecodeError, EnvelopeError) as error:
-        raise EnvelopeError(
-            f"body: {_BODY_EXPECTED}, got {show_value(body)} ({error})"
-        ) from None
-    if _encoder.encode({"rid": rid}) != body:
-        raise EnvelopeError(
-            f"body: {_BODY_EXPECTED}, got {show_value(body)} (not in that form)"
-        )
 
 
 class AbortStep(NamedTuple):
@@ -227,18 +230,13 @@ ABORT_RULES: Mapping[tuple[bool, Role, bool], AbortStep] = {
 def _trim(
     delays: tuple[float, ...], *, wait: float, deadline: float
 ) -> tuple[float, ...]:
-    """The longest prefix of `delays` with `wait + sum(prefix) <= deadline`."""
-    kept: list[float] = []
-    total = 0.0  # equals sum(kept) exactly: the same additions in the same order
-    for delay in map(float, delays):
-        if wait + (total + delay) > deadline:
-            break
-        total += delay
-        kept.append(delay)
-    return tuple(kept)
-
-
-_encoder = msgspec.json.Encoder()
+    """The longest prefix of `delays` with `wait + sum(prefix) <= deadline`, the sums
+    taken left to right (they only grow, so the delays that fit are a prefix)."""
+    floats = tuple(map(float, delays))
+    sums = accumulate(floats)
+    return tuple(
+        d for d, total in zip(floats, sums, strict=True) if wait + total <= deadline
+    )
 
 
 def plan_abort(
@@ -259,32 +257,18 @@ def plan_abort(
     rid would name every request), for n > 1 without `rid`, and for arguments of
     the wrong type, naming the argument.
     """
-    if not isinstance(engine_request, EngineRequest):
-        raise EnvelopeError(
-            "engine_request must be an EngineRequest, "
-            f"got {type(engine_request).__name__}"
-        )
-    if type(first_token_seen) is not bool:
-        raise EnvelopeError(
-            f"first_token_seen must be a bool, got {type(first_token_seen).__name__}"
-        )
-    if not isinstance(policy, AbortPolicy):
-        raise EnvelopeError(f"policy must be an AbortPolicy, got {type(policy).__name__}")
+    check_argument("engine_request", engine_request, EngineRequest, "an EngineRequest")
+    check_argument("first_token_seen", first_token_seen, bool, "a bool")
+    check_argument("policy", policy, AbortPolicy, "an AbortPolicy")
     # Only build_engine_request makes an EngineRequest, so its role and body are sound.
-    if rid is not None:
-        check_rid(rid)
-    elif samples_per_prompt(engine_request.body) > 1:
-        raise EnvelopeError(
-            "rid: an n > 1 request's samples run under fresh rids its own does not "
-            "reach: pass each sample's rid (its frames' meta_info.id) as rid="
-        )
-    else:
-        rid = engine_request.body.rid
-    if not isinstance(rid, str) or not rid:
-        raise EnvelopeError(
-            f"rid: expected a non-empty request id to abort, got {rid!r} "
-            "(SGLang matches abort rids by prefix; an empty one matches every request)"
-        )
+    if rid is None:
+        if samples_per_prompt(engine_request.body) > 1:
+            raise EnvelopeError(
+                "rid: an n > 1 request's samples run under fresh rids its own does not "
+                "reach: pass each sample's rid (its frames' meta_info.id) as rid="
+            )
+        rid = engine_request.rid
+    check_rid(rid)
     step = ABORT_RULES[(engine_request.stream, engine_request.role, first_token_seen)]
     deadline = float(policy.deadline_s)
     wait = 0.0
@@ -294,7 +278,7 @@ def plan_abort(
         _trim(policy.retry_delays_s, wait=wait, deadline=deadline) if step.repeat else ()
     )
     return AbortPlan(
-        body=_encoder.encode({"rid": rid}),
+        body=_encoder.encode(_AbortBody(rid)),
         wait_for_first_token=step.wait_for_first_token,
         first_token_wait_s=wait,
         retry_delays_s=delays,

@@ -1,48 +1,49 @@
-"""Rollout controls as plans: abort every request, drain, pause and continue generation.
+"""Rollout controls as plans: abort every request, drain, pause and continue
+generation; and SGLang's ``GET /v1/loads`` answer read (is the engine idle?).
 
 Pure data, no I/O, in the style of `plan_abort`: each plan is the path and the
-exact body to send, checked when it is made. The SGLang facts behind them are
-in ``docs/rollout.md``; in short, for every known release (0.5.21, 0.5.22 and
-0.5.23, read from each release's own code):
-
-- ``POST /abort_request`` takes `io_struct.AbortReq` (``rid``, ``abort_all``,
-  ``finished_reason``, ``abort_message``, ``weight_versions``); with
-  ``abort_all`` true the tokenizer manager aborts every request it holds;
-- ``POST /pause_generation`` takes `PauseGenerationReqInput`, whose ``mode`` is
-  ``"abort"``, ``"retract"`` or ``"in_place"``, and ``POST /continue_generation``
-  takes `ContinueGenerationReqInput` (``torch_empty_cache``);
-- ``GET /v1/loads`` answers ``{"timestamp", "version", "accelerator",
-  "num_accelerators", "loads": [...]}``, one load per DP rank, each with
-  ``num_running_reqs`` and ``num_waiting_reqs`` (`engine_idle` reads those).
+exact body to send, checked when it is made; `run_drain` carries a drain out. The
+SGLang facts behind them, read from each known release's code, are in
+``docs/rollout.md``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Annotated, Literal, NamedTuple
 
 import msgspec
 
-from sglang_envelope.cancel.plan import check_seconds
-from sglang_envelope.errors.exceptions import EnvelopeError, show_value
+from sglang_envelope.cancel.plan import check_argument, check_body, check_seconds
+from sglang_envelope.errors.exceptions import (
+    EnvelopeError,
+    LimitExceeded,
+    ResponseError,
+    show_value,
+)
 from sglang_envelope.releases.target import Target
+from sglang_envelope.request.limits import check_bound
 
 __all__ = [
     "CONTROLS",
     "DEFAULT_DRAIN_DEADLINE_S",
     "DEFAULT_DRAIN_RETRY_S",
+    "DEFAULT_MAX_LOADS_BYTES",
     "PAUSE_MODES",
     "AbortAllPlan",
     "ContinuePlan",
     "DrainPlan",
     "DrainPolicy",
+    "EngineLoad",
     "PausePlan",
     "ReleaseControls",
     "WeightVersionSpan",
+    "engine_idle",
     "plan_abort_all",
     "plan_continue",
     "plan_drain",
     "plan_pause",
+    "read_loads",
 ]
 
 PauseMode = Literal["abort", "retract", "in_place"]
@@ -52,6 +53,8 @@ PAUSE_MODES: tuple[str, ...] = ("abort", "retract", "in_place")
 DEFAULT_DRAIN_RETRY_S = 3.0
 #: ... for up to 180 s.
 DEFAULT_DRAIN_DEADLINE_S = 180.0
+#: The largest ``/v1/loads`` answer read (a load is about 1 KiB; 1024 DP ranks fit).
+DEFAULT_MAX_LOADS_BYTES = 1 << 20
 
 
 class ReleaseControls(NamedTuple):
@@ -86,9 +89,8 @@ CONTROLS: Mapping[str, ReleaseControls] = {
 }
 
 
-def _controls(target: object) -> ReleaseControls:
-    if not isinstance(target, Target):
-        raise EnvelopeError(f"target must be a Target, got {type(target).__name__}")
+def _controls(target: Target) -> ReleaseControls:
+    check_argument("target", target, Target, "a Target")
     controls = CONTROLS.get(target.sglang)
     if controls is None:  # a release with tables but no controls read yet
         raise EnvelopeError(
@@ -137,30 +139,6 @@ class _ContinueBody(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=Tr
     torch_empty_cache: bool = True
 
 
-_encoder = msgspec.json.Encoder()
-
-
-def _check_body(
-    body: object, kind: type[msgspec.Struct], made_by: str, shape: str
-) -> Any:
-    """The decoded `body`, which must be exactly the bytes `made_by` builds
-    (else `EnvelopeError`)."""
-    expected = f"expected the bytes {made_by} builds, {shape}"
-    if type(body) is not bytes:
-        raise EnvelopeError(f"body: {expected}, got {type(body).__name__}")
-    try:
-        value = msgspec.json.decode(body, type=kind)
-    except (msgspec.DecodeError, EnvelopeError) as error:
-        raise EnvelopeError(
-            f"body: {expected}, got {show_value(body)} ({error})"
-        ) from None
-    if _encoder.encode(value) != body:
-        raise EnvelopeError(
-            f"body: {expected}, got {show_value(body)} (not in that form)"
-        )
-    return value
-
-
 def _check_path(path: object, expected: str) -> None:
     if path != expected or type(path) is not str:
         raise EnvelopeError(f"path: expected {expected!r}, got {show_value(path)}")
@@ -180,7 +158,7 @@ class AbortAllPlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _check_path(self.path, "/abort_request")
-        _check_body(self.body, _AbortAllBody, "plan_abort_all", '{"abort_all":true,...}')
+        check_body(self.body, _AbortAllBody, "plan_abort_all", '{"abort_all":true,...}')
 
 
 class PausePlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -192,7 +170,7 @@ class PausePlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _check_path(self.path, "/pause_generation")
-        read = _check_body(self.body, _PauseBody, "plan_pause", '{"mode":"..."}')
+        read = check_body(self.body, _PauseBody, "plan_pause", '{"mode":"..."}')
         if self.mode != read.mode:
             raise EnvelopeError(
                 f"mode: expected the body's {read.mode!r}, got {show_value(self.mode)}"
@@ -207,7 +185,7 @@ class ContinuePlan(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         _check_path(self.path, "/continue_generation")
-        _check_body(
+        check_body(
             self.body, _ContinueBody, "plan_continue", '{} or {"torch_empty_cache":false}'
         )
 
@@ -241,15 +219,14 @@ def plan_abort_all(
     ``weight_versions`` for a release whose `AbortReq` lacks it.
     """
     controls = _controls(target)
-    members: dict[str, Any] = {"abort_all": True}
+    spans = None
     if weight_versions is not None:
         spans = _spans(weight_versions)
         if "weight_versions" not in controls.abort_fields:
             raise EnvelopeError(
                 f"weight_versions: SGLang {target.sglang}'s AbortReq has no such field"
             )
-        members["weight_versions"] = spans
-    return AbortAllPlan(body=_encoder.encode(members))
+    return AbortAllPlan(body=msgspec.json.encode(_AbortAllBody(True, spans)))
 
 
 def plan_pause(
@@ -271,7 +248,7 @@ def plan_pause(
     if type(mode) is not str or mode not in controls.pause_modes:
         listed = ", ".join(repr(m) for m in controls.pause_modes)
         raise EnvelopeError(f"mode: expected one of {listed}, got {show_value(mode)}")
-    return PausePlan(body=_encoder.encode({"mode": mode}), mode=mode)
+    return PausePlan(body=msgspec.json.encode({"mode": mode}), mode=mode)
 
 
 def plan_continue(
@@ -293,8 +270,7 @@ def plan_continue(
         raise EnvelopeError(
             f"torch_empty_cache: expected a bool, got {type(torch_empty_cache).__name__}"
         )
-    body = b"{}" if torch_empty_cache else _encoder.encode({"torch_empty_cache": False})
-    return ContinuePlan(body=body)
+    return ContinuePlan(body=msgspec.json.encode(_ContinueBody(torch_empty_cache)))
 
 
 class DrainPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -321,16 +297,9 @@ def _check_drain_times(retry_every_s: object, deadline_s: object) -> None:
 
 
 class DrainPlan(msgspec.Struct, frozen=True, kw_only=True):
-    """Abort every request until the engine reports idle, bounded in time.
-
-    1. ``POST abort.path`` with ``abort.body``;
-    2. ``GET loads_path``; if `engine_idle` says the answer shows no running
-       and no waiting request, the drain is done;
-    3. otherwise wait `retry_every_s` and go back to 1, unless that would pass
-       `deadline_s` (from the start): then give up, the engine not idle.
-
-    `run_drain` does this with the caller's transport.
-    """
+    """Abort every request until the engine reports idle, bounded in time: post
+    `abort`, read ``GET loads_path``, and again every `retry_every_s` until the answer
+    shows the engine idle or the next round would pass `deadline_s` (`run_drain`)."""
 
     abort: AbortAllPlan
     retry_every_s: float
@@ -359,8 +328,7 @@ def plan_drain(
     not a `DrainPolicy`, and for a release without ``GET /v1/loads``.
     """
     abort = plan_abort_all(target=target, weight_versions=weight_versions)
-    if not isinstance(policy, DrainPolicy):
-        raise EnvelopeError(f"policy must be a DrainPolicy, got {type(policy).__name__}")
+    check_argument("policy", policy, DrainPolicy, "a DrainPolicy")
     if not _controls(target).loads:
         raise EnvelopeError(f"target: SGLang {target.sglang} has no GET /v1/loads")
     return DrainPlan(
@@ -368,3 +336,69 @@ def plan_drain(
         retry_every_s=float(policy.retry_every_s),
         deadline_s=float(policy.deadline_s),
     )
+
+
+class _Load(msgspec.Struct):
+    num_running_reqs: Annotated[int, msgspec.Meta(ge=0)]
+    num_waiting_reqs: Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _Loads(msgspec.Struct):
+    loads: list[_Load]
+
+
+_loads_decoder = msgspec.json.Decoder(_Loads)
+
+
+class EngineLoad(msgspec.Struct, frozen=True, kw_only=True):
+    """The requests a ``/v1/loads`` answer shows, summed over its DP ranks."""
+
+    #: Requests in running batches (`num_running_reqs`).
+    running: int
+    #: Requests queued (`num_waiting_reqs`), the disaggregation queues included.
+    waiting: int
+    #: How many DP ranks the answer lists.
+    ranks: int
+
+    @property
+    def idle(self) -> bool:
+        """No running and no waiting request, on at least one rank."""
+        return self.ranks > 0 and self.running == 0 and self.waiting == 0
+
+
+def read_loads(body: bytes, *, max_bytes: int = DEFAULT_MAX_LOADS_BYTES) -> EngineLoad:
+    """The running and waiting requests of a ``GET /v1/loads`` answer body (JSON bytes).
+
+    Reads only ``loads[i].num_running_reqs`` and ``loads[i].num_waiting_reqs``
+    (other keys are ignored). Raises `LimitExceeded` for a body over
+    `max_bytes` (before parsing it), `ResponseError` naming the key for a body
+    of another shape, and `EnvelopeError` for arguments of the wrong type.
+    """
+    if type(body) is not bytes:
+        raise EnvelopeError(f"body must be bytes, got {type(body).__name__}")
+    check_bound("max_bytes", max_bytes)
+    if len(body) > max_bytes:
+        raise LimitExceeded(
+            "max_bytes",
+            max_bytes,
+            f"the /v1/loads answer is {len(body)} bytes, more than max_bytes={max_bytes}",
+        )
+    try:
+        loads = _loads_decoder.decode(body).loads
+    # A ValidationError names the key.
+    except (msgspec.DecodeError, RecursionError) as error:
+        raise ResponseError(
+            f"the /v1/loads answer is not SGLang's shape: {error}"
+        ) from None
+    return EngineLoad(
+        running=sum(load.num_running_reqs for load in loads),
+        waiting=sum(load.num_waiting_reqs for load in loads),
+        ranks=len(loads),
+    )
+
+
+def engine_idle(body: bytes, *, max_bytes: int = DEFAULT_MAX_LOADS_BYTES) -> bool:
+    """Whether a ``GET /v1/loads`` answer shows the engine idle: every DP rank with no
+    running and no waiting request (`read_loads(body).idle`). An answer listing no rank
+    is not idle: it shows nothing. Raises what `read_loads` raises."""
+    return read_loads(body, max_bytes=max_bytes).idle
