@@ -77,6 +77,21 @@ def test_the_service_answers_as_sglang_does_sequence_by_sequence(
         assert rids == [answer["meta_info"]["id"] for answer in want]
 
 
+def test_a_batch_whose_rid_list_comes_first_answers_as_sglang_does(server: LiveServer) -> None:
+    # The rid list before the prompts: a one-prompt decode trips on the rid first.
+    greedy = {"max_new_tokens": 4, "temperature": 0}
+    prompts = [[1, 2, 3], [40, 41]]
+    body = {"rid": ["first", "second"], "input_ids": prompts, "sampling_params": greedy}
+    assert list(body) == ["rid", "input_ids", "sampling_params"]
+    want = parse_unary(asyncio.run(_sglang(server, body)), choices=2)
+    status, data = asyncio.run(_served(server, body))
+    assert status == 200, data[:300]
+    got = parse_unary(data, choices=2)
+    for mine, theirs in zip(got, want, strict=True):
+        assert_same(dict(mine), dict(theirs), tolerance=TOLERANCE)
+    assert [answer["meta_info"]["id"] for answer in got] == ["first", "second"]
+
+
 def test_a_streaming_client_gone_aborts_every_sample(server: LiveServer) -> None:
     body = {"input_ids": [5, 6, 7], "stream": True, "sampling_params": {**LONG, "n": 3}}
 
