@@ -25,7 +25,7 @@ import httpx
 import msgspec
 import pytest
 
-from sglang_envelope import Deployment, EngineReply, Service
+from sglang_envelope import AbortPolicy, Deployment, EngineReply, Service
 from sglang_envelope.adapters.aiohttp import AiohttpTransport
 from sglang_envelope.adapters.httpx import HttpxTransport
 from sglang_envelope.testing import FakeEngine
@@ -412,3 +412,45 @@ def test_aclose_answers_a_request_waiting_for_a_connection_503_never_sent(
     with engine_served(frame_delay=30.0) as (url, engine):
         assert run_long(main(url, engine)) == [503, 503]
         assert len(engine.requests) == len(engine.aborts) == 1
+
+
+class AbortsIgnored(FakeTransport):
+    """A transport whose engine answers every abort 200 and ignores it; it records when
+    each answer's connection is released."""
+
+    def __init__(self, script: Any) -> None:
+        super().__init__(script)
+        self.closed_at: list[float] = []
+
+    async def abort(self, body: bytes) -> int:
+        self.aborts.append(json.loads(body))
+        self.abort_times.append(asyncio.get_running_loop().time())
+        return 200
+
+    async def generate(self, body: bytes, headers: Mapping[str, str]) -> EngineReply:
+        reply = await super().generate(body, headers)
+
+        async def close() -> None:
+            self.closed_at.append(asyncio.get_running_loop().time())
+            await reply.close()
+
+        return EngineReply(reply.status, reply.chunks, close, reply.headers)
+
+
+def test_an_answer_that_never_ends_is_released_at_the_plan_s_deadline() -> None:
+    """The deadline counts from the abort's start, repeats included: the drain is not
+    given a deadline of its own after the schedule (before: 1.0 s of repeats, then 1.2 s
+    more of draining)."""
+    policy = AbortPolicy(retry_delays_s=(0.5, 0.5), deadline_s=1.2, first_token_wait_s=0.0)
+
+    async def main() -> AbortsIgnored:
+        transport = AbortsIgnored(lambda request: Script(until_abort=True))
+        svc = service(transport, abort_policy=policy)
+        await svc.generate(b'{"input_ids": [5], "stream": true}')  # no token comes
+        await svc.aclose(deadline_s=5.0)
+        return transport
+
+    transport = run(main())
+    assert len(transport.aborts) == 3, "every repeat sent: the engine ignored them"
+    released = transport.closed_at[0] - transport.abort_times[0]
+    assert released < policy.deadline_s + 0.3, f"released {released:.2f} s after the abort"
