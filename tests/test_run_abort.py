@@ -241,6 +241,25 @@ def test_a_finished_generation_is_not_aborted() -> None:
     )
 
 
+def test_a_generation_that_ends_during_a_pause_ends_the_pause() -> None:
+    """The answer ended 20 ms into a 30 s pause: no repeat, and the call returns then,
+    not at the pause's end (a service's shutdown awaits it)."""
+    policy = AbortPolicy(retry_delays_s=(30.0, 30.0), deadline_s=60.0)
+    plan = plan_abort(engine(Role.AGGREGATED, stream=False), first_token_seen=False, policy=policy)
+    log: list[float] = []
+
+    async def run() -> AbortOutcome:
+        finished = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.02, finished.set)
+        outcome = await run_abort(plan, _sends_to(log), finished=finished)
+        left = [task for task in asyncio.all_tasks() if "Event.wait" in repr(task.get_coro())]
+        assert left == []  # no waiter left behind
+        return outcome
+
+    outcome = asyncio.run(asyncio.wait_for(run(), 5.0))
+    assert outcome.stopped == "finished" and len(outcome.sends) == len(log) == 1
+
+
 def test_an_exception_from_send_propagates() -> None:
     plan = plan_abort(engine(Role.AGGREGATED, stream=False), first_token_seen=False)
 

@@ -25,7 +25,7 @@ import httpx
 import msgspec
 import pytest
 
-from sglang_envelope import Deployment, EngineReply, Service
+from sglang_envelope import AbortPolicy, Deployment, EngineReply, Service
 from sglang_envelope.adapters.aiohttp import AiohttpTransport
 from sglang_envelope.adapters.httpx import HttpxTransport
 from sglang_envelope.testing import FakeEngine
@@ -355,3 +355,102 @@ def test_aclose_ends_every_answer_aborts_each_and_keeps_its_deadline(kind: type)
         r["rid"] for r in transport.requests
     )
     assert took < CLOSE_S + 0.5, f"aclose took {took:.1f} s"
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_aclose_aborts_a_stalled_request_once_when_the_engine_ends_it_at_once(
+    adapter: str,
+) -> None:
+    """The engine ends each request at its first abort, so with the default schedule (6
+    aborts, 1.55 s) each is aborted once and its abort stops, the answer seen ended:
+    also a unary one, whose head SGLang sends only at the answer's end (before: its send
+    was cancelled at the stop, its end never seen, and the whole schedule sent)."""
+    stalled = {"input_ids": [5, 6, 7], "sampling_params": {"max_new_tokens": 3}}
+    outcomes: list[Any] = []
+
+    async def main(url: str, engine: FakeEngine) -> bytes:
+        transport = transport_of(adapter, url)
+        async with transport:
+            svc = Service(
+                transport,
+                deployment=Deployment(vocab_size=320),
+                on_abort=lambda engine_request, outcome: outcomes.append(outcome),
+            )
+            streamed = await svc.generate({**stalled, "stream": True})
+            unary = asyncio.ensure_future(svc.generate(stalled))
+            await until(lambda: engine.running == 2, 10)
+            await svc.aclose()
+            assert (await unary).status == 503 and svc.aborts_pending == 0
+            await until(lambda: engine.running == 0, 10)
+            return await read(streamed)
+
+    with engine_served(frame_delay=30.0) as (url, engine):
+        data = run_long(main(url, engine))
+        rids = sorted(json.loads(request)["rid"] for request in engine.requests)
+        aborted = sorted(abort["rid"] for abort in engine.aborts)
+    assert data.endswith(DONE) and len(rids) == 2
+    assert aborted == rids, "each request aborted once"
+    assert [(o.stopped, len(o.sends)) for o in outcomes] == [("finished", 1)] * 2
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+def test_aclose_answers_a_request_waiting_for_a_connection_503_never_sent(
+    adapter: str,
+) -> None:
+    """Shutdown cancels a send still waiting for the pool's one connection: its client is
+    answered 503, as every client in flight is, and the request never reaches SGLang."""
+
+    async def main(url: str, engine: FakeEngine) -> list[int]:
+        transport = transport_of(adapter, url, connections=1)
+        async with transport:
+            svc = Service(transport, deployment=Deployment(vocab_size=320))
+            answers = [asyncio.ensure_future(svc.generate({"input_ids": [5, 6, 7]})) for _ in "ab"]
+            await until(lambda: engine.running == 1, 10)
+            await svc.aclose()
+            return [answer.status for answer in await asyncio.gather(*answers)]
+
+    with engine_served(frame_delay=30.0) as (url, engine):
+        assert run_long(main(url, engine)) == [503, 503]
+        assert len(engine.requests) == len(engine.aborts) == 1
+
+
+class AbortsIgnored(FakeTransport):
+    """A transport whose engine answers every abort 200 and ignores it; it records when
+    each answer's connection is released."""
+
+    def __init__(self, script: Any) -> None:
+        super().__init__(script)
+        self.closed_at: list[float] = []
+
+    async def abort(self, body: bytes) -> int:
+        self.aborts.append(json.loads(body))
+        self.abort_times.append(asyncio.get_running_loop().time())
+        return 200
+
+    async def generate(self, body: bytes, headers: Mapping[str, str]) -> EngineReply:
+        reply = await super().generate(body, headers)
+
+        async def close() -> None:
+            self.closed_at.append(asyncio.get_running_loop().time())
+            await reply.close()
+
+        return EngineReply(reply.status, reply.chunks, close, reply.headers)
+
+
+def test_an_answer_that_never_ends_is_released_at_the_plan_s_deadline() -> None:
+    """The deadline counts from the abort's start, repeats included: the drain is not
+    given a deadline of its own after the schedule (before: 1.0 s of repeats, then 1.2 s
+    more of draining)."""
+    policy = AbortPolicy(retry_delays_s=(0.5, 0.5), deadline_s=1.2, first_token_wait_s=0.0)
+
+    async def main() -> AbortsIgnored:
+        transport = AbortsIgnored(lambda request: Script(until_abort=True))
+        svc = service(transport, abort_policy=policy)
+        await svc.generate(b'{"input_ids": [5], "stream": true}')  # no token comes
+        await svc.aclose(deadline_s=5.0)
+        return transport
+
+    transport = run(main())
+    assert len(transport.aborts) == 3, "every repeat sent: the engine ignored them"
+    released = transport.closed_at[0] - transport.abort_times[0]
+    assert released < policy.deadline_s + 0.3, f"released {released:.2f} s after the abort"

@@ -72,9 +72,10 @@ async def run_abort(
       event, the whole bound: a decode worker's KV transfer must not be cut short).
     - Post `plan.body` with `send(body)`, which returns the HTTP status.
     - For each pause of `plan.retry_delays_s`: sleep, then post again. Stop
-      early once `finished` is set (the generation response has ended), once
-      an abort posted after the first token was accepted (2xx), or when the
-      next post would go out after `plan.deadline_s`.
+      early once `finished` is set (the generation response has ended: a pause
+      under way ends then, so the call returns at once), once an abort posted
+      after the first token was accepted (2xx), or when the next post would go
+      out after `plan.deadline_s`.
 
     The first abort is always posted and awaited (bound it in `send`); a repeat
     is given only the time left before the deadline. Times are measured from
@@ -144,7 +145,7 @@ async def _post_on_schedule(
             return tuple(sends), "schedule"
         if loop.time() + delay > deadline:
             return tuple(sends), "deadline"
-        await asyncio.sleep(delay)
+        await _wait((finished,), delay)  # a pause the answer's end cuts short
     return tuple(sends), "finished"
 
 

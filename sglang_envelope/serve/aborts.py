@@ -97,6 +97,8 @@ class Aborts:
         )
         if reading is None:
             reading = asyncio.ensure_future(_drain(leg))
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + plan.deadline_s  # the answer is read no longer than this
         result: AbortOutcome | Exception
         try:
             try:
@@ -110,7 +112,7 @@ class Aborts:
                 result = as_upstream_error(error)
             except Exception as error:  # reported, not lost: the caller's hook sees it
                 result = error
-            await asyncio.wait([reading], timeout=plan.deadline_s)
+            await asyncio.wait([reading], timeout=max(0.0, ends - loop.time()))
         finally:  # also when cancelled (`wait` past its bound)
             for task in (reading, leg.sending):  # a send still under way is given up
                 task.cancel()

@@ -30,12 +30,21 @@ class Leg:
     """An engine request, sent with `transport` as soon as it is made, and its answer.
 
     `sending` is the task that sends it; it attaches SGLang's answer to
-    `watched` when the answer's head arrives, or ends in `UpstreamError`. With
-    `idle_s`, SGLang has that long to send the head, and each chunk after it
-    (`WatchedReply`), else `UpstreamError` 504.
+    `watched` when the answer's head arrives, or ends in `UpstreamError`. `sent`
+    is done when `sending` is, or when the leg is stopped (`stop`): what the
+    client's answer waits for. With `idle_s`, SGLang has that long to send the
+    head, and each chunk after it (`WatchedReply`), else `UpstreamError` 504.
     """
 
-    __slots__ = ("dispatched", "engine", "sending", "stopped", "transport", "watched")
+    __slots__ = (
+        "dispatched",
+        "engine",
+        "sending",
+        "sent",
+        "stopped",
+        "transport",
+        "watched",
+    )
 
     def __init__(
         self,
@@ -57,9 +66,13 @@ class Leg:
         #: has not reached SGLang, and never will once cancelled.
         self.dispatched = False
         body, headers = wire or (engine.to_json(), engine.headers)
+        #: Done once `sending` is or the leg is stopped, whichever comes first; then
+        #: `failure()` says why the answer cannot be read (None: it can).
+        self.sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.sending: asyncio.Future[None] = asyncio.ensure_future(
             self._send(body, headers, idle_s)
         )
+        self.sending.add_done_callback(self._mark_sent)
 
     async def _send(
         self, body: bytes, headers: Mapping[str, str], idle_s: float | None
@@ -92,14 +105,36 @@ class Leg:
             reply = msgspec.structs.replace(reply, close=_then(reply.close, release))
         self.watched.attach(reply)
 
+    def _mark_sent(self, sending: asyncio.Future[None]) -> None:
+        if not self.sent.done():
+            self.sent.set_result(None)
+
     def stop(self, error: EnvelopeError) -> None:
-        """Stop the leg with `error` (never suspends): a send under way is cancelled (one
-        still waiting for a connection is never dispatched) and ends in `error`; a reader
-        of the answer gets `error` (`WatchedReply.stop`)."""
+        """Stop the leg with `error` (never suspends): its `failure()` is `error` unless
+        its answer's head has come, `sent` is done, and a reader of the answer gets
+        `error` (`WatchedReply.stop`). A send still waiting for a connection is cancelled
+        (never dispatched); one SGLang has is left to run, so that the abort that follows
+        sees the answer end (`WatchedReply.drain`), then releases it."""
         if not self.sending.done():
             self.stopped = error
-            self.sending.cancel()
+            if not self.dispatched:
+                self.sending.cancel()
+            self._mark_sent(self.sending)
         self.watched.stop(error)
+
+    def failure(self) -> BaseException | None:
+        """Why the answer cannot be read, once `sent` is done: the error the leg was
+        stopped with before the answer's head came, else the send's failure (None when
+        the head came)."""
+        import asyncio
+
+        if self.stopped is not None:
+            return self.stopped
+        if not self.sending.done():
+            return None
+        if self.sending.cancelled():
+            return asyncio.CancelledError()
+        return self.sending.exception()
 
     @property
     def status(self) -> int:

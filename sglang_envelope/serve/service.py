@@ -396,16 +396,14 @@ class Service:
         import asyncio
 
         legs = self._sent(engines, envelope.request, body)
-        sending = asyncio.gather(*(leg.sending for leg in legs), return_exceptions=True)
+        sent = asyncio.gather(*(leg.sent for leg in legs), return_exceptions=True)
         try:
-            gone = await until_done_or_gone(sending, disconnected, self._poll_s)
+            gone = await until_done_or_gone(sent, disconnected, self._poll_s)
         except BaseException:  # cancelled (aiohttp cancels a handler whose client left)
             self._settle_all(legs)
             raise
-        failed = (
-            [] if gone else [e for e in sending.result() if isinstance(e, BaseException)]
-        )
-        failure = failed[0] if failed else None
+        failed = [] if gone else [leg.failure() for leg in legs]
+        failure = next((error for error in failed if error is not None), None)
         if not gone and failure is None:
             return legs
         self._settle_all(legs)  # a leg not sent: the other is aborted
