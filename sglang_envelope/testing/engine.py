@@ -43,7 +43,6 @@ from sglang_envelope.testing.answers import (
     answer_object,
     plan_answer,
 )
-from sglang_envelope.testing.control import Pause, loads_body, serve_control
 from sglang_envelope.testing.requests import (
     ClientGone,
     Message,
@@ -58,13 +57,13 @@ from sglang_envelope.testing.requests import (
 from sglang_envelope.testing.server import (
     JSON,
     NOT_JSON_MESSAGE,
-    AbortBody,
-    abort_order,
+    Pause,
     answer,
     body_chunk,
     lifespan,
+    loads_body,
     not_found,
-    parse_abort,
+    serve_control,
     server_info,
     stream_start,
 )
@@ -301,8 +300,6 @@ class FakeEngine:
         route = (scope["method"], scope["path"])
         if route == ("POST", "/generate"):
             await self._generate(scope, receive, send)
-        elif route == ("POST", "/abort_request"):
-            await self._abort(scope, receive, send)
         elif route in (("GET", "/get_server_info"), ("GET", "/server_info")):
             await answer(send, 200, JSON, _ENCODE(self.server_info()))
         elif route == ("GET", "/health"):
@@ -314,24 +311,15 @@ class FakeEngine:
                 query=scope.get("query_string", b""),
             )
             await answer(send, 200, JSON, body)
-        elif route in (("POST", "/pause_generation"), ("POST", "/continue_generation")):
-            await serve_control(scope, receive, send, self._running, self._pause)
+        elif route in (
+            ("POST", "/abort_request"),
+            ("POST", "/pause_generation"),
+            ("POST", "/continue_generation"),
+        ):
+            running = self._running
+            await serve_control(scope, receive, send, running, self._pause, self.aborts)
         else:
             await not_found(send, scope["path"], scope["method"])
-
-    async def _abort(self, scope: Message, receive: Receive, send: Send) -> None:
-        try:
-            body = await read_body(receive, scope["headers"], 65536)
-        except ClientGone:
-            return
-        parsed = parse_abort(body, json_content(scope["headers"]))
-        if not isinstance(parsed, AbortBody):
-            await answer(send, *parsed)
-            return
-        self.aborts.append(parsed.value)
-        for generation in abort_order(self._running, parsed):
-            generation.halt("abort")
-        await answer(send, 200, None, b"")
 
     async def _generate(self, scope: Message, receive: Receive, send: Send) -> None:
         headers = scope["headers"]
