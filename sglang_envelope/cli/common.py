@@ -68,32 +68,23 @@ def emit(value: Any) -> None:
     sys.stdout.flush()
 
 
+#: Each kind of failure: the `type` of its `{"error": ...}`, and the facts it carries
+#: besides `message`. A failure is the first kind it is an instance of.
+ERROR_KINDS: tuple[tuple[type[Exception], str, tuple[str, ...]], ...] = (
+    (RequestRejected, "request_rejected", ("code", "field")),
+    (EngineError, "engine_error", ("code",)),
+    (LimitExceeded, "limit_exceeded", ("bound", "limit")),
+    (ResponseError, "response_error", ()),
+    (Unreadable, "unreadable_input", ()),
+    (Exception, "invalid_argument", ()),
+)
+
+
 def error_json(error: Exception) -> dict[str, Any]:
     """The `{"error": {...}}` object printed for a failure; `type` names its kind."""
-    facts: dict[str, Any]
-    if isinstance(error, RequestRejected):
-        facts = {
-            "type": "request_rejected",
-            "code": error.code,
-            "field": error.field,
-            "message": error.message,
-        }
-    elif isinstance(error, EngineError):
-        facts = {"type": "engine_error", "code": error.code, "message": error.message}
-    elif isinstance(error, LimitExceeded):
-        facts = {
-            "type": "limit_exceeded",
-            "bound": error.bound,
-            "limit": error.limit,
-            "message": str(error),
-        }
-    elif isinstance(error, ResponseError):
-        facts = {"type": "response_error", "message": str(error)}
-    elif isinstance(error, Unreadable):
-        facts = {"type": "unreadable_input", "message": str(error)}
-    else:
-        facts = {"type": "invalid_argument", "message": str(error)}
-    return {"error": facts}
+    name, facts = next((n, f) for kind, n, f in ERROR_KINDS if isinstance(error, kind))
+    shown = {fact: getattr(error, fact) for fact in facts}
+    return {"error": {"type": name, **shown, "message": str(error)}}
 
 
 def fail(error: Exception) -> int:
