@@ -57,6 +57,7 @@ from sglang_envelope.testing.requests import (
 from sglang_envelope.testing.server import (
     JSON,
     NOT_JSON_MESSAGE,
+    SERVER_INFO,
     Pause,
     answer,
     body_chunk,
@@ -64,7 +65,6 @@ from sglang_envelope.testing.server import (
     loads_body,
     not_found,
     serve_control,
-    server_info,
     stream_start,
 )
 
@@ -274,13 +274,17 @@ class FakeEngine:
     def server_info(self) -> dict[str, Any]:
         """The body of ``GET /get_server_info``:
         the keys the library reads, as SGLang has them."""
-        return server_info(
+        info = dict(SERVER_INFO)
+        info.update(
             context_length=self.context_length,
             dp_size=self.dp_size,
-            incremental=self.incremental,
+            incremental_streaming_output=self.incremental,
             disaggregation_mode=self.disaggregation_mode,
-            routed_experts=self.routed_experts_shape is not None,
+            enable_return_routed_experts=self.routed_experts_shape is not None,
+            # SGLang keeps room for the decode tokens a request may still need.
+            max_req_input_len=max(1, self.context_length - 6),
         )
+        return info
 
     def model_config(self) -> dict[str, Any]:
         """The keys of the fake model's ``config.json`` the library reads."""

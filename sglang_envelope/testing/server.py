@@ -45,6 +45,7 @@ from sglang_envelope.testing.requests import (
 __all__ = [
     "JSON",
     "NOT_JSON_MESSAGE",
+    "SERVER_INFO",
     "Pause",
     "answer",
     "body_chunk",
@@ -52,7 +53,6 @@ __all__ = [
     "loads_body",
     "not_found",
     "serve_control",
-    "server_info",
     "stream_start",
 ]
 
@@ -63,8 +63,8 @@ NOT_JSON_MESSAGE: Final = (
 _ENCODE = msgspec.json.Encoder().encode
 
 #: ``GET /get_server_info`` keys a live 0.5.23 server
-#: (``tests/fixtures/live_server_info.json``) writes, with its values; `server_info` sets
-#: the ones the fake's options decide.
+#: (``tests/fixtures/live_server_info.json``) writes, with its values; `FakeEngine` sets
+#: the ones its options decide.
 SERVER_INFO: Final[Mapping[str, Any]] = {
     "model_path": "fake-sglang-model",
     "tokenizer_path": "fake-sglang-model",
@@ -87,28 +87,6 @@ SERVER_INFO: Final[Mapping[str, Any]] = {
     "max_req_input_len": 1018,
     "version": "0.5.23",
 }
-
-
-def server_info(
-    *,
-    context_length: int,
-    dp_size: int,
-    incremental: bool,
-    disaggregation_mode: str = "null",
-    routed_experts: bool = False,
-) -> dict[str, Any]:
-    """The fake's ``/get_server_info`` body (`SERVER_INFO` with its own settings)."""
-    info = dict(SERVER_INFO)
-    info.update(
-        context_length=context_length,
-        dp_size=dp_size,
-        incremental_streaming_output=incremental,
-        disaggregation_mode=disaggregation_mode,
-        enable_return_routed_experts=routed_experts,
-        # SGLang keeps room for the decode tokens a request may still need.
-        max_req_input_len=max(1, context_length - 6),
-    )
-    return info
 
 
 async def answer(send: Send, status: int, content_type: str | None, body: bytes) -> None:
