@@ -57,6 +57,7 @@ from sglang_envelope.testing.requests import (
 from sglang_envelope.testing.server import (
     JSON,
     NOT_JSON_MESSAGE,
+    ROUTES,
     SERVER_INFO,
     Pause,
     answer,
@@ -301,29 +302,25 @@ class FakeEngine:
             return
         if kind != "http":
             return
-        route = (scope["method"], scope["path"])
-        if route == ("POST", "/generate"):
+        path = scope["path"]
+        if ROUTES.get(path) != scope["method"]:
+            await not_found(send, path)
+        elif path == "/generate":
             await self._generate(scope, receive, send)
-        elif route in (("GET", "/get_server_info"), ("GET", "/server_info")):
+        elif path in ("/get_server_info", "/server_info"):
             await answer(send, 200, JSON, _ENCODE(self.server_info()))
-        elif route == ("GET", "/health"):
+        elif path == "/health":
             await answer(send, 200, None, b"")
-        elif route == ("GET", "/v1/loads"):
+        elif path == "/v1/loads":
             body = loads_body(
                 running=self.running,
                 dp_size=self.dp_size,
                 query=scope.get("query_string", b""),
             )
             await answer(send, 200, JSON, body)
-        elif route in (
-            ("POST", "/abort_request"),
-            ("POST", "/pause_generation"),
-            ("POST", "/continue_generation"),
-        ):
+        else:  # /abort_request, /pause_generation, /continue_generation
             running = self._running
             await serve_control(scope, receive, send, running, self._pause, self.aborts)
-        else:
-            await not_found(send, scope["path"], scope["method"])
 
     async def _generate(self, scope: Message, receive: Receive, send: Send) -> None:
         headers = scope["headers"]

@@ -45,6 +45,7 @@ from sglang_envelope.testing.requests import (
 __all__ = [
     "JSON",
     "NOT_JSON_MESSAGE",
+    "ROUTES",
     "SERVER_INFO",
     "Pause",
     "answer",
@@ -120,19 +121,22 @@ async def stream_start(send: Send) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": headers})
 
 
-async def not_found(send: Send, path: str, method: str) -> None:
-    """FastAPI's 404 or 405 for a route the fake does not serve."""
-    routes = {
-        "/generate": "POST",
-        "/abort_request": "POST",
-        "/get_server_info": "GET",
-        "/server_info": "GET",
-        "/health": "GET",
-        "/v1/loads": "GET",
-        "/pause_generation": "POST",
-        "/continue_generation": "POST",
-    }
-    if path in routes and routes[path] != method:
+#: The fake's routes: each path, and the one method it serves.
+ROUTES: Final = {
+    "/generate": "POST",
+    "/abort_request": "POST",
+    "/get_server_info": "GET",
+    "/server_info": "GET",
+    "/health": "GET",
+    "/v1/loads": "GET",
+    "/pause_generation": "POST",
+    "/continue_generation": "POST",
+}
+
+
+async def not_found(send: Send, path: str) -> None:
+    """FastAPI's 404, or its 405 for a route the fake serves by another method."""
+    if path in ROUTES:
         await answer(send, 405, JSON, b'{"detail":"Method Not Allowed"}')
     else:
         await answer(send, 404, JSON, b'{"detail":"Not Found"}')
