@@ -59,7 +59,6 @@ from sglang_envelope.testing.server import (
     NOT_JSON_MESSAGE,
     ROUTES,
     SERVER_INFO,
-    Pause,
     answer,
     body_chunk,
     lifespan,
@@ -191,7 +190,7 @@ class FakeEngine:
     """
 
     __slots__ = (
-        "_pause",
+        "_resumed",
         "_running",
         "aborts",
         "context_length",
@@ -259,7 +258,8 @@ class FakeEngine:
         self.outcomes: collections.deque[Outcome] = collections.deque(maxlen=max_recorded)
         self.disconnects = 0
         self._running: dict[str, Generation] = {}
-        self._pause = Pause()
+        self._resumed = asyncio.Event()  # cleared while generation is paused
+        self._resumed.set()
 
     @property
     def running(self) -> int:
@@ -270,7 +270,7 @@ class FakeEngine:
     def paused(self) -> bool:
         """Whether generation is paused
         (``/pause_generation`` without ``/continue_generation``)."""
-        return self._pause.paused
+        return not self._resumed.is_set()
 
     def server_info(self) -> dict[str, Any]:
         """The body of ``GET /get_server_info``:
@@ -319,8 +319,9 @@ class FakeEngine:
             )
             await answer(send, 200, JSON, body)
         else:  # /abort_request, /pause_generation, /continue_generation
-            running = self._running
-            await serve_control(scope, receive, send, running, self._pause, self.aborts)
+            await serve_control(
+                scope, receive, send, self._running, self._resumed, self.aborts
+            )
 
     async def _generate(self, scope: Message, receive: Receive, send: Send) -> None:
         headers = scope["headers"]
@@ -404,8 +405,15 @@ class FakeEngine:
                 await asyncio.wait_for(generation.stopped.wait(), self.frame_delay)
         else:
             await asyncio.sleep(0)
-        if generation.stop is None:  # held while paused, until continued or stopped
-            await self._pause.wait(generation.stopped)
+        if generation.stop is None and not self._resumed.is_set():
+            # Held while paused, until continued or stopped.
+            events = (self._resumed, generation.stopped)
+            waiters = [asyncio.ensure_future(event.wait()) for event in events]
+            try:
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
         plan = generation.plan
         start = generation.made
         if generation.stop == "disconnect":

@@ -47,7 +47,6 @@ __all__ = [
     "NOT_JSON_MESSAGE",
     "ROUTES",
     "SERVER_INFO",
-    "Pause",
     "answer",
     "body_chunk",
     "lifespan",
@@ -201,38 +200,6 @@ PAUSED: Final = b'{"message":"Generation paused successfully.","status":"ok"}'
 CONTINUED: Final = b'{"message":"Generation continued successfully.","status":"ok"}'
 
 
-class Pause:
-    """Whether generation is paused; `wait` returns once it is not."""
-
-    __slots__ = ("_resumed",)
-
-    def __init__(self) -> None:
-        self._resumed = asyncio.Event()
-        self._resumed.set()
-
-    @property
-    def paused(self) -> bool:
-        return not self._resumed.is_set()
-
-    def pause(self) -> None:
-        self._resumed.clear()
-
-    def resume(self) -> None:
-        self._resumed.set()
-
-    async def wait(self, stopped: asyncio.Event) -> None:
-        """Until generation is not paused, or `stopped` is set."""
-        if self._resumed.is_set():
-            return
-        waiters = [asyncio.ensure_future(self._resumed.wait())]
-        waiters.append(asyncio.ensure_future(stopped.wait()))
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
-
-
 class _PauseReq(msgspec.Struct):
     mode: Literal["abort", "retract", "in_place"] = "abort"
 
@@ -307,12 +274,12 @@ async def serve_control(
     receive: Receive,
     send: Send,
     running: Mapping[str, _Running],
-    pause: Pause,
+    resumed: asyncio.Event,
     aborts: MutableSequence[Any],
 ) -> None:
     """``POST /abort_request``, ``/pause_generation`` or ``/continue_generation``, on
-    the fake's `running` generations (rid -> generation); each abort's body, decoded,
-    is appended to `aborts`."""
+    the fake's `running` generations (rid -> generation); `resumed` is cleared while
+    generation is paused, and each abort's body, decoded, is appended to `aborts`."""
     try:
         body = await read_body(receive, scope["headers"], 65536)
     except ClientGone:
@@ -335,8 +302,8 @@ async def serve_control(
         if read.mode == "abort":
             for generation in list(running.values()):
                 generation.halt("abort")
-        pause.pause()
+        resumed.clear()
         await answer(send, 200, JSON, PAUSED)
     else:
-        pause.resume()
+        resumed.set()
         await answer(send, 200, JSON, CONTINUED)
