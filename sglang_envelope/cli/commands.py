@@ -151,19 +151,27 @@ def _as_options(error: EnvelopeError) -> EnvelopeError:
     return EnvelopeError(text)
 
 
+def _int_at_least(low: int, text: str, expected: str) -> int:
+    """An argparse type's integer >= `low`; `expected` says what the option takes."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if value < low:
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+    return value
+
+
 def _vocab_size(text: str) -> int | None:
     """`--vocab-size`: a positive integer, or ``none`` to check no id."""
     if text == "none":
         return None
-    try:
-        size = int(text)
-    except ValueError:
-        size = 0
-    if size < 1:
-        raise argparse.ArgumentTypeError(
-            f"expected a positive integer or none, got {text!r}"
-        )
-    return size
+    return _int_at_least(1, text, "a positive integer or none")
+
+
+def _non_negative_int(text: str) -> int:
+    """`--max-positions`: an integer >= 0."""
+    return _int_at_least(0, text, "an integer >= 0")
 
 
 def _bootstrap(role: Role, args: argparse.Namespace) -> Bootstrap | None:
@@ -363,17 +371,6 @@ def add_aggregate(commands: Commands[Parser]) -> None:
         help=f"largest input accepted, in bytes (default {DEFAULT_MAX_BYTES})",
     )
     aggregate.set_defaults(run=cmd_aggregate)
-
-
-def _non_negative_int(text: str) -> int:
-    """An argparse type: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
 
 
 def cmd_flat(args: argparse.Namespace) -> int:
