@@ -2,15 +2,9 @@
 
 Pure functions of a checked `ClientRequest`: `plan_answer` decides the whole
 output (token ids, and why it ends) from the prompt, and `answer_object` gives
-one stream frame or the unary body for a span of it, its `meta_info` keys in
-the order a live server writes them (``tests/fixtures/live_answers.jsonl``):
-``id, finish_reason, prompt_tokens, weight_version, num_retractions``, the
-logprob fields when asked, ``reasoning_tokens, completion_tokens,
-cached_tokens``, ``weight_versions`` once finished, ``cached_tokens_details,
-dp_rank``, ``e2e_latency`` once finished, and ``response_sent_to_client_ts``
-on the first frame of a stream and on a unary body. With routed experts asked
-of a Mixture-of-Experts fake, ``routed_experts`` once finished, between
-``cached_tokens_details`` and ``dp_rank``.
+one stream frame or the unary body for a span of it, its `meta_info` keys
+(`_meta_info`) in the order a live server writes them, each when it writes it
+(``tests/fixtures/live_answers.jsonl``).
 
 A fake of a prefill/decode pair's server answers as its role does on SGLang
 0.5.23: a prefill server with one token, ``finish_reason {"type": "length",
@@ -256,11 +250,10 @@ def _routed_experts(plan: AnswerPlan, made: int) -> str:
 
 
 def prompt_ids(request: ClientRequest) -> tuple[int, ...]:
-    """The prompt's ids: `input_ids`, or a text prompt's UTF-8 bytes (the stand-in
-    engine's tokenizer: one id a byte)."""
-    if request.input_ids is not None:
-        return request.input_ids
-    return tuple((request.text or "").encode())
+    """The prompt's ids: a checked request has `input_ids` (a text prompt's are the
+    fake's `text_ids`, made before the request is decoded)."""
+    assert request.input_ids is not None
+    return request.input_ids
 
 
 def _rows(request: ClientRequest, vocab_size: int) -> _Rows:
