@@ -56,16 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on `argv` (default: `sys.argv[1:]`); returns the exit code."""
     try:
-        return _run(build_parser().parse_args(argv))
+        args = build_parser().parse_args(argv)
+        try:
+            code: int = args.run(args)
+        except (EnvelopeError, Unreadable) as error:
+            code = fail(error)
+        return code
     except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, as a process killed by SIGPIPE.
+        # The reader went away (`| head`) before a result or a failure was written:
+        # stop quietly, as a process killed by SIGPIPE.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-
-
-def _run(args: argparse.Namespace) -> int:
-    try:
-        code: int = args.run(args)
-    except (EnvelopeError, Unreadable) as error:
-        return fail(error)
-    return code
