@@ -64,7 +64,6 @@ __all__ = [
 
 #: Largest input `flat` reads (it takes one response or meta_info object).
 FLAT_MAX_BYTES = DEFAULT_MAX_BYTES
-_decoder = msgspec.json.Decoder()
 
 #: The library's names for what `normalize` takes, and the option that sets each.
 _NORMALIZE_OPTIONS = {
@@ -379,7 +378,7 @@ def cmd_flat(args: argparse.Namespace) -> int:
     if len(data) > FLAT_MAX_BYTES:
         raise LimitExceeded("max_bytes", FLAT_MAX_BYTES)
     try:
-        document = _decoder.decode(data)
+        document = msgspec.json.decode(data)
     except (msgspec.DecodeError, RecursionError) as error:
         raise ResponseError(f"the input is not valid JSON: {error}") from None
     if not isinstance(document, dict):
