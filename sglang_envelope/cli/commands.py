@@ -62,6 +62,8 @@ __all__ = [
     "cmd_normalize",
 ]
 
+#: How many bytes a command reads at a time.
+_CHUNK = 64 * 1024
 #: Largest input `flat` reads (it takes one response or meta_info object).
 FLAT_MAX_BYTES = DEFAULT_MAX_BYTES
 
@@ -74,10 +76,6 @@ _NORMALIZE_OPTIONS = {
     "routing.dp_rank": "--dp-rank",
     "max_token_id": "--max-token-id",
 }
-
-
-#: How many bytes a command reads at a time.
-_CHUNK = 64 * 1024
 
 
 def _unreadable(path: str, error: OSError) -> Unreadable:

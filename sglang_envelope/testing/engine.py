@@ -354,7 +354,7 @@ class FakeEngine:
                 await self._unary(generations, many.array, send)
         finally:
             watcher.cancel()
-            for generation in generations:  # unless another has taken its rid
+            for generation in generations:  # forgotten, unless another took its rid
                 if self._running.get(generation.plan.rid) is generation:
                     del self._running[generation.plan.rid]
 
