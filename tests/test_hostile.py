@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import sglang_envelope.cli.flat as _cli_flat
+import sglang_envelope.cli.commands as _cli_commands
 from sglang_envelope import (
     Bootstrap,
     ClientRequest,
@@ -446,7 +446,7 @@ def test_cli_bounds(
         b" " * (DEFAULT_MAX_BODY_BYTES + 1),
     )
     assert (code, out["error"]["code"]) == (2, "body_too_large")
-    monkeypatch.setattr(_cli_flat, "FLAT_MAX_BYTES", 100)
+    monkeypatch.setattr(_cli_commands, "FLAT_MAX_BYTES", 100)
     code, out = cli(["flat"], b"[" * 101)  # not JSON, but never parsed
     assert (code, out["error"]["type"], out["error"]["limit"]) == (2, "limit_exceeded", 100)
     for stream in (DEMO_SSE_TRANSCRIPT, demo_unary_body()):

@@ -1,4 +1,4 @@
-"""What every command shares: exit codes, JSON output, bounded input, the parser's pieces.
+"""What every command shares: exit codes, JSON output, failures, the parser's pieces.
 
 JSON results go to stdout, one line each; diagnostics go to stderr. A failure
 prints `{"error": {...}}` on stdout as well, so a script always gets JSON.
@@ -7,10 +7,9 @@ prints `{"error": {...}}` on stdout as well, so a script always gets JSON.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from collections.abc import Iterator, Sequence
-from typing import Any, BinaryIO, NoReturn
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -22,7 +21,6 @@ from sglang_envelope.errors.exceptions import (
 )
 
 __all__ = [
-    "CHUNK",
     "EXIT_BAD_INPUT",
     "EXIT_BROKEN_PIPE",
     "EXIT_ENGINE_ERROR",
@@ -31,17 +29,10 @@ __all__ = [
     "Parser",
     "Unreadable",
     "add_command",
-    "add_file",
-    "chunks",
     "emit",
     "error_json",
     "exit_codes",
     "fail",
-    "opened",
-    "read",
-    "read_bounded",
-    "read_up_to",
-    "utf8",
 ]
 
 EXIT_OK = 0
@@ -50,8 +41,6 @@ EXIT_BAD_INPUT = 2
 #: stdout was closed before the output was written (128 + SIGPIPE, as a shell reports it).
 EXIT_BROKEN_PIPE = 141
 
-#: How many bytes a command reads at a time.
-CHUNK = 64 * 1024
 encoder = msgspec.json.Encoder()
 
 
@@ -68,32 +57,23 @@ def emit(value: Any) -> None:
     sys.stdout.flush()
 
 
+#: Each kind of failure: the `type` of its `{"error": ...}`, and the facts it carries
+#: besides `message`. A failure is the first kind it is an instance of.
+ERROR_KINDS: tuple[tuple[type[Exception], str, tuple[str, ...]], ...] = (
+    (RequestRejected, "request_rejected", ("code", "field")),
+    (EngineError, "engine_error", ("code",)),
+    (LimitExceeded, "limit_exceeded", ("bound", "limit")),
+    (ResponseError, "response_error", ()),
+    (Unreadable, "unreadable_input", ()),
+    (Exception, "invalid_argument", ()),
+)
+
+
 def error_json(error: Exception) -> dict[str, Any]:
     """The `{"error": {...}}` object printed for a failure; `type` names its kind."""
-    facts: dict[str, Any]
-    if isinstance(error, RequestRejected):
-        facts = {
-            "type": "request_rejected",
-            "code": error.code,
-            "field": error.field,
-            "message": error.message,
-        }
-    elif isinstance(error, EngineError):
-        facts = {"type": "engine_error", "code": error.code, "message": error.message}
-    elif isinstance(error, LimitExceeded):
-        facts = {
-            "type": "limit_exceeded",
-            "bound": error.bound,
-            "limit": error.limit,
-            "message": str(error),
-        }
-    elif isinstance(error, ResponseError):
-        facts = {"type": "response_error", "message": str(error)}
-    elif isinstance(error, Unreadable):
-        facts = {"type": "unreadable_input", "message": str(error)}
-    else:
-        facts = {"type": "invalid_argument", "message": str(error)}
-    return {"error": facts}
+    name, facts = next((n, f) for kind, n, f in ERROR_KINDS if isinstance(error, kind))
+    shown = {fact: getattr(error, fact) for fact in facts}
+    return {"error": {"type": name, **shown, "message": str(error)}}
 
 
 def fail(error: Exception) -> int:
@@ -101,58 +81,6 @@ def fail(error: Exception) -> int:
     print(f"sglang-envelope: error: {error}", file=sys.stderr)
     emit(error_json(error))
     return EXIT_ENGINE_ERROR if isinstance(error, EngineError) else EXIT_BAD_INPUT
-
-
-# --- input --------------------------------------------------------------------
-
-
-def _unreadable(path: str, error: OSError) -> Unreadable:
-    name = "stdin" if path == "-" else repr(path)
-    return Unreadable(f"cannot read {name}: {error.strerror or error}")
-
-
-@contextlib.contextmanager
-def opened(path: str) -> Iterator[BinaryIO]:
-    """`path` opened for binary reading; "-" is stdin (left open)."""
-    if path == "-":
-        yield sys.stdin.buffer
-        return
-    try:
-        stream = open(path, "rb")  # noqa: SIM115 -- closed below
-    except OSError as error:
-        raise _unreadable(path, error) from None
-    with stream:
-        yield stream
-
-
-def read(path: str, stream: BinaryIO, size: int) -> bytes:
-    """At most `size` bytes of `stream`; `Unreadable` when it cannot be read."""
-    try:
-        return stream.read(size)
-    except OSError as error:
-        raise _unreadable(path, error) from None
-
-
-def read_up_to(path: str, stream: BinaryIO, size: int) -> bytes:
-    """At most `size` bytes, a chunk at a time: no buffer of `size` is made up front."""
-    parts: list[bytes] = []
-    while size > 0 and (chunk := read(path, stream, min(size, CHUNK))):
-        parts.append(chunk)
-        size -= len(chunk)
-    return b"".join(parts)
-
-
-def read_bounded(path: str, limit: int) -> bytes:
-    """At most `limit + 1` bytes: enough for the parser to see the input is too big."""
-    with opened(path) as stream:
-        return read_up_to(path, stream, limit + 1)
-
-
-def chunks(path: str, stream: BinaryIO, first: bytes) -> Iterator[bytes]:
-    """`first`, then the rest of `stream` in chunks."""
-    yield first
-    while chunk := read(path, stream, CHUNK):
-        yield chunk
 
 
 # --- parser pieces ------------------------------------------------------------
@@ -198,23 +126,3 @@ def add_command(
     codes = (EXIT_OK, EXIT_ENGINE_ERROR) if engine else (EXIT_OK,)
     epilog = exit_codes((*codes, EXIT_BAD_INPUT, EXIT_BROKEN_PIPE))
     return commands.add_parser(name, help=summary, description=description, epilog=epilog)
-
-
-def utf8(value: str) -> str:
-    """An option that is copied into the JSON output: it must be valid UTF-8."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise argparse.ArgumentTypeError(f"not valid UTF-8: {value!r}") from None
-    return value
-
-
-def add_file(parser: argparse.ArgumentParser, what: str) -> None:
-    """The optional FILE argument: '-' or left out is stdin."""
-    parser.add_argument(
-        "file",
-        nargs="?",
-        default="-",
-        metavar="FILE",
-        help=f"{what} (default or '-': stdin)",
-    )

@@ -1,11 +1,8 @@
-"""The `sglang-envelope` command line: demo, normalize, aggregate, flat.
+"""The `sglang-envelope` command line: its parser, and the dispatch to each command.
 
-JSON results go to stdout, one line each; diagnostics go to stderr. A failure
-prints `{"error": {...}}` on stdout as well, so a script always gets JSON.
-Exit codes: 0 ok, 1 the engine answered with an error, 2 bad input or usage,
-141 stdout was closed before the output was written.
-This module holds the parser and the dispatch; each command is its own module.
-See `docs/cli.md`.
+The commands are `demo` (`cli/demo.py`) and `normalize`, `aggregate` and `flat`
+(`cli/commands.py`); what they share, exit codes and output included, is in
+`cli/common.py`. See `docs/cli.md`.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from sglang_envelope import EnvelopeError, __version__
-from sglang_envelope.cli.aggregate import add_aggregate
+from sglang_envelope.cli.commands import add_aggregate, add_flat, add_normalize
 from sglang_envelope.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_BROKEN_PIPE,
@@ -29,8 +26,6 @@ from sglang_envelope.cli.common import (
     fail,
 )
 from sglang_envelope.cli.demo import add_demo
-from sglang_envelope.cli.flat import add_flat
-from sglang_envelope.cli.normalize import add_normalize
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -61,16 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on `argv` (default: `sys.argv[1:]`); returns the exit code."""
     try:
-        return _run(build_parser().parse_args(argv))
+        args = build_parser().parse_args(argv)
+        try:
+            code: int = args.run(args)
+        except (EnvelopeError, Unreadable) as error:
+            code = fail(error)
+        return code
     except BrokenPipeError:
-        # The reader went away (`| head`): stop quietly, as a process killed by SIGPIPE.
+        # The reader went away (`| head`) before a result or a failure was written:
+        # stop quietly, as a process killed by SIGPIPE.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-
-
-def _run(args: argparse.Namespace) -> int:
-    try:
-        code: int = args.run(args)
-    except (EnvelopeError, Unreadable) as error:
-        return fail(error)
-    return code

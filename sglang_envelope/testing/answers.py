@@ -2,15 +2,9 @@
 
 Pure functions of a checked `ClientRequest`: `plan_answer` decides the whole
 output (token ids, and why it ends) from the prompt, and `answer_object` gives
-one stream frame or the unary body for a span of it, its `meta_info` keys in
-the order a live server writes them (``tests/fixtures/live_answers.jsonl``):
-``id, finish_reason, prompt_tokens, weight_version, num_retractions``, the
-logprob fields when asked, ``reasoning_tokens, completion_tokens,
-cached_tokens``, ``weight_versions`` once finished, ``cached_tokens_details,
-dp_rank``, ``e2e_latency`` once finished, and ``response_sent_to_client_ts``
-on the first frame of a stream and on a unary body. With routed experts asked
-of a Mixture-of-Experts fake, ``routed_experts`` once finished, between
-``cached_tokens_details`` and ``dp_rank``.
+one stream frame or the unary body for a span of it, its `meta_info` keys
+(`_meta_info`) in the order a live server writes them, each when it writes it
+(``tests/fixtures/live_answers.jsonl``).
 
 A fake of a prefill/decode pair's server answers as its role does on SGLang
 0.5.23: a prefill server with one token, ``finish_reason {"type": "length",
@@ -35,7 +29,7 @@ import msgspec
 from msgspec import UNSET
 
 from sglang_envelope.request.types import ClientRequest
-from sglang_envelope.response.flat import encode_flat_top_logprobs
+from sglang_envelope.response.flat import Side, encode_flat_top_logprobs
 from sglang_envelope.response.routed import encode_routed_experts
 
 __all__ = [
@@ -220,10 +214,17 @@ def _empty(key: str, value: Any, request: ClientRequest, k: int) -> Any:
     """A decode server's prompt logprob field: empty (the flat ones as for no row)."""
     if type(value) is list:
         return []
-    empty = encode_flat_top_logprobs(
-        [], side="input", top_logprobs_num=k, b64=request.return_flat_raw_top_logprobs_b64
-    )
-    return empty[key]
+    return _top_fields(request, "input", [], k, flat=True)[key]
+
+
+def _top_fields(
+    request: ClientRequest, side: Side, top: list[Any], k: int, *, flat: bool
+) -> dict[str, Any]:
+    """One side's top logprobs: SGLang's nested rows, or with `flat` its flat fields."""
+    if not flat:
+        return {f"{side}_top_logprobs": top}
+    b64 = request.return_flat_raw_top_logprobs_b64
+    return encode_flat_top_logprobs(top, side=side, top_logprobs_num=k, b64=b64)
 
 
 def _routed_experts(plan: AnswerPlan, made: int) -> str:
@@ -249,11 +250,10 @@ def _routed_experts(plan: AnswerPlan, made: int) -> str:
 
 
 def prompt_ids(request: ClientRequest) -> tuple[int, ...]:
-    """The prompt's ids: `input_ids`, or a text prompt's UTF-8 bytes (the stand-in
-    engine's tokenizer: one id a byte)."""
-    if request.input_ids is not None:
-        return request.input_ids
-    return tuple((request.text or "").encode())
+    """The prompt's ids: a checked request has `input_ids` (a text prompt's are the
+    fake's `text_ids`, made before the request is decoded)."""
+    assert request.input_ids is not None
+    return request.input_ids
 
 
 def _rows(request: ClientRequest, vocab_size: int) -> _Rows:
@@ -287,15 +287,8 @@ def _prompt_fields(request: ClientRequest, rows: _Rows) -> dict[str, Any]:
         top: list[Any] = [
             None if at == inputs.start else rows.top(prompt[at], at) for at in inputs
         ]
-        if request.return_flat_raw_top_logprobs:
-            b64 = request.return_flat_raw_top_logprobs_b64
-            fields.update(
-                encode_flat_top_logprobs(
-                    top, side="input", top_logprobs_num=rows.k, b64=b64
-                )
-            )
-        else:
-            fields["input_top_logprobs"] = top
+        flat = bool(request.return_flat_raw_top_logprobs)
+        fields.update(_top_fields(request, "input", top, rows.k, flat=flat))
     if rows.asked is not None:
         fields["input_token_ids_logprobs"] = [
             None if at == inputs.start else rows.asked_row(at) for at in inputs
@@ -320,19 +313,9 @@ def _logprob_fields(plan: AnswerPlan, span: Span, unary: bool) -> dict[str, Any]
     if rows.k > 0:
         fields.update((key, value) for key, value in prompt.items() if "_top_" in key)
         top = [rows.top(out_ids[i], i) for i in outputs]
-        if (
-            request.return_flat_raw_output_top_logprobs
-            and unary
-            and span.finish is not None
-        ):
-            b64 = request.return_flat_raw_top_logprobs_b64
-            fields.update(
-                encode_flat_top_logprobs(
-                    top, side="output", top_logprobs_num=rows.k, b64=b64
-                )
-            )
-        else:
-            fields["output_top_logprobs"] = top
+        finished = unary and span.finish is not None  # output-flat's only place
+        flat = bool(request.return_flat_raw_output_top_logprobs) and finished
+        fields.update(_top_fields(request, "output", top, rows.k, flat=flat))
     if rows.asked is not None:
         fields["input_token_ids_logprobs"] = prompt["input_token_ids_logprobs"]
         fields["output_token_ids_logprobs"] = [

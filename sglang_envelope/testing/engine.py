@@ -1,12 +1,21 @@
 """`FakeEngine`: a fake SGLang 0.5.23 HTTP server, as a plain ASGI 3 app, for tests.
 
 It answers ``POST /generate`` (both stream modes, unary, logprobs, flat
-fields, refusals; many sequences and text as ``testing/many.py`` says),
-``POST /abort_request``, ``GET /get_server_info``, ``GET /health``, and the
-rollout controls ``GET /v1/loads``,
-``POST /pause_generation`` and ``POST /continue_generation`` as SGLang's own
-server does, and counts what it saw. Run it
-under any ASGI server (uvicorn) or call it in process (``httpx.ASGITransport``).
+fields, refusals, many sequences and text), ``POST /abort_request``,
+``GET /get_server_info``, ``GET /health``, and the rollout controls
+``GET /v1/loads``, ``POST /pause_generation`` and ``POST /continue_generation``
+as SGLang's own server does, and counts what it saw. Run it under any ASGI
+server (uvicorn) or call it in process (``httpx.ASGITransport``).
+
+A request for many sequences (a batch, ``n`` > 1 samples, or both) is served as
+SGLang 0.5.23 serves it (``TokenizerManager._handle_batch_request``): every
+sequence (index ``i * n + j``: prompt ``i``, sample ``j``) is a generation of
+its own, under its own rid. A stream interleaves the sequences' frames (here
+round by round, in index order), each with ``"index": k`` as its last key, and
+ends with one ``data: [DONE]``; a unary answer is a JSON array of the
+sequences' answers in index order. An error ends them all (SGLang's gather
+fails on the first). A request for one sequence is served the same way, its
+frames without ``index`` and its unary answer one object.
 """
 
 from __future__ import annotations
@@ -15,36 +24,31 @@ import asyncio
 import collections
 import contextlib
 import uuid
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 import msgspec
 
 from sglang_envelope.errors.answers import error_event, error_response, stream_requested
 from sglang_envelope.errors.exceptions import EngineError, EnvelopeError, RequestRejected
+from sglang_envelope.request.checks import SAMPLING_EPS, effective_temperature
 from sglang_envelope.request.deployment import Deployment, check_routed_experts_shape
 from sglang_envelope.request.limits import DEFAULT_MAX_BODY_BYTES
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.sse import SSE_DONE
 from sglang_envelope.testing.answers import (
     ABORTED,
+    AnswerPlan,
     Role,
     Span,
     answer_object,
     plan_answer,
-)
-from sglang_envelope.testing.control import Pause, loads_body, serve_control
-from sglang_envelope.testing.many import (
-    Ending,
-    Generation,
-    plan_many,
-    serve_many,
-    span_ending,
 )
 from sglang_envelope.testing.requests import (
     ClientGone,
     Message,
     Receive,
     Send,
+    Sequences,
     check_generate,
     json_content,
     read_body,
@@ -53,14 +57,14 @@ from sglang_envelope.testing.requests import (
 from sglang_envelope.testing.server import (
     JSON,
     NOT_JSON_MESSAGE,
-    AbortBody,
-    abort_order,
+    ROUTES,
+    SERVER_INFO,
     answer,
     body_chunk,
     lifespan,
+    loads_body,
     not_found,
-    parse_abort,
-    server_info,
+    serve_control,
     stream_start,
 )
 
@@ -69,6 +73,8 @@ __all__ = ["FakeEngine", "Outcome"]
 #: What SGLang writes when a generation fails (`fail_after`), by default.
 FAIL_MESSAGE: Final = "The running request was aborted by a backend error."
 _ENCODE = msgspec.json.Encoder().encode
+#: How one generation ends.
+Ending = Literal["length", "stop", "abort", "error", "disconnect"]
 
 
 class Outcome(NamedTuple):
@@ -77,6 +83,40 @@ class Outcome(NamedTuple):
     rid: str
     ending: Ending
     completion_tokens: int
+
+
+class Generation:
+    """One sequence being answered (a request for one sequence is one)."""
+
+    __slots__ = ("abort_sent", "made", "plan", "stop", "stopped")
+
+    def __init__(self, plan: AnswerPlan) -> None:
+        self.plan = plan
+        self.made = 0
+        self.abort_sent = False
+        self.stop: Literal["abort", "disconnect"] | None = None
+        self.stopped = asyncio.Event()
+
+    def halt(self, why: Literal["abort", "disconnect"]) -> None:
+        if self.stop is None:
+            self.stop = why
+            self.stopped.set()
+
+
+def span_ending(span: Span) -> Ending:
+    """How the generation of a finished `span` ended: its finish reason's type."""
+    assert span.finish is not None
+    kind: Ending = span.finish["type"]
+    return kind
+
+
+def _sampled(request: ClientRequest) -> bool:
+    """Whether samples of the request differ:
+    SGLang samples above its smallest temperature."""
+    params = request.sampling_params
+    if params is None or isinstance(params, msgspec.UnsetType):
+        return True  # SGLang's default temperature is 1.0
+    return effective_temperature(params) >= SAMPLING_EPS
 
 
 def _check_options(options: dict[str, Any]) -> None:
@@ -147,14 +187,10 @@ class FakeEngine:
     `running` (generations still running). A request for many sequences
     (``n`` > 1, a batch) is one generation a sequence. The records keep the last
     `max_recorded` items.
-
-    `is_running`, `forget`, `end_on_disconnect`, `next_step` and `record_outcome`
-    are the steps of serving generations, which ``testing/many.py`` drives for a
-    request of many sequences; a test has no need of them.
     """
 
     __slots__ = (
-        "_pause",
+        "_resumed",
         "_running",
         "aborts",
         "context_length",
@@ -222,7 +258,8 @@ class FakeEngine:
         self.outcomes: collections.deque[Outcome] = collections.deque(maxlen=max_recorded)
         self.disconnects = 0
         self._running: dict[str, Generation] = {}
-        self._pause = Pause()
+        self._resumed = asyncio.Event()  # cleared while generation is paused
+        self._resumed.set()
 
     @property
     def running(self) -> int:
@@ -233,18 +270,22 @@ class FakeEngine:
     def paused(self) -> bool:
         """Whether generation is paused
         (``/pause_generation`` without ``/continue_generation``)."""
-        return self._pause.paused
+        return not self._resumed.is_set()
 
     def server_info(self) -> dict[str, Any]:
         """The body of ``GET /get_server_info``:
         the keys the library reads, as SGLang has them."""
-        return server_info(
+        info = dict(SERVER_INFO)
+        info.update(
             context_length=self.context_length,
             dp_size=self.dp_size,
-            incremental=self.incremental,
+            incremental_streaming_output=self.incremental,
             disaggregation_mode=self.disaggregation_mode,
-            routed_experts=self.routed_experts_shape is not None,
+            enable_return_routed_experts=self.routed_experts_shape is not None,
+            # SGLang keeps room for the decode tokens a request may still need.
+            max_req_input_len=max(1, self.context_length - 6),
         )
+        return info
 
     def model_config(self) -> dict[str, Any]:
         """The keys of the fake model's ``config.json`` the library reads."""
@@ -261,40 +302,26 @@ class FakeEngine:
             return
         if kind != "http":
             return
-        route = (scope["method"], scope["path"])
-        if route == ("POST", "/generate"):
+        path = scope["path"]
+        if ROUTES.get(path) != scope["method"]:
+            await not_found(send, path)
+        elif path == "/generate":
             await self._generate(scope, receive, send)
-        elif route == ("POST", "/abort_request"):
-            await self._abort(scope, receive, send)
-        elif route in (("GET", "/get_server_info"), ("GET", "/server_info")):
+        elif path in ("/get_server_info", "/server_info"):
             await answer(send, 200, JSON, _ENCODE(self.server_info()))
-        elif route == ("GET", "/health"):
+        elif path == "/health":
             await answer(send, 200, None, b"")
-        elif route == ("GET", "/v1/loads"):
+        elif path == "/v1/loads":
             body = loads_body(
                 running=self.running,
                 dp_size=self.dp_size,
                 query=scope.get("query_string", b""),
             )
             await answer(send, 200, JSON, body)
-        elif route in (("POST", "/pause_generation"), ("POST", "/continue_generation")):
-            await serve_control(scope, receive, send, self._running, self._pause)
-        else:
-            await not_found(send, scope["path"], scope["method"])
-
-    async def _abort(self, scope: Message, receive: Receive, send: Send) -> None:
-        try:
-            body = await read_body(receive, scope["headers"], 65536)
-        except ClientGone:
-            return
-        parsed = parse_abort(body, json_content(scope["headers"]))
-        if not isinstance(parsed, AbortBody):
-            await answer(send, *parsed)
-            return
-        self.aborts.append(parsed.value)
-        for generation in abort_order(self._running, parsed):
-            generation.halt("abort")
-        await answer(send, 200, None, b"")
+        else:  # /abort_request, /pause_generation, /continue_generation
+            await serve_control(
+                scope, receive, send, self._running, self._resumed, self.aborts
+            )
 
     async def _generate(self, scope: Message, receive: Receive, send: Send) -> None:
         headers = scope["headers"]
@@ -311,62 +338,54 @@ class FakeEngine:
             self.requests.append(body)
             if not json_content(headers):
                 raise RequestRejected("not_object", None, NOT_JSON_MESSAGE)
-            many = split_many(body, self.vocab_size)  # None: one token-input sequence
-            if many is not None and many.array:
-                generations = [Generation(plan) for plan in plan_many(self, many)]
-                self._running.update((g.plan.rid, g) for g in generations)
-            else:
-                one = body if many is None else many.prompts[0]
-                generation = self._start(
-                    check_generate(one, self.deployment, self.max_body_bytes)
-                )
+            many = split_many(body, self.vocab_size)
+            if many is None:  # one token-input sequence
+                many = Sequences([body], 1, [], False)
+            generations = [Generation(plan) for plan in self._plan(many)]
         except (RequestRejected, EngineError) as error:
-            refusal = error_response(error, stream=stream)
-            await answer(send, *refusal)
+            await answer(send, *error_response(error, stream=stream))
             return
-        if many is not None and many.array:
-            await serve_many(self, generations, receive, send)
-        else:
-            await self._serve(generation, receive, send)
-
-    def _start(self, request: ClientRequest) -> Generation:
-        rid = request.rid or uuid.uuid4().hex
-        if self.is_running(rid):
-            raise EngineError(f"Duplicate request ID detected: {rid}", 400)
-        plan = plan_answer(
-            request,
-            rid,
-            vocab_size=self.vocab_size,
-            context_length=self.context_length,
-            default_max_new_tokens=self.default_max_new_tokens,
-            role=self.disaggregation_mode,
-            routed_experts_shape=self.routed_experts_shape,
-        )
-        generation = Generation(plan)
-        self._running[rid] = generation
-        return generation
-
-    async def _serve(self, generation: Generation, receive: Receive, send: Send) -> None:
-        watcher = asyncio.ensure_future(self.end_on_disconnect([generation], receive))
+        self._running.update((g.plan.rid, g) for g in generations)
+        watcher = asyncio.ensure_future(self._end_on_disconnect(generations, receive))
         try:
-            if generation.plan.request.stream:
-                await self._stream(generation, send)
+            if generations[0].plan.request.stream:
+                await self._stream(generations, many.array, send)
             else:
-                await self._unary(generation, send)
+                await self._unary(generations, many.array, send)
         finally:
             watcher.cancel()
-            self.forget(generation)
+            for generation in generations:  # forgotten, unless another took its rid
+                if self._running.get(generation.plan.rid) is generation:
+                    del self._running[generation.plan.rid]
 
-    def is_running(self, rid: str) -> bool:
-        """Whether a generation is running under `rid` (SGLang refuses a second one)."""
-        return rid in self._running
+    def _plan(self, many: Sequences) -> list[AnswerPlan]:
+        """The answer of each sequence, once every prompt's body is checked; raises as
+        SGLang refuses one, or for a rid a running generation has (SGLang refuses a
+        second one)."""
+        requests = [
+            check_generate(body, self.deployment, self.max_body_bytes)
+            for body in many.prompts
+        ]
+        rids = many.rids or [requests[0].rid or uuid.uuid4().hex]
+        for rid in rids:
+            if rid in self._running:
+                raise EngineError(f"Duplicate request ID detected: {rid}", 400)
+        n = many.n
+        return [
+            plan_answer(
+                requests[index // n],
+                rid,
+                vocab_size=self.vocab_size,
+                context_length=self.context_length,
+                default_max_new_tokens=self.default_max_new_tokens,
+                seed=index % n if _sampled(requests[index // n]) else 0,
+                role=self.disaggregation_mode,
+                routed_experts_shape=self.routed_experts_shape,
+            )
+            for index, rid in enumerate(rids)
+        ]
 
-    def forget(self, generation: Generation) -> None:
-        """Drop `generation` from the running ones, unless another has taken its rid."""
-        if self._running.get(generation.plan.rid) is generation:
-            del self._running[generation.plan.rid]
-
-    async def end_on_disconnect(
+    async def _end_on_disconnect(
         self, generations: list[Generation], receive: Receive
     ) -> None:
         """End a request's generations when its client goes away, as SGLang does."""
@@ -379,15 +398,22 @@ class FakeEngine:
                     generation.halt("disconnect")
                 return
 
-    async def next_step(self, generation: Generation) -> Span | Ending:
+    async def _next_step(self, generation: Generation) -> Span | Ending:
         """Make the next frame's tokens (after the delay): their span, or how it ended."""
         if self.frame_delay > 0 and generation.stop is None:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(generation.stopped.wait(), self.frame_delay)
         else:
             await asyncio.sleep(0)
-        if generation.stop is None:  # held while paused, until continued or stopped
-            await self._pause.wait(generation.stopped)
+        if generation.stop is None and not self._resumed.is_set():
+            # Held while paused, until continued or stopped.
+            events = (self._resumed, generation.stopped)
+            waiters = [asyncio.ensure_future(event.wait()) for event in events]
+            try:
+                await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
         plan = generation.plan
         start = generation.made
         if generation.stop == "disconnect":
@@ -400,47 +426,82 @@ class FakeEngine:
         finish = plan.finish if generation.made == total else None
         return Span(start, generation.made, finish, start == 0)
 
-    def record_outcome(self, generation: Generation, ending: Ending) -> None:
-        """Count how `generation` ended (`outcomes`)."""
+    def _record(self, generation: Generation, ending: Ending) -> None:
         self.outcomes.append(Outcome(generation.plan.rid, ending, generation.made))
 
-    async def _stream(self, generation: Generation, send: Send) -> None:
+    async def _stream(
+        self, generations: list[Generation], array: bool, send: Send
+    ) -> None:
+        """The sequences' frames, round by round (with ``index`` when `array`)."""
         await stream_start(send)
+        live = list(enumerate(generations))
         frames = 0
-        while True:
+        while live:
             if self.fail_after is not None and frames >= self.fail_after:
-                frame = error_event(EngineError(self.fail_message, self.fail_status))
-                await body_chunk(send, frame + SSE_DONE, more=False)
-                self.record_outcome(generation, "error")
+                error = error_event(EngineError(self.fail_message, self.fail_status))
+                await body_chunk(send, error + SSE_DONE, more=False)
+                for _, generation in live:
+                    self._record(generation, "error")
                 return
-            step = await self.next_step(generation)
-            if not isinstance(step, Span):
-                self.record_outcome(generation, step)
-                return
-            shown = step if self.incremental else step._replace(start=0)
-            data = _ENCODE(answer_object(generation.plan, shown, unary=False))
+            steps = await asyncio.gather(*(self._next_step(g) for _, g in live))
             frames += 1
-            if step.finish is not None:
-                await body_chunk(send, b"data: " + data + b"\n\n" + SSE_DONE, more=False)
-                self.record_outcome(generation, span_ending(step))
+            chunks = []
+            going = []
+            gone = False
+            for (index, generation), step in zip(live, steps, strict=True):
+                if not isinstance(step, Span):
+                    self._record(generation, step)
+                    gone = True
+                    continue
+                shown = step if self.incremental else step._replace(start=0)
+                frame = answer_object(generation.plan, shown, unary=False)
+                if array:
+                    frame["index"] = index  # SGLang adds it last
+                chunks.append(b"data: " + _ENCODE(frame) + b"\n\n")
+                if step.finish is None:
+                    going.append((index, generation))
+                else:
+                    self._record(generation, span_ending(step))
+            if gone:  # the client went away: nothing more is sent
+                for _, generation in going:
+                    self._record(generation, "disconnect")
                 return
-            await body_chunk(send, b"data: " + data + b"\n\n", more=True)
+            live = going
+            await body_chunk(
+                send, b"".join(chunks) + (b"" if live else SSE_DONE), more=bool(live)
+            )
 
-    async def _unary(self, generation: Generation, send: Send) -> None:
+    async def _to_end(self, generation: Generation) -> Span | Ending:
+        """Run one generation of a unary request to its end: its last span, or its
+        ending."""
         frames = 0
         while True:
             if self.fail_after is not None and frames >= self.fail_after:
-                error = EngineError(self.fail_message, self.fail_status)
-                await answer(send, *error_response(error, stream=False))
-                self.record_outcome(generation, "error")
-                return
-            step = await self.next_step(generation)
+                self._record(generation, "error")
+                return "error"
+            step = await self._next_step(generation)
             if not isinstance(step, Span):
-                self.record_outcome(generation, step)
-                return
+                self._record(generation, step)
+                return step
             frames += 1
             if step.finish is not None:
-                body = answer_object(generation.plan, step._replace(start=0), unary=True)
-                await answer(send, 200, JSON, _ENCODE(body))
-                self.record_outcome(generation, span_ending(step))
-                return
+                self._record(generation, span_ending(step))
+                return step
+
+    async def _unary(
+        self, generations: list[Generation], array: bool, send: Send
+    ) -> None:
+        """The sequences' answers, when all have ended (an array of them when `array`)."""
+        ends = await asyncio.gather(*(self._to_end(g) for g in generations))
+        if "error" in ends:
+            error = EngineError(self.fail_message, self.fail_status)
+            await answer(send, *error_response(error, stream=False))
+            return
+        if "disconnect" in ends:
+            return
+        bodies = [
+            answer_object(generation.plan, end._replace(start=0), unary=True)
+            for generation, end in zip(generations, ends, strict=True)
+            if isinstance(end, Span)
+        ]
+        await answer(send, 200, JSON, _ENCODE(bodies if array else bodies[0]))

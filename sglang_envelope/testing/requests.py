@@ -134,13 +134,6 @@ def _served_part(body: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
     return client, served
 
 
-def _orchestration(served: dict[str, Any]) -> _Orchestration:
-    try:
-        return msgspec.convert(served, _Orchestration)
-    except msgspec.ValidationError as error:
-        raise RequestRejected("wrong_type", None, f"wrong type: {error}") from None
-
-
 def check_generate(
     body: bytes, deployment: Deployment, max_body_bytes: int
 ) -> ClientRequest:
@@ -156,7 +149,10 @@ def check_generate(
             raise
         client, served = _served_part(body)
         request = decode_client_request(client, max_body_bytes=max_body_bytes)
-    routing = _orchestration(served)
+    try:
+        routing = msgspec.convert(served, _Orchestration)
+    except msgspec.ValidationError as error:
+        raise RequestRejected("wrong_type", None, f"wrong type: {error}") from None
     fields = msgspec.structs.astuple(request)[:_CLIENT_COUNT]
     engine_body = msgspec.structs.replace(
         EngineBody(*fields), routed_dp_rank=routing.routed_dp_rank

@@ -1,4 +1,5 @@
-"""The fake engine's HTTP side: responses, ``/abort_request``'s rules, server info.
+"""The fake engine's HTTP side: responses, server info, and the controls besides
+``/generate``: ``/abort_request``, ``/v1/loads``, pause and continue generation.
 
 ``/abort_request`` follows SGLang 0.5.23 with one tokenizer worker
 (``TokenizerManager.abort_request``, then ``Scheduler.abort_request``): an
@@ -8,30 +9,50 @@ once is ignored; otherwise the scheduler aborts every running request whose
 rid starts with it (``req.rid.startswith(recv_req.rid)``), so an abort of
 ``"a"`` also ends ``"ab"`` while ``"a"`` runs. ``abort_all`` aborts them all.
 Every one answers 200 with an empty body.
+
+The rollout controls are SGLang 0.5.23's (`entrypoints/v1_loads.py`,
+`http_server.py`, `TokenizerManager.pause_generation`):
+
+- ``GET /v1/loads`` answers one load per DP rank in SGLang's shape, every
+  generation counted as running on rank 0 (a paused one too: the fake has no
+  waiting queue), with only the core keys when ``include=core`` is asked;
+- ``POST /pause_generation`` reads ``{"mode": "abort" | "retract" |
+  "in_place"}`` (default ``"abort"``): ``"abort"`` aborts every running
+  generation; in every mode no generation makes a token until
+  ``POST /continue_generation``, which reads ``{"torch_empty_cache": bool}``.
+  Both answer 200 with SGLang's ``{"message": ..., "status": "ok"}``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import Any, Final, NamedTuple, Protocol
+import asyncio
+from collections.abc import Iterator, Mapping, MutableSequence
+from datetime import datetime, timezone
+from typing import Any, Final, Literal, NamedTuple, Protocol
 
 import msgspec
 
 from sglang_envelope.errors.answers import EVENT_STREAM
-from sglang_envelope.testing.requests import Receive, Send
+from sglang_envelope.testing.requests import (
+    ClientGone,
+    Message,
+    Receive,
+    Send,
+    json_content,
+    read_body,
+)
 
 __all__ = [
     "JSON",
     "NOT_JSON_MESSAGE",
-    "AbortBody",
-    "abort_order",
+    "ROUTES",
+    "SERVER_INFO",
     "answer",
     "body_chunk",
     "lifespan",
+    "loads_body",
     "not_found",
-    "parse_abort",
-    "pydantic_error",
-    "server_info",
+    "serve_control",
     "stream_start",
 ]
 
@@ -42,8 +63,8 @@ NOT_JSON_MESSAGE: Final = (
 _ENCODE = msgspec.json.Encoder().encode
 
 #: ``GET /get_server_info`` keys a live 0.5.23 server
-#: (``tests/fixtures/live_server_info.json``) writes, with its values; `server_info` sets
-#: the ones the fake's options decide.
+#: (``tests/fixtures/live_server_info.json``) writes, with its values; `FakeEngine` sets
+#: the ones its options decide.
 SERVER_INFO: Final[Mapping[str, Any]] = {
     "model_path": "fake-sglang-model",
     "tokenizer_path": "fake-sglang-model",
@@ -66,28 +87,6 @@ SERVER_INFO: Final[Mapping[str, Any]] = {
     "max_req_input_len": 1018,
     "version": "0.5.23",
 }
-
-
-def server_info(
-    *,
-    context_length: int,
-    dp_size: int,
-    incremental: bool,
-    disaggregation_mode: str = "null",
-    routed_experts: bool = False,
-) -> dict[str, Any]:
-    """The fake's ``/get_server_info`` body (`SERVER_INFO` with its own settings)."""
-    info = dict(SERVER_INFO)
-    info.update(
-        context_length=context_length,
-        dp_size=dp_size,
-        incremental_streaming_output=incremental,
-        disaggregation_mode=disaggregation_mode,
-        enable_return_routed_experts=routed_experts,
-        # SGLang keeps room for the decode tokens a request may still need.
-        max_req_input_len=max(1, context_length - 6),
-    )
-    return info
 
 
 async def answer(send: Send, status: int, content_type: str | None, body: bytes) -> None:
@@ -121,19 +120,22 @@ async def stream_start(send: Send) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": headers})
 
 
-async def not_found(send: Send, path: str, method: str) -> None:
-    """FastAPI's 404 or 405 for a route the fake does not serve."""
-    routes = {
-        "/generate": "POST",
-        "/abort_request": "POST",
-        "/get_server_info": "GET",
-        "/server_info": "GET",
-        "/health": "GET",
-        "/v1/loads": "GET",
-        "/pause_generation": "POST",
-        "/continue_generation": "POST",
-    }
-    if path in routes and routes[path] != method:
+#: The fake's routes: each path, and the one method it serves.
+ROUTES: Final = {
+    "/generate": "POST",
+    "/abort_request": "POST",
+    "/get_server_info": "GET",
+    "/server_info": "GET",
+    "/health": "GET",
+    "/v1/loads": "GET",
+    "/pause_generation": "POST",
+    "/continue_generation": "POST",
+}
+
+
+async def not_found(send: Send, path: str) -> None:
+    """FastAPI's 404, or its 405 for a route the fake serves by another method."""
+    if path in ROUTES:
         await answer(send, 405, JSON, b'{"detail":"Method Not Allowed"}')
     else:
         await answer(send, 404, JSON, b'{"detail":"Not Found"}')
@@ -159,36 +161,149 @@ def pydantic_error(message: str) -> tuple[int, str, bytes]:
     return 400, JSON, _ENCODE({**body, "code": 400})
 
 
-def parse_abort(
-    body: bytes | Exception, is_json: bool
-) -> AbortBody | tuple[int, str, bytes]:
-    """The abort `body` asks for, or the 400 answer SGLang's parse gives a bad one."""
-    if isinstance(body, Exception):
-        return pydantic_error(str(body))
+def parse_abort(body: bytes, is_json: bool) -> AbortBody | ValueError:
+    """The abort `body` asks for, or why SGLang's parse refuses it."""
     if not is_json:
-        return pydantic_error(
+        return ValueError(
             "abort_request body must be sent as Content-Type: application/json"
         )
     try:
         value = msgspec.json.decode(body)
         read = msgspec.convert(value, _AbortReq)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as error:
-        return pydantic_error(f"abort_request body: {error}")
+    except (msgspec.DecodeError, RecursionError) as error:
+        return ValueError(f"abort_request body: {error}")
     return AbortBody(value, read.rid or "", read.abort_all)
 
 
-class _Abortable(Protocol):
+class _Running(Protocol):
+    """A running generation, as the controls that end it see it."""
+
     abort_sent: bool
 
+    def halt(self, why: Literal["abort", "disconnect"]) -> None: ...
 
-def abort_order(running: Mapping[str, Any], abort: AbortBody) -> Iterator[Any]:
+
+def abort_order(running: Mapping[str, _Running], abort: AbortBody) -> Iterator[_Running]:
     """The running generations an abort ends, by SGLang's rules
     (`running`: rid -> generation)."""
     if abort.abort_all:
         yield from list(running.values())
         return
-    exact: _Abortable | None = running.get(abort.rid) if abort.rid else None
+    exact = running.get(abort.rid) if abort.rid else None
     if exact is None or exact.abort_sent:
         return
     exact.abort_sent = True
     yield from [gen for rid, gen in running.items() if rid.startswith(abort.rid)]
+
+
+PAUSED: Final = b'{"message":"Generation paused successfully.","status":"ok"}'
+CONTINUED: Final = b'{"message":"Generation continued successfully.","status":"ok"}'
+
+
+class _PauseReq(msgspec.Struct):
+    mode: Literal["abort", "retract", "in_place"] = "abort"
+
+
+class _ContinueReq(msgspec.Struct):
+    torch_empty_cache: bool = True
+
+
+def _read(body: bytes, kind: type[msgspec.Struct]) -> Any:
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except (msgspec.DecodeError, RecursionError) as error:
+        return ValueError(f"{kind.__name__.strip('_')} body: {error}")
+
+
+_CORE: Final[dict[str, Any]] = {
+    "timestamp": 0.0,
+    "dp_rank": 0,
+    "num_running_reqs": 0,
+    "num_waiting_reqs": 0,
+    "num_waiting_uncached_tokens": 0,
+    "num_used_tokens": 0,
+    "num_total_tokens": 0,
+    "num_active_tokens": 0,
+    "num_prealloc_ready_tokens": 0,
+    "max_total_num_tokens": 4096,
+    "max_running_requests": 4096,
+    "token_usage": 0.0,
+    "gen_throughput": 0.0,
+    "cache_hit_rate": 0.0,
+    "utilization": 0.0,
+    "total_prefill_uncached_tokens": 0,
+    "total_prefill_busy_us": 0,
+    "decode_moments": None,
+}
+
+
+def loads_body(*, running: int, dp_size: int, query: bytes) -> bytes:
+    """The ``/v1/loads`` answer: `running` generations on rank 0 of `dp_size`."""
+    core_only = b"include=core" in query
+    now = datetime.now(timezone.utc)
+    loads = []
+    for rank in range(dp_size):
+        load = {
+            **_CORE,
+            "timestamp": now.timestamp(),
+            "dp_rank": rank,
+            "num_running_reqs": running if rank == 0 else 0,
+        }
+        if not core_only:
+            load["queues"] = {
+                "waiting": 0,
+                "grammar": 0,
+                "paused": 0,
+                "retracted": 0,
+                "prealloc_ready": 0,
+            }
+        loads.append(load)
+    return _ENCODE(
+        {
+            "timestamp": now.isoformat(),
+            "version": "0.5.23",
+            "accelerator": None,
+            "num_accelerators": 1,
+            "loads": loads,
+        }
+    )
+
+
+async def serve_control(
+    scope: Message,
+    receive: Receive,
+    send: Send,
+    running: Mapping[str, _Running],
+    resumed: asyncio.Event,
+    aborts: MutableSequence[Any],
+) -> None:
+    """``POST /abort_request``, ``/pause_generation`` or ``/continue_generation``, on
+    the fake's `running` generations (rid -> generation); `resumed` is cleared while
+    generation is paused, and each abort's body, decoded, is appended to `aborts`."""
+    try:
+        body = await read_body(receive, scope["headers"], 65536)
+    except ClientGone:
+        return
+    path = scope["path"]
+    if isinstance(body, Exception):
+        read: Any = body
+    elif path == "/abort_request":
+        read = parse_abort(body, json_content(scope["headers"]))
+    else:
+        read = _read(body, _PauseReq if path == "/pause_generation" else _ContinueReq)
+    if isinstance(read, Exception):
+        await answer(send, *pydantic_error(str(read)))
+    elif isinstance(read, AbortBody):
+        aborts.append(read.value)
+        for generation in abort_order(running, read):
+            generation.halt("abort")
+        await answer(send, 200, None, b"")
+    elif isinstance(read, _PauseReq):
+        if read.mode == "abort":
+            for generation in list(running.values()):
+                generation.halt("abort")
+        resumed.clear()
+        await answer(send, 200, JSON, PAUSED)
+    else:
+        resumed.set()
+        await answer(send, 200, JSON, CONTINUED)
