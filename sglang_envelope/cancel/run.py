@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from sglang_envelope.cancel.plan import AbortPlan
+from sglang_envelope.cancel.plan import AbortPlan, check_argument
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 
 if TYPE_CHECKING:
@@ -152,17 +152,14 @@ async def _post_on_schedule(
 def _check(plan: object, send: object, first_token: object, finished: object) -> None:
     import asyncio
 
-    if not isinstance(plan, AbortPlan):
-        raise EnvelopeError(f"plan must be an AbortPlan, got {type(plan).__name__}")
+    check_argument("plan", plan, AbortPlan, "an AbortPlan")
     # Again: msgspec.structs.force_setattr writes frozen plans.
     AbortPlan.__post_init__(plan)
     if not callable(send):
         raise EnvelopeError(f"send must be an async callable, got {type(send).__name__}")
     for name, event in (("first_token", first_token), ("finished", finished)):
-        if event is not None and not isinstance(event, asyncio.Event):
-            raise EnvelopeError(
-                f"{name} must be an asyncio.Event or None, got {type(event).__name__}"
-            )
+        if event is not None:
+            check_argument(name, event, asyncio.Event, "an asyncio.Event or None")
 
 
 def _is_set(event: asyncio.Event | None) -> bool:
