@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from sglang_envelope import Service
+from sglang_envelope import AbortPolicy, Service
 from sglang_envelope.pair import PrefillServer
 from tests.serve_fakes import (
     DEPLOYMENT,
@@ -186,3 +186,26 @@ def test_a_pair_relays_a_malformed_middle_frame_as_it_came_without_prompt_logpro
     assert b"data: " + data[1] + b"\n\n" == middle.replace(b"RID", engine_rid.encode()), (
         "the frame goes out as a direct connection would deliver it"
     )
+
+
+def test_a_prefill_failing_mid_stream_leaves_the_decode_answer_read_to_its_end() -> None:
+    # The relay stops at the prefill's failure; the decode leg's abort, which SGLang ends
+    # at once, must still see its answer end rather than hold it to the plan's deadline.
+    error = b'{"error":{"message":"prefill failed"}}'
+    patient = AbortPolicy(retry_delays_s=(), deadline_s=5.0, first_token_wait_s=0.2)
+
+    async def main() -> tuple[bytes, FakeTransport, float]:
+        prefill = FakeTransport(lambda request: Script(500, [error], head_delay_s=0.05))
+        decode = FakeTransport(lambda request: Script(chunks=[frame()], until_abort=True))
+        loop = asyncio.get_running_loop()
+        async with pair(prefill, decode, abort_policy=patient) as svc:
+            body = await read(await svc.generate(b'{"input_ids": [5, 6, 7], "stream": true}'))
+            start = loop.time()
+        return body, decode, loop.time() - start
+
+    body, decode, closing = run(main())
+    assert b"prefill failed" in body and body.endswith(DONE)
+    assert len(decode.aborts) == 1
+    (request,) = decode.requests
+    assert decode.read_to_end == [request["rid"]]
+    assert closing < 1.0  # not the plan's 5 s deadline

@@ -149,7 +149,7 @@ async def _post_on_schedule(
     return tuple(sends), "finished"
 
 
-def _check(plan: object, send: object, first_token: object, finished: object) -> None:
+def _check(plan: AbortPlan, send: object, first_token: object, finished: object) -> None:
     import asyncio
 
     check_argument("plan", plan, AbortPlan, "an AbortPlan")

@@ -11,7 +11,7 @@ releases the connection. `Aborts` keeps every such task until it ends, and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from sglang_envelope.cancel.plan import AbortPolicy, plan_abort
@@ -47,22 +47,25 @@ class Aborts:
         """Abort `leg` and read its answer to the end (or let `reading` do it), detached.
 
         Never suspends, so it can run in a cancelled task's ``finally``. A leg
-        already being aborted is left to that abort.
+        already being aborted is left to that abort; without `reading` (its reader
+        has stopped), its answer is read to the end for that abort, which waits for it.
         """
-        import asyncio
-
         if leg.watched.aborting:
+            if reading is None:
+                self._detach(_drain(leg))
             return
         leg.watched.aborting = True
-        task = asyncio.get_running_loop().create_task(self._abort(leg, reading))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._detach(self._abort(leg, reading))
 
     def release(self, watched: WatchedReply) -> None:
         """Release an answer read to its end, detached (never suspends)."""
+        self._detach(watched.release())
+
+    def _detach(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` in a task of its own, kept until it ends (`wait`)."""
         import asyncio
 
-        task = asyncio.get_running_loop().create_task(watched.release())
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
