@@ -1,19 +1,14 @@
-"""Merge the prompt side of a prefill response into its decode response.
+"""A pair's answer made the client's: the prefill leg's prompt side merged into the
+decode leg's answer (`merge_prefill`), and the answer under the client's rid
+(`finalize_response`).
 
-In prefill/decode disaggregation the prefill worker computes the prompt and the
-decode worker generates the output. What the prompt computation gave, the decode
-worker's answer lacks or fills with zeros, where an aggregated server's answer
-has it:
-
-- the prompt's logprobs: the decode worker gets only the first output token's
-  logprobs from the prefill worker (``srt/disaggregation/decode.py``), yet its
-  tokenizer manager writes the prompt-side keys whenever logprobs were requested
-  (``tokenizer_manager.add_logprob_to_meta_info``): they arrive empty, not missing;
-- the prompt's rows of ``routed_experts``: the decode answer has every row, but
-  its prompt rows are zeros (seen on SGLang 0.5.23's pair); the prefill answer
-  has exactly the prompt's rows.
-
-`merge_prefill` gives the aggregated server's answer from the two.
+A decode worker's answer lacks what the prompt computation gave: its
+prompt-side logprob keys arrive empty (``tokenizer_manager.add_logprob_to_meta_info``
+writes them, the logprobs stay with prefill: ``srt/disaggregation/decode.py``)
+and its prompt rows of ``routed_experts`` are zeros (seen on SGLang 0.5.23's
+pair). See docs/responses.md (Prefill and decode). Merge and finalize commute:
+the id is not a prompt-side key, and merge drops the unavailable note exactly
+when it copies data, which is when finalize would not add it.
 """
 
 from __future__ import annotations
@@ -24,6 +19,8 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from sglang_envelope.errors.exceptions import EnvelopeError, ResponseError, show_value
+from sglang_envelope.request.engine import EngineRequest, Role
+from sglang_envelope.request.envelope import is_utf8
 from sglang_envelope.response.frames import expected
 from sglang_envelope.response.routed import (
     DEFAULT_MAX_ROUTED_EXPERTS,
@@ -36,10 +33,11 @@ __all__ = [
     "POSITION_COUNTS",
     "PROMPT_LOGPROB_GROUPS",
     "UNAVAILABLE_MARKER",
+    "UNAVAILABLE_REASON",
+    "finalize_response",
     "has_prompt_logprobs",
     "merge_prefill",
     "merge_prefill_logprobs",
-    "response_meta",
 ]
 
 PROMPT_LOGPROB_GROUPS: Final[tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = (
@@ -95,6 +93,8 @@ ASKED_OUTPUT: Final = "output_token_ids_logprobs"
 
 UNAVAILABLE_MARKER: Final = "input_logprobs_unavailable_reason"
 """A decode response's note that it has no prompt-side logprobs (`finalize_response`)."""
+UNAVAILABLE_REASON: Final = "disaggregated_decode"
+"""Why a decode response has no prompt-side logprobs: the prefill worker computed them."""
 
 
 def merge_prefill(
@@ -312,3 +312,57 @@ def _group_holds_data(
 
 def _holds_data(value: object) -> bool:
     return value is not None and value != [] and value != ""
+
+
+def finalize_response(
+    response: dict[str, Any], *, engine: EngineRequest, client_rid: str
+) -> dict[str, Any]:
+    """`response` as the client expects it: its own rid, and a note for missing
+    prompt logprobs.
+
+    `response` is SGLang's final answer to `engine` (from `parse_unary`,
+    `aggregate_sse` or `merge_prefill`). ``meta_info.id`` becomes
+    `client_rid`. On the decode leg, when `engine` asked for prompt logprobs
+    (``return_logprob`` with a ``logprob_start_len`` inside the prompt) and the
+    response holds none, ``meta_info.input_logprobs_unavailable_reason`` is set
+    to ``"disaggregated_decode"``. Every other key is kept, in its order.
+    Returns a new response; `response` is not changed (values are shared).
+
+    Raises `EnvelopeError` for a wrong `engine` or `client_rid` (the caller's
+    mistake), `ResponseError` when `response` is not an object with a
+    ``meta_info`` object.
+    """
+    if not isinstance(engine, EngineRequest):
+        raise EnvelopeError(
+            f"engine must be an EngineRequest, got {type(engine).__name__}"
+        )
+    if not isinstance(client_rid, str) or not client_rid or not is_utf8(client_rid):
+        raise EnvelopeError(
+            f"client_rid must be a non-empty UTF-8 string, got {show_value(client_rid)}"
+        )
+    meta = dict(response_meta(response, "response"))
+    meta["id"] = client_rid
+    if (
+        engine.role == Role.DECODE
+        and _asks_prompt_logprobs(engine)
+        and not has_prompt_logprobs(meta)
+    ):
+        meta[UNAVAILABLE_MARKER] = UNAVAILABLE_REASON
+    finished = dict(response)
+    finished["meta_info"] = meta
+    return finished
+
+
+def _asks_prompt_logprobs(engine: EngineRequest) -> bool:
+    """SGLang returns prompt logprobs for positions from ``logprob_start_len`` on.
+
+    Its scheduler reads an absent or -1 start as "output logprobs only", and
+    a start at the prompt's length covers no prompt position. A text prompt's length
+    is SGLang's to know (it tokenizes it): no prompt logprobs are counted on.
+    """
+    body = engine.body
+    start = body.logprob_start_len
+    ids = body.input_ids
+    if ids is None or not body.return_logprob:
+        return False
+    return type(start) is int and 0 <= start < len(ids)
