@@ -34,9 +34,14 @@ from sglang_envelope.response.choices import (
     check_choices,
     unary_choices,
 )
-from sglang_envelope.response.core import StreamCore, answer
+from sglang_envelope.response.core import (
+    DEFAULT_MAX_BYTES,
+    SseReader,
+    StreamCore,
+    answer,
+    too_big,
+)
 from sglang_envelope.response.frames import check_unary_object, decode_json, engine_error
-from sglang_envelope.response.reading import DEFAULT_MAX_BYTES, SseReader, too_big
 from sglang_envelope.response.sources import afeed_all, feed_all
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, check_bound
 from sglang_envelope.response.stores import DeltaStore, JsonStore, splice_parts, written

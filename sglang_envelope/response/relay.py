@@ -9,7 +9,7 @@ failed stream the same way.
 
 Until the engine's mode is known (``incremental=None``: detected from the
 frames), and whenever it differs from the client's, every frame is read by the
-stream core (`reading.SseReader` and `core.StreamCore`, its mode detection
+stream core (`core.SseReader` and `core.StreamCore`, its mode detection
 and bounds): a frame goes out only once admitted, the terminal frame only after
 aggregation's final checks.
 
@@ -79,14 +79,15 @@ from sglang_envelope.errors.exceptions import (
     ResponseError,
 )
 from sglang_envelope.response.choices import check_choices, choice_index
-from sglang_envelope.response.core import StreamCore, check_modes
-from sglang_envelope.response.delta_cut import cut_deltas
-from sglang_envelope.response.frames import check_consistency, decode_frame
-from sglang_envelope.response.reading import (
+from sglang_envelope.response.core import (
     DEFAULT_MAX_BYTES,
     Admitted,
     SseReader,
+    StreamCore,
+    check_modes,
 )
+from sglang_envelope.response.delta_cut import cut_deltas
+from sglang_envelope.response.frames import check_consistency, decode_frame
 from sglang_envelope.response.sources import (
     open_async_source,
     open_source,
