@@ -117,13 +117,10 @@ class SseDecoder:
         self._event_bytes = 0  # the size of its complete lines
         self._partial = bytearray()  # the unfinished line at the end of the last chunk
         self._head: bytes | None = b""  # bytes that may yet be a BOM; None once past it
-        self._after_cr = (
-            False  # the last chunk ended in CR, so a leading LF pairs with it
-        )
+        # Whether the last chunk ended in CR, so that a leading LF pairs with it.
+        self._after_cr = False
         self._done = False
-        self._failed: EnvelopeError | None = (
-            None  # a fault found after events still returned
-        )
+        self._failed: EnvelopeError | None = None  # a fault found after events returned
 
     @property
     def done(self) -> bool:
@@ -205,10 +202,22 @@ class SseDecoder:
         `max_event_bytes` included: `feed_payloads(data)` reads it then. The
         scans are C-level (``find``, ``split``): little Python work per event.
         """
-        if not self._between_events(data) or (
-            self._head is not None and not self._past_head(data)
+        if (
+            self._data is not None  # inside an event
+            or self._event_bytes
+            or self._after_cr
+            or self._done
+            or self._failed is not None
+            or not (
+                isinstance(data, (bytes, bytearray))
+                or (type(data) is memoryview and data.contiguous)
+            )
         ):
             return None
+        if self._head is not None:  # the stream's start: past it if `data` begins "d"
+            if self._head or not data or data[0] != _SGLANG_PREFIX[0]:
+                return None
+            self._head = None
         buffer = self._partial  # the unfinished line, which has no LF
         if (
             not buffer
@@ -224,26 +233,6 @@ class SseDecoder:
         else:
             del buffer[: len(shaped[0])]
         return shaped
-
-    def _between_events(self, data: BytesLike) -> bool:
-        """Whether the decoder is between events, before ``[DONE]``, `data` contiguous."""
-        return not (
-            self._data is not None
-            or self._event_bytes
-            or self._after_cr
-            or self._done
-            or self._failed is not None
-        ) and (
-            isinstance(data, (bytes, bytearray))
-            or (type(data) is memoryview and data.contiguous)
-        )
-
-    def _past_head(self, data: BytesLike) -> bool:
-        """At the stream's start: whether `data` begins with ``d`` (then, past it)."""
-        if self._head or not data or data[0] != _SGLANG_PREFIX[0]:
-            return False
-        self._head = None
-        return True
 
     def _slice(self, data: bytes, payloads: list[Payload]) -> None:
         """Read at most _SLICE bytes, appending the data of each event they complete."""
@@ -282,7 +271,12 @@ class SseDecoder:
             if not line:  # a blank line ends the event
                 if data is not None:
                     self._data = None
-                    self._emit(data, payloads)
+                    if self._done:  # SGLang sends nothing after [DONE]
+                        raise ResponseError("the stream sent an event after data: [DONE]")
+                    if data == _DONE:
+                        self._done = True
+                    else:
+                        payloads.append(data)
                     data = None
                 size = 0
                 continue
@@ -302,20 +296,6 @@ class SseDecoder:
             # Comments and every other field leave the frames unchanged.
         self._data = data
         self._event_bytes = size
-
-    def _emit(self, payload: Payload, payloads: list[Payload]) -> None:
-        """Dispatch an event with this data."""
-        if payload == _DONE:
-            self._set_done()
-        elif self._done:
-            raise _after_done()
-        else:
-            payloads.append(payload)
-
-    def _set_done(self) -> None:
-        if self._done:
-            raise _after_done()
-        self._done = True
 
     def _skip_bom(self, data: bytes) -> bytes:
         """Drop one UTF-8 BOM at the stream's very start, even split across chunks."""
@@ -429,7 +409,3 @@ def _shaped_events(
     if not all(map(bytes.startswith, lines, repeat(_SGLANG_PREFIX))):
         return None
     return events, lines
-
-
-def _after_done() -> ResponseError:
-    return ResponseError("the stream sent an event after data: [DONE]")
