@@ -2,19 +2,10 @@
 
 An incremental stream sends the fields of `DELTA_FIELDS` as deltas. A frame
 that SGLang marks as a middle one (its bytes hold ``"finish_reason":null``)
-can be read through a typed view that builds less than the full decoder
-does, with the full decoder's verdict:
-
-* the incremental view declares every key SGLang writes and refuses any
-  other, so msgspec checks every byte, building structs instead of dicts; a
-  stream's `MiddleReader` teaches it the few keys a newer SGLang adds;
-* the cumulative view reads only the finish reason, error and index and skips
-  the rest unchecked, so it is trusted only for bytes `plain` passes.
-
-`MiddleReader` is the one reader of middle frames: it gives a view, or None
-when the frame must be decoded in full (it may be the terminal one, or the
-view cannot read it). `unparsed_middles` is its verdict on bytes alone, for a
-relay that passes middle frames on unparsed.
+can be read through a typed view that builds less than the full decoder does,
+with the full decoder's verdict: `MiddleReader` is the one reader of middle
+frames. `unparsed_middles` is its verdict on bytes alone, for a relay that
+passes middle frames on unparsed.
 """
 
 from __future__ import annotations
@@ -22,7 +13,7 @@ from __future__ import annotations
 import functools
 import re
 from itertools import repeat
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -143,6 +134,11 @@ _INDEX: Final[dict[bool, _Field]] = {
     False: ("index", UnsetType, UNSET),
     True: ("index", Any),
 }
+#: The top-level keys the incremental view declares (a stream's own learned besides).
+_TOP_KEYS: Final = frozenset(
+    [field[0] for field in (*_delta_fields(False), *_MIDDLE, _INDEX[True])]
+    + ["meta_info", *_SGLANG_TOP_KEYS]
+)
 _CumulativeMeta = _view("_CumulativeMeta", [("finish_reason", None, None)], strict=False)
 
 
@@ -178,19 +174,6 @@ def _cumulative(indexed: bool) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(_view("_CumulativeFrame", fields, strict=False))
 
 
-@functools.lru_cache(maxsize=32)
-def _declared(
-    decoder: msgspec.json.Decoder[Any],
-) -> tuple[frozenset[str], frozenset[str]]:
-    """The JSON keys a view declares, top level and in meta_info, read off its structs."""
-    fields = msgspec.structs.fields(cast(Any, decoder.type))
-    meta = next(field.type for field in fields if field.name == "meta_info")
-    top_keys = frozenset(field.encode_name for field in fields)
-    return top_keys, frozenset(
-        field.encode_name for field in msgspec.structs.fields(meta)
-    )
-
-
 #: How many keys beyond SGLang 0.5.23's one stream's view may learn, and how long each.
 MAX_LEARNED_KEYS: Final = 8
 MAX_LEARNED_KEY_CHARS: Final = 64
@@ -222,16 +205,16 @@ class MiddleReader:
     `MAX_LEARNED_KEY_CHARS`; a frame with others is left to the full decoder.
     """
 
-    __slots__ = ("_decode", "_index", "_indexed", "_keys", "incremental", "learned")
+    __slots__ = ("_decode", "_index", "_indexed", "incremental", "learned")
 
     def __init__(self, index: Any, *, incremental: bool = True) -> None:
         self._index = index
         self._indexed = index is not UNSET
         self.incremental = incremental
         self.learned: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
-        decoder = (_incremental if incremental else _cumulative)(self._indexed)
-        self._decode = decoder.decode
-        self._keys = _declared(decoder)
+        self._decode = (_incremental if incremental else _cumulative)(
+            self._indexed
+        ).decode
 
     def read(self, payload: Payload) -> Any:
         """`payload` as a middle frame's view, or None to decode it in full
@@ -263,19 +246,18 @@ class MiddleReader:
         fields = frame_fields(payload)
         if fields is None:
             return False
-        known_top, known_meta = self._keys
-        new_top = tuple(sorted(set(fields).difference(known_top)))
-        new_meta = tuple(sorted(set(fields["meta_info"]).difference(known_meta)))
-        new = new_top + new_meta
         top, meta = self.learned
+        new_top = tuple(sorted(set(fields).difference(_TOP_KEYS, top)))
+        new_meta = tuple(
+            sorted(set(fields["meta_info"]).difference(_SGLANG_META_KEYS, meta))
+        )
+        new = new_top + new_meta
         if not new or len(top) + len(meta) + len(new) > MAX_LEARNED_KEYS:
             return False
         if not all(_LEARNABLE.fullmatch(key) for key in new):
             return False
         self.learned = (top + new_top, meta + new_meta)
-        decoder = _incremental(self._indexed, *self.learned)
-        self._decode = decoder.decode
-        self._keys = _declared(decoder)
+        self._decode = _incremental(self._indexed, *self.learned).decode
         return True
 
 
