@@ -46,7 +46,7 @@ from sglang_envelope.response.core import (
     StreamCore,
     check_modes,
 )
-from sglang_envelope.response.frames import check_consistency, decode_frame
+from sglang_envelope.response.frames import decode_frame
 from sglang_envelope.response.sources import (
     open_async_source,
     open_source,
@@ -306,18 +306,15 @@ class _Relay:
         frame goes out; None for an abort with a status, which SGLang streams as a
         frame, as the relay does.
 
-        With `unparsed` (frames went out unparsed), only the checks the terminal
-        frame allows: a cumulative terminal frame is the answer, its counts checked
-        as aggregation checks them; an incremental one's deltas were not all read.
+        With `unparsed` (frames went out unparsed), an incremental stream's counts
+        go unchecked: its deltas were not all read.
         """
         core = self._core
         try:
-            if not unparsed:
+            if unparsed and core.incremental:
+                core.terminal_frame(said_done=False)
+            else:
                 core.checked_terminal(said_done=False)
-                return None
-            terminal, aborted = core.terminal_frame(said_done=False)
-            if core.incremental is False and not aborted:
-                check_consistency(terminal, terminal["meta_info"])
         except EngineError:
             return None
         except ResponseError as exc:
