@@ -123,7 +123,7 @@ class ChoicesAggregator:
         core = self._cores.get(index)
         if core is None:
             core = StreamCore(self._incremental, DeltaStore())
-        self._cores[index] = core
+            self._cores[index] = core
         rest = dict(frame)
         del rest["index"]
         try:
@@ -180,15 +180,10 @@ def unary_choices(response: Any, choices: int) -> list[GenerateResponse]:
     It must be a JSON array of exactly `choices` objects, each checked as
     `parse_unary` checks one generation's object (`ResponseError` naming ``[k]``).
     """
-    if type(response) is not list:
+    if type(response) is not list or len(response) != choices:
+        got = len(response) if type(response) is list else json_type(response)
         raise ResponseError(
-            f"the response body: expected a JSON array of {choices} sequences, "
-            f"got {json_type(response)}"
-        )
-    if len(response) != choices:
-        raise ResponseError(
-            f"the response body: expected a JSON array of {choices} sequences, "
-            f"got {len(response)}"
+            f"the response body: expected a JSON array of {choices} sequences, got {got}"
         )
     for index, item in enumerate(response):
         if type(item) is dict and (error := engine_error(item)) is not None:
