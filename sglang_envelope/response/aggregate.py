@@ -2,18 +2,12 @@
 
 A stream is read by the stream core (`core`: mode detection, checks, a typed
 view for each middle frame) with its deltas kept as Python objects
-(`stores.DeltaStore`); `StreamAggregator` is that core for frames the caller
-decoded, `aggregate_sse` for raw SSE bytes. `aggregate_sse_bytes` reads the
-same way into a store that keeps the deltas as JSON text (`stores.JsonStore`):
-the terminal frame is written with the texts spliced in (`stores.splice_parts`),
-piece by piece as the store lets go of each (`stores.written`), so that the
-store and the answer are never both whole. `parse_unary` reads a non-streaming
-body.
-
-Each asyncio reader takes any ``AsyncIterable`` the caller owns (an httpx
-``aiter_bytes()``, an in-process engine's frames) and feeds the same core as
-its synchronous twin, so both give the same answer and the same verdicts; the
-chunks' iterator is closed whenever reading stops (`sources`).
+(`stores.DeltaStore`): `StreamAggregator` for frames the caller decoded,
+`aggregate_sse` for raw SSE bytes. `aggregate_sse_bytes` keeps them as JSON
+text instead (`stores.JsonStore`, `answer_bytes`). `parse_unary` reads a
+non-streaming body. Each asyncio reader feeds the same core as its
+synchronous twin, so both give the same answer and the same verdicts; the
+caller's iterator is closed whenever reading stops (`sources`).
 """
 
 from __future__ import annotations
@@ -53,9 +47,7 @@ UnaryObject = dict[str, Any] | list[dict[str, Any]]
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
-    "DEFAULT_MAX_EVENT_BYTES",
     "DELTA_FIELDS",
-    "ChoicesAggregator",
     "StreamAggregator",
     "aggregate_frames",
     "aggregate_frames_async",
@@ -63,7 +55,6 @@ __all__ = [
     "aggregate_sse_async",
     "aggregate_sse_bytes",
     "aggregate_sse_bytes_async",
-    "answer",
     "answer_bytes",
     "parse_unary",
 ]
