@@ -105,40 +105,34 @@ def merge_prefill(
     routed_experts_shape: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """The decode response with the prefill response's prompt side: the answer an
-    aggregated server gives, key order included.
+    aggregated server gives, key order included (docs/responses.md, Prefill and decode).
 
-    Prompt logprobs: for each group of `PROMPT_LOGPROB_GROUPS` that holds no data
-    in the decode response but holds data in the prefill response, the group's
-    keys are replaced by the prefill response's. A group holds data when one of
-    its logprob keys is not missing, null or empty, or when it counts positions it
-    covers (`POSITION_COUNTS`). When a group was copied, the `UNAVAILABLE_MARKER`
-    key is dropped.
-
-    The first output token's entry of ``output_token_ids_logprobs``: null in a
-    decode response, the prefill response's (the first output token is its).
-
-    Routed experts: when the decode response carries ``routed_experts`` (a
-    stream carries it on its terminal frame only), its prompt rows (positions
-    `routed_experts_start_len` to ``prompt_tokens``, the request's own
-    ``routed_experts_start_len``) are replaced by the prefill response's rows,
-    byte for byte, and the string is written as SGLang writes it. Each row is
-    ``layers x top_k`` int32: with `routed_experts_shape` (``(layers, top_k)``,
-    `Deployment.routed_experts_shape`) every count is checked against it;
-    without, the row's size is the prefill's bytes over its prompt rows. A merge
-    that cannot be made raises `ResponseError`: the prefill response without the
-    string while the decode response has prompt rows, a string that is not
-    Base64 of int32, a prefill whose rows are not the prompt's, a decode
-    response whose rows are fewer or do not divide into rows.
-
-    Output-side keys and every other key are the decode response's, and so is
-    the order of the keys (a decode response carries the prompt-side keys, empty
-    or zero, where SGLang puts them). Returns a new response; the inputs are not
-    changed (values are shared, not copied).
+    Each group of `PROMPT_LOGPROB_GROUPS` that holds no data in the decode
+    response (its logprob keys missing, null or empty, and no count of
+    `POSITION_COUNTS` above 0) but does in the prefill response takes the
+    prefill's keys, and the `UNAVAILABLE_MARKER` goes. A null first entry of
+    ``output_token_ids_logprobs`` takes the prefill's. The prompt rows of the
+    decode's ``routed_experts`` (positions `routed_experts_start_len` to
+    ``prompt_tokens``) become the prefill's, byte for byte; a row is ``layers x
+    top_k`` int32, checked against `routed_experts_shape` when given, else the
+    prefill's bytes over its prompt rows. A merge that cannot be made raises
+    `ResponseError`. Every other key is the decode response's. Returns a new
+    response; the inputs are not changed (values are shared, not copied).
     """
     prefill_meta = response_meta(prefill_response, "prefill_response")
     decode_meta = response_meta(decode_response, "decode_response")
-    start = _start_len(routed_experts_start_len)
-    width = None if routed_experts_shape is None else _shape_width(routed_experts_shape)
+    start = routed_experts_start_len
+    if type(start) is not int or start < 0:
+        raise EnvelopeError(
+            f"routed_experts_start_len must be an integer >= 0, got {show_value(start)}"
+        )
+    shape = routed_experts_shape
+    if shape is not None and (type(shape) is not tuple or len(shape) != 2):
+        raise EnvelopeError(
+            "routed_experts_shape must be a tuple (layers, top_k), "
+            f"got {show_value(shape)}"
+        )
+    width = None if shape is None else row_width(*shape)
     meta = _with_prompt_logprobs(prefill_meta, decode_meta)
     first = _first_asked_output(prefill_meta, meta)
     if first is not None:
@@ -260,23 +254,6 @@ def _raw(meta: dict[str, Any], name: str) -> bytes:
         name=f"{name}.meta_info.routed_experts",
         max_ids=DEFAULT_MAX_ROUTED_EXPERTS,
     )
-
-
-def _start_len(value: object) -> int:
-    if type(value) is not int or value < 0:
-        raise EnvelopeError(
-            f"routed_experts_start_len must be an integer >= 0, got {show_value(value)}"
-        )
-    return value
-
-
-def _shape_width(shape: object) -> int:
-    if type(shape) is not tuple or len(shape) != 2:
-        raise EnvelopeError(
-            "routed_experts_shape must be a tuple (layers, top_k), "
-            f"got {show_value(shape)}"
-        )
-    return row_width(*shape)
 
 
 def has_prompt_logprobs(meta: dict[str, Any]) -> bool:
