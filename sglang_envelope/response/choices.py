@@ -1,17 +1,11 @@
 """SGLang's answer of many sequences: a batch of prompts, or n > 1 samples each.
 
-SGLang answers such a request (``tokenizer_manager._handle_batch_request``)
-with one sequence per prompt and sample, index ``i * n + j``. A stream
-interleaves the sequences' frames in any order, each frame one sequence's
-with ``"index": k`` added as its last key, and ends with one ``[DONE]``; a
-unary answer is a JSON array of the sequences' answers in index order, none
-with an ``index``.
-
-`ChoicesAggregator` gives each index its own stream core (`core.StreamCore`,
-the one single-sequence reader), made when the index's first frame comes: a
-frame goes to its index's core without its ``index``, so each answer equals
-SGLang's unary element. `aggregate_sse`, `aggregate_sse_async`,
-`aggregate_frames` and `parse_unary` use it when given ``choices=``.
+A stream interleaves the sequences' frames, each with ``"index": k`` added as
+its last key, and ends with one ``[DONE]``; a unary answer is a JSON array of
+the sequences' answers in index order (docs/responses.md, Many sequences).
+`ChoicesAggregator` gives each index its own stream core (`core.StreamCore`),
+made at the index's first frame, and each frame goes to it without its
+``index``, so that each answer equals SGLang's unary element.
 """
 
 from __future__ import annotations

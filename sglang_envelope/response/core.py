@@ -305,13 +305,10 @@ class StreamCore(Generic[S]):
     def _detect(self, frame: dict[str, Any], meta: dict[str, Any]) -> None:
         """Rule out the readings this frame contradicts; settle the mode if one is left.
 
-        SGLang counts every output token so far in both modes
-        (``completion_tokens`` is the length of the output ids sent up to
-        this frame; likewise the ``*_length`` keys), so a count is the total
-        of the deltas read incrementally and the frame's own array read
-        cumulatively. A cumulative frame also extends the previous one. Runs
-        before the frame's deltas are collected, so a frame that fails adds
-        nothing.
+        A count is the deltas' total read incrementally, the frame's own array
+        read cumulatively, and a cumulative frame extends the previous one
+        (docs/responses.md, Stream modes). Runs before the frame's deltas are
+        collected, so a frame that fails adds nothing.
         """
         fits = self._fits
         for count_key, path, unless in CONSISTENCY:

@@ -1,16 +1,11 @@
 """The flat top-logprob fields of SGLang's `/generate` response, both ways.
 
-With `return_flat_raw_top_logprobs` (prompt side) or
-`return_flat_raw_output_top_logprobs` (output side), SGLang 0.5.23 replaces the
-nested `{side}_top_logprobs` rows of `meta_info` with one `[rows, k]` array of
-logprobs and one of token ids, either as JSON lists or, with
-`return_flat_raw_top_logprobs_b64`, as Base64 of little-endian float32 and
-int32. Leading positions without top logprobs are counted, not stored: covered
-position i, entry j lives at ``flat[(i - null_prefix) * k + j]``.
-
-`decode_flat_top_logprobs` reads those fields without a Python object per
-element; `encode_flat_top_logprobs` writes them exactly as SGLang's tokenizer
-manager does. See `docs/flat-logprobs.md`.
+SGLang 0.5.23 can write a side's top logprobs as one `[rows, k]` array of
+logprobs and one of token ids, as JSON lists or Base64 of little-endian
+float32 and int32, leading positions without top logprobs counted, not
+stored (docs/flat-logprobs.md). `decode_flat_top_logprobs` reads them without
+a Python object per element; `encode_flat_top_logprobs` writes them exactly
+as SGLang's tokenizer manager does.
 """
 
 from __future__ import annotations

@@ -79,18 +79,12 @@ class SseDecoder:
     """Turn the bytes of an SSE stream into the JSON frames it carries.
 
     Feed bytes as they arrive; `feed` returns the frames the bytes completed.
-    Line ends may be ``\\n``, ``\\r\\n`` or a lone ``\\r``; a leading UTF-8 BOM is
-    skipped; ``:`` comments and ``event``, ``id``, ``retry`` and unknown fields
-    are ignored; a field line without a colon is a field with an empty value;
-    one space after the colon is dropped; several ``data`` lines make one
-    payload joined with ``\\n``. A blank line ends an event, and an event with
-    no ``data`` line is dropped (WHATWG HTML, "Interpreting an event stream").
-
-    Every event's data must be a JSON object or ``[DONE]``, after which `done`
-    is true and any further event is a `ResponseError`: SGLang sends nothing
-    after it, so more means the stream is not what it seems. An event larger
-    than `max_event_bytes` (its lines with their line ends, each counted as
-    one byte, up to the blank line that ends it) raises `LimitExceeded` as soon
+    The stream is read by the WHATWG rules ("Interpreting an event stream",
+    listed in docs/responses.md), whatever the chunk boundaries. Every event's
+    data must be a JSON object or ``[DONE]``, after which `done` is true and
+    any further event is a `ResponseError`. An event larger than
+    `max_event_bytes` (its lines with their line ends, each counted as one
+    byte, up to the blank line that ends it) raises `LimitExceeded` as soon
     as the bound is passed, before it is parsed.
 
     Errors come in stream order, whatever the chunking: when a call finds a

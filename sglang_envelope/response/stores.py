@@ -1,22 +1,16 @@
 """An incremental stream's deltas as the answer holds them: kept, cut and written.
 
-The answer holds each field of `DELTA_FIELDS` as the concatenation of its
-deltas. `DeltaStore` is the interface and keeps them as Python objects (the
-text's pieces, the arrays' items), for `aggregate_sse`. Its variants:
+`DeltaStore` keeps each field of `DELTA_FIELDS` as Python objects (the text's
+pieces, the arrays' items: `aggregate_sse`). `JsonStore` turns each chunk's
+deltas into JSON text once and drops their objects (`aggregate_sse_bytes`),
+`CountStore` keeps only their counts (a relay in the engine's own mode), and
+`BufferStore` each field's JSON in one growing buffer (a relay to a
+cumulative client). Every store counts each field's entries (`total`).
 
-* `JsonStore` turns the deltas each chunk of the stream brought into JSON
-  text, once, and drops their objects: only the text lives to the end
-  (`aggregate_sse_bytes`); `CountStore` keeps only their counts (a relay in
-  the engine's own mode, whose final checks need no more);
-* `BufferStore` keeps each field's JSON in one growing buffer, which every
-  frame a relay writes to a cumulative client copies once.
-
-Every store counts each field's entries (`DeltaStore.total`), for mode
-detection and for the answer's final checks. A field's JSON goes around as
-the parts it joins to (per path, a list of bytes): a store's, or those
-`cut_deltas` cuts from a cumulative frame for an incremental client, as
-SGLang cuts them (``tokenizer_manager._slice_streaming_output_meta_info``).
-`splice` is the one writer of a frame with such parts spliced in.
+A field's JSON goes around as the parts it joins to (per path, a list of
+bytes): a store's, or those `cut_deltas` cuts from a cumulative frame for an
+incremental client, as SGLang cuts them. `splice` is the one writer of a
+frame with such parts spliced in.
 """
 
 from __future__ import annotations
