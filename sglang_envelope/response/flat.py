@@ -257,9 +257,10 @@ def _from_json(
             f"{key} must hold rows * k = {show_value(count)} numbers, got {len(items)}"
         )
     if not types.issuperset(map(type, items)):
-        index, bad = next((i, v) for i, v in enumerate(items) if type(v) not in types)
         expected = " or ".join(sorted(t.__name__ for t in types))
-        raise ResponseError(f"{key}[{index}] must be {expected}, got {show_value(bad)}")
+        _reject(
+            list(items), lambda i: f"{key}[{i}]", expected, lambda v: type(v) in types
+        )
     if type(None) in types and None in items:  # orjson's null for NaN and ±Infinity
         return tuple(math.nan if item is None else item for item in items)
     return tuple(items)
@@ -429,7 +430,7 @@ def _fits_double(value: float) -> bool:
 
 
 def _reject(
-    items: list[Any],
+    items: Sequence[Any],
     where: Callable[[int], str],
     expected: str,
     ok: Callable[[Any], bool],

@@ -17,7 +17,6 @@ __all__ = [
     "CONSISTENCY",
     "check_consistency",
     "check_unary_object",
-    "cumulative_count_fits",
     "decode_frame",
     "decode_json",
     "engine_error",
@@ -179,19 +178,3 @@ def check_unary_object(response: Any, what: str, meta_path: str = "meta_info") -
         raise ResponseError(f"{what} has no meta_info")
     if type(meta) is not dict:
         raise expected(meta_path, "an object", meta)
-
-
-def cumulative_count_fits(
-    count: int, array: list[Any], path: str, meta: dict[str, Any]
-) -> bool:
-    """Whether a cumulative frame's `array` fits its `count`.
-
-    SGLang's cumulative middle frames carry ``output_ids`` as a reference to the
-    request's growing list (``tokenizer_manager._handle_batch_output``, "pass
-    reference (no copy)"), serialized only when the HTTP server writes the frame:
-    by then it may hold ids past the frame's ``completion_tokens``. The terminal
-    frame carries a copy, exact.
-    """
-    if path == "output_ids" and meta.get("finish_reason") is None:
-        return count <= len(array)
-    return count == len(array)

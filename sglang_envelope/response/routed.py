@@ -46,9 +46,7 @@ DEFAULT_MAX_ROUTED_EXPERTS = 1 << 24
 
 _INT32 = 4  # bytes an expert id takes on the wire
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
-_SWAP = sys.byteorder == "big"  # the wire is little-endian
-if array("i").itemsize != _INT32:  # pragma: no cover
-    raise ImportError("sglang_envelope needs a 4-byte C int")
+_SWAP = sys.byteorder == "big"  # the wire is little-endian (flat checks the C int's size)
 
 
 def row_width(layers: object, top_k: object) -> int:
@@ -145,9 +143,7 @@ def encode_routed_experts(rows: Sequence[Sequence[Sequence[int]]]) -> str:
         bad = next(
             (i for i, e in enumerate(flat) if not _INT32_MIN <= e <= _INT32_MAX), None
         )
-    if (
-        bad is not None and shape is not None
-    ):  # an entry exists, so rows[0] gave the shape
+    if bad is not None and shape is not None:  # an entry exists: rows[0] gave the shape
         position, at = divmod(bad, shape[0] * shape[1])
         where = f"rows[{position}][{at // shape[1]}][{at % shape[1]}]"
         raise EnvelopeError(
