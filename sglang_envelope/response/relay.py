@@ -348,10 +348,9 @@ class _Relay:
                 self._last = payloads[-1]
             return _as_received(payloads)
         fields = frame_fields(payloads[-1])
-        return b"" if fields is None else self._to_incremental(fields)
-
-    def _to_incremental(self, fields: dict[str, Any]) -> bytes:
-        """The frame SGLang's incremental mode would send after the last one sent."""
+        if fields is None:
+            return b""
+        # To incremental: the frame SGLang would send after the last one sent.
         if self._last is not None:  # sent as received: what a cumulative reading sent
             last = frame_fields(self._last)
             self._sent = {} if last is None else cut_deltas(last, {}, {})

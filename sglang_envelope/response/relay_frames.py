@@ -58,9 +58,8 @@ class FrameRelay:
             if core.finished:
                 core.checked_terminal(said_done=False)
         except EngineError as exc:
-            if core.finished:  # an abort with a status: SGLang streams it as a frame
-                return [self._shaped(frame)]
-            return self._failed(exc)
+            if not core.finished:  # else an abort with a status, streamed as a frame
+                return self._failed(exc)
         except ResponseError as exc:
             return self._failed(exc)
         return [self._shaped(frame)]

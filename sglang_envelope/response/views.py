@@ -119,16 +119,6 @@ def _delta_fields(in_meta: bool) -> list[_Field]:
     ]
 
 
-def _meta_fields() -> list[_Field]:
-    """The incremental view's meta_info: no finish reason, deltas typed, the rest Any."""
-    deltas = {field[0]: field for field in _delta_fields(True)}
-    finish: _Field = ("finish_reason", None, None)
-    return [
-        finish if key == "finish_reason" else deltas.get(key, (key, Any, UNSET))
-        for key in _SGLANG_META_KEYS
-    ]
-
-
 _MIDDLE: Final[list[_Field]] = [("error", None, None), ("object", None, None)]
 _INDEX: Final[dict[bool, _Field]] = {
     False: ("index", UnsetType, UNSET),
@@ -155,9 +145,17 @@ def _incremental(
     """The incremental view's decoder, declaring SGLang 0.5.23's keys and those a stream
     taught it (`top`, `meta`: `MiddleReader`); a few such sets are kept, since each
     costs about 0.4 ms to make."""
-    meta_fields, meta_names = _learned(meta)
+    # meta_info: no finish reason, the deltas typed, every other key any JSON.
+    deltas = {field[0]: field for field in _delta_fields(True)}
+    meta_fields: list[_Field] = [
+        ("finish_reason", None, None)
+        if key == "finish_reason"
+        else deltas.get(key, (key, Any, UNSET))
+        for key in _SGLANG_META_KEYS
+    ]
+    learned, meta_names = _learned(meta)
     meta_view = _view(
-        "_IncrementalMeta", _meta_fields() + meta_fields, strict=True, rename=meta_names
+        "_IncrementalMeta", meta_fields + learned, strict=True, rename=meta_names
     )
     top_fields, top_names = _learned(top)
     fields = [*_delta_fields(False), ("meta_info", meta_view), *_MIDDLE, _INDEX[indexed]]
