@@ -169,9 +169,9 @@ def aggregate_frames(
     ``choices=N`` reads a stream of N sequences (`ChoicesAggregator`) and
     returns their answers in index order.
     """
-    sink = _frame_sink(incremental, choices)
+    sink = _sink(incremental, choices)
     feed_all(frames, "aggregate_frames frames", sink.add)
-    return sink.result()
+    return _answer(sink, said_done=False)
 
 
 @overload
@@ -215,11 +215,10 @@ def aggregate_sse(
     ``choices=N`` reads SGLang's stream of N sequences (a batch, or n > 1):
     the answers in index order, each as `ChoicesAggregator` reads it.
     """
-    reader = _sse_reader(
-        "aggregate_sse", incremental, max_bytes, max_event_bytes, choices
-    )
+    sink = _sink(incremental, choices)
+    reader = SseReader("aggregate_sse", sink, max_bytes, max_event_bytes)
     feed_all(chunks, "aggregate_sse chunks", reader.feed)
-    return _sse_answer(reader)
+    return _answer(sink, said_done=reader.close())
 
 
 @overload
@@ -249,10 +248,10 @@ async def aggregate_sse_async(
     choices: int | None = None,
 ) -> GenerateResponse | list[GenerateResponse]:
     """`aggregate_sse` for an async iterable of chunks: same answer, same errors."""
-    what = "aggregate_sse_async"
-    reader = _sse_reader(what, incremental, max_bytes, max_event_bytes, choices)
-    await afeed_all(chunks, f"{what} chunks", reader.feed)
-    return _sse_answer(reader)
+    sink = _sink(incremental, choices)
+    reader = SseReader("aggregate_sse_async", sink, max_bytes, max_event_bytes)
+    await afeed_all(chunks, "aggregate_sse_async chunks", reader.feed)
+    return _answer(sink, said_done=reader.close())
 
 
 @overload
@@ -274,43 +273,27 @@ async def aggregate_frames_async(
 ) -> GenerateResponse | list[GenerateResponse]:
     """`aggregate_frames` for an async iterable of frames as an in-process SGLang engine
     yields them (``tokenizer_manager.generate_request``): same answer, same errors."""
-    sink = _frame_sink(incremental, choices)
+    sink = _sink(incremental, choices)
     await afeed_all(frames, "aggregate_frames_async frames", sink.add)
-    return sink.result()
+    return _answer(sink, said_done=False)
 
 
-def _frame_sink(
+def _sink(
     incremental: bool | None, choices: int | None
-) -> StreamAggregator | ChoicesAggregator:
-    """What decoded frames are added to: one sequence's aggregator, or `choices`'."""
+) -> StreamCore[DeltaStore] | ChoicesAggregator:
+    """What a stream's frames are added to: one sequence's core, or `choices`'."""
     if choices is None:
-        return StreamAggregator(incremental=incremental)
+        return StreamCore(incremental, DeltaStore())
     return ChoicesAggregator(choices, incremental=incremental)
 
 
-def _sse_reader(
-    what: str,
-    incremental: bool | None,
-    max_bytes: int,
-    max_event_bytes: int,
-    choices: int | None,
-) -> SseReader:
-    """The reader of an SSE answer into one stream core, or into `choices` of them."""
-    if choices is None:
-        sink: StreamCore[DeltaStore] | ChoicesAggregator = StreamCore(
-            incremental, DeltaStore()
-        )
-    else:
-        sink = ChoicesAggregator(choices, incremental=incremental)
-    return SseReader(what, sink, max_bytes, max_event_bytes)
-
-
-def _sse_answer(reader: SseReader) -> GenerateResponse | list[GenerateResponse]:
-    """The answer `reader` read (`_sse_reader`), once the stream's end is checked."""
-    said_done = reader.close()
-    if isinstance(reader.core, ChoicesAggregator):
-        return reader.core.result(said_done=said_done)
-    return answer(cast(StreamCore[DeltaStore], reader.core), said_done=said_done)
+def _answer(
+    sink: StreamCore[DeltaStore] | ChoicesAggregator, *, said_done: bool
+) -> GenerateResponse | list[GenerateResponse]:
+    """The answer of the frames added to `sink` (`_sink`)."""
+    if isinstance(sink, ChoicesAggregator):
+        return sink.result(said_done=said_done)
+    return answer(sink, said_done=said_done)
 
 
 def answer_bytes(core: StreamCore[JsonStore], *, said_done: bool) -> bytes:
