@@ -348,22 +348,15 @@ def encode_flat_top_logprobs(
         _reject(values, where, "a float logprob", lambda v: type(v) in _NUMBERS)
     if not _INTS.issuperset(map(type, token_ids)):
         _reject(token_ids, where, "an int token id", lambda i: type(i) is int)
-    shape = [len(nested) - null_prefix, k]
-    if not b64:
-        return {
-            keys["val_flat"]: values,
-            keys["idx_flat"]: token_ids,
-            keys["shape"]: shape,
-            keys["null_prefix"]: null_prefix,
-        }
-    val_b64, idx_b64 = _base64_arrays(values, token_ids, where)
+    data: tuple[object, ...]
+    if b64:
+        data = (*_base64_arrays(values, token_ids, where), *_DTYPES.values())
+    else:
+        data = (values, token_ids)
+    suffixes = (_B64_FORM if b64 else _JSON_FORM) + _LAYOUT  # in SGLang's order
+    layout = ([len(nested) - null_prefix, k], null_prefix)
     return {
-        keys["val_flat_b64"]: val_b64,
-        keys["idx_flat_b64"]: idx_b64,
-        keys["val_flat_b64_dtype"]: "float32",
-        keys["idx_flat_b64_dtype"]: "int32",
-        keys["shape"]: shape,
-        keys["null_prefix"]: null_prefix,
+        keys[key]: value for key, value in zip(suffixes, (*data, *layout), strict=True)
     }
 
 
