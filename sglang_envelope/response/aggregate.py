@@ -38,7 +38,7 @@ from sglang_envelope.response.core import (
 from sglang_envelope.response.frames import check_unary_object, decode_json, engine_error
 from sglang_envelope.response.sources import afeed_all, feed_all
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, check_bound
-from sglang_envelope.response.stores import DeltaStore, JsonStore, splice_parts, written
+from sglang_envelope.response.stores import DeltaStore, JsonStore, splice, written
 from sglang_envelope.response.types import GenerateResponse
 from sglang_envelope.response.views import DELTA_FIELDS
 
@@ -307,7 +307,7 @@ def answer_bytes(core: StreamCore[JsonStore], *, said_done: bool) -> bytes:
     if core.incremental is False:
         return _ENCODE(terminal)
     values = core.store.take_values()  # the pieces now live only in `values`
-    parts = splice_parts(terminal, values, b"", b"")
+    parts = splice(terminal, values, b"", b"")
     values.clear()  # and now only in `parts`
     return written(parts)
 
@@ -338,10 +338,9 @@ async def aggregate_sse_bytes_async(
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> bytes:
     """`aggregate_sse_bytes` for an async iterable of chunks."""
-    what = "aggregate_sse_bytes_async"
     core = StreamCore(incremental, JsonStore())
-    reader = SseReader(what, core, max_bytes, max_event_bytes)
-    await afeed_all(chunks, f"{what} chunks", reader.feed)
+    reader = SseReader("aggregate_sse_bytes_async", core, max_bytes, max_event_bytes)
+    await afeed_all(chunks, "aggregate_sse_bytes_async chunks", reader.feed)
     return answer_bytes(core, said_done=reader.close())
 
 

@@ -187,10 +187,10 @@ class _Relay:
         After a failure they end with the error frame and ``[DONE]``, and
         `ended` is true: feed nothing more.
         """
+        chunk, limit_error = self._reader.bounded(chunk)
         # Frames may go out unparsed once the mode is known and is the client's.
         if not self._core.finished and self._core.incremental is self._client:
-            return self._pass(chunk)
-        chunk, limit_error = self._reader.bounded(chunk)
+            return self._pass(chunk, limit_error)
         # For a cumulative client, the chunk's last frame keeps its JSON (`_output`).
         keep_last = self._buffers is not None
         payloads, error, kept = self._reader.admit(chunk, keep_last=keep_last)
@@ -207,10 +207,9 @@ class _Relay:
             error = error or exc
         return self._ending(out, error)
 
-    def _pass(self, chunk: BytesLike) -> list[bytes]:
+    def _pass(self, chunk: BytesLike, limit_error: ResponseError | None) -> list[bytes]:
         """`feed` once frames go out unparsed: the frames the bytes cannot vouch for are
         parsed and checked (`unparsed_middle`), every event is framed and bounded."""
-        chunk, limit_error = self._reader.bounded(chunk)
         decoder = self._reader.decoder
         events = decoder.feed_sglang_events(chunk)
         if events is not None:
@@ -342,7 +341,8 @@ class _Relay:
             fields = frame_fields(payloads[-1]) if kept is None else kept
             if fields is None:
                 return b""
-            return splice(fields, self._buffers.values(), b"data: ", b"\n\n", owned=True)
+            kept_json = self._buffers.values()
+            return b"".join(splice(fields, kept_json, b"data: ", b"\n\n", owned=True))
         if self._sends_as_received():
             if self._core.incremental is None:  # kept in case a cut follows
                 self._last = payloads[-1]
@@ -357,7 +357,7 @@ class _Relay:
             self._last = None
         values: dict[str, list[BytesLike]] = {}
         sent = cut_deltas(fields, self._sent, values)
-        out = splice(fields, values, b"data: ", b"\n\n")
+        out = b"".join(splice(fields, values, b"data: ", b"\n\n"))
         self._sent = sent  # the next delta starts here
         return out
 

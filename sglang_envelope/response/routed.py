@@ -108,7 +108,10 @@ def decode_routed_experts(
             "not a whole number of rows "
             f"of {layers} layers x {top_k} experts"
         )
-    ids = _native_ints(raw).tolist()
+    ints = array("i", raw)
+    if _SWAP:  # pragma: no cover - little-endian machines
+        ints.byteswap()
+    ids = ints.tolist()
     return [
         [ids[at : at + top_k] for at in range(row, row + layers * top_k, top_k)]
         for row in range(0, len(ids), layers * top_k)
@@ -183,13 +186,6 @@ def _max_ids(value: object) -> int:
     if type(value) is not int or value < 0:
         raise EnvelopeError(f"max_ids must be an integer >= 0, got {show_value(value)}")
     return value
-
-
-def _native_ints(raw: bytes) -> array[int]:
-    ints = array("i", raw)
-    if _SWAP:  # pragma: no cover - little-endian machines
-        ints.byteswap()
-    return ints
 
 
 def _is_sequence(value: object) -> bool:

@@ -33,7 +33,6 @@ __all__ = [
     "JsonStore",
     "cut_deltas",
     "splice",
-    "splice_parts",
     "written",
 ]
 
@@ -294,29 +293,17 @@ def splice(
     suffix: bytes,
     *,
     owned: bool = False,
-) -> bytes:
-    """`frame` as JSON between `prefix` and `suffix`, each `DELTA_FIELDS` path of `values`
-    holding the JSON its parts join to.
+) -> list[BytesLike]:
+    """The parts of `frame` as JSON between `prefix` and `suffix`, each `DELTA_FIELDS`
+    path of `values` holding the JSON its parts join to: joined, or `written`.
 
     A field keeps its place among the frame's keys; one the frame lacks goes
     last in its object, as SGLang's ``_coalesce_streaming_chunks`` puts it.
     msgspec writes the frame with numbered NUL-delimited marks where the values
-    go (JSON text holds no raw NUL) and the parts are joined in: each byte of
-    them is copied once. With `owned`, `frame` and its ``meta_info`` are the caller's to
+    go (JSON text holds no raw NUL) and the parts go between: each byte of them
+    is copied once. With `owned`, `frame` and its ``meta_info`` are the caller's to
     write over (one read for this, `frame_fields`): the marks go into them, uncopied.
     """
-    return b"".join(splice_parts(frame, values, prefix, suffix, owned=owned))
-
-
-def splice_parts(
-    frame: dict[str, Any],
-    values: dict[str, list[BytesLike]],
-    prefix: bytes,
-    suffix: bytes,
-    *,
-    owned: bool = False,
-) -> list[BytesLike]:
-    """The parts `splice` joins (for `written`)."""
     if owned:
         top = frame
         meta = frame["meta_info"]
