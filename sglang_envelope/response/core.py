@@ -29,6 +29,7 @@ from sglang_envelope.errors.exceptions import (
 )
 from sglang_envelope.response.frames import (
     CONSISTENCY,
+    JSON_TYPES,
     abort_error,
     check_consistency,
     decode_frame,
@@ -40,7 +41,6 @@ from sglang_envelope.response.stores import DeltaStore
 from sglang_envelope.response.types import GenerateResponse
 from sglang_envelope.response.views import (
     DELTA_ROWS,
-    JSON_TYPE_NAMES,
     MiddleReader,
     frame_fields,
     same_json,
@@ -48,7 +48,6 @@ from sglang_envelope.response.views import (
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
-    "Admitted",
     "SseReader",
     "StreamCore",
     "answer",
@@ -383,7 +382,7 @@ def _deltas(frame: dict[str, Any], meta: dict[str, Any]) -> list[tuple[str, Any]
         if value is UNSET:
             continue
         if type(value) is not kind:
-            raise expected(path, JSON_TYPE_NAMES[kind], value)
+            raise expected(path, JSON_TYPES[kind], value)
         found.append((path, value))
     return found
 

@@ -15,6 +15,7 @@ from sglang_envelope.errors.exceptions import EngineError, ResponseError, show_v
 
 __all__ = [
     "CONSISTENCY",
+    "JSON_TYPES",
     "check_consistency",
     "check_unary_object",
     "decode_frame",
@@ -27,7 +28,7 @@ __all__ = [
 _DECODER: Final = msgspec.json.Decoder()
 _MISSING: Final = object()
 
-_JSON_TYPES: Final[dict[type, str]] = {
+JSON_TYPES: Final[dict[type, str]] = {
     dict: "an object",
     list: "an array",
     str: "a string",
@@ -76,7 +77,7 @@ def decode_frame(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
 
 def json_type(value: object) -> str:
     """The JSON name of a decoded value's type, for error messages."""
-    return _JSON_TYPES.get(type(value), type(value).__name__)
+    return JSON_TYPES.get(type(value), type(value).__name__)
 
 
 def expected(path: str, what: str, value: object) -> ResponseError:

@@ -27,7 +27,6 @@ T = TypeVar("T")
 __all__ = [
     "aclose_source",
     "afeed_all",
-    "close_source",
     "feed_all",
     "open_async_source",
     "open_source",

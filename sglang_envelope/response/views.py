@@ -23,13 +23,9 @@ from sglang_envelope.response.sse import Payload
 __all__ = [
     "DELTA_FIELDS",
     "DELTA_ROWS",
-    "JSON_TYPE_NAMES",
-    "NOT_TERMINAL",
-    "VIEW_ERRORS",
     "MiddleReader",
     "frame_fields",
     "one_line",
-    "plain",
     "same_json",
     "unparsed_middle",
     "unparsed_middles",
@@ -58,7 +54,6 @@ deltas, and the way its ``_coalesce_streaming_chunks`` merges queued chunks.
 DELTA_ROWS: Final = tuple(
     (path, path.rpartition(".")[2], "." in path, kind) for path, kind in DELTA_FIELDS
 )
-JSON_TYPE_NAMES: Final[dict[type, str]] = {str: "a string", list: "an array"}
 
 # Typed views of a middle frame, built from DELTA_FIELDS (see the module's
 # docstring). A view decodes only what a middle frame may be: no error, no
