@@ -220,10 +220,9 @@ def _routed_experts(
         if rows == 0 or not decode_raw:
             return str(decode_meta[ROUTED_EXPERTS])
         raise ResponseError(
-            f"the decode response's routed_experts has {rows} prompt rows, "
-            "which a decode "
-            "server fills with zeros, and the prefill response has no routed_experts to "
-            "replace them: ask both legs for return_routed_experts"
+            f"the decode response's routed_experts has {rows} prompt rows, which a "
+            "decode server fills with zeros, and the prefill response has no "
+            "routed_experts to replace them: ask both legs for return_routed_experts"
         )
     prefill_raw = _raw(prefill_meta, "prefill_response")
     if width is None and rows:
@@ -240,9 +239,8 @@ def _routed_experts(
         )
     if width and (len(decode_raw) % width or len(decode_raw) < len(prefill_raw)):
         raise ResponseError(
-            "the decode response's routed_experts has "
-            f"{len(decode_raw)} bytes, not rows of "
-            f"{width} bytes from its {rows} prompt rows on"
+            f"the decode response's routed_experts has {len(decode_raw)} bytes, not "
+            f"rows of {width} bytes from its {rows} prompt rows on"
         )
     joined = prefill_raw + decode_raw[len(prefill_raw) :]
     return binascii.b2a_base64(joined, newline=False).decode("ascii")

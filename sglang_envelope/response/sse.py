@@ -254,7 +254,10 @@ class SseDecoder:
             self._partial = bytearray()
             lines[0] = bytes(partial)
         self._read(lines, payloads)
-        self._keep(last)
+        if last:  # the start of an unfinished line, held within the bound
+            if self._event_bytes + len(self._partial) + len(last) > self._max_event_bytes:
+                raise self._too_big()
+            self._partial += last
 
     def _read(self, lines: list[Any], payloads: list[Payload]) -> None:
         """Apply complete lines (without their line ends) by the WHATWG rules."""
@@ -299,14 +302,6 @@ class SseDecoder:
             return b""
         self._head = None
         return head[len(_BOM) :] if head.startswith(_BOM) else head
-
-    def _keep(self, data: bytes) -> None:
-        """Hold the start of an unfinished line, within the bound."""
-        if not data:
-            return
-        if self._event_bytes + len(self._partial) + len(data) > self._max_event_bytes:
-            raise self._too_big()
-        self._partial += data
 
     def _too_big(self) -> LimitExceeded:
         limit = self._max_event_bytes
