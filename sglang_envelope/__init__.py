@@ -58,7 +58,7 @@ from sglang_envelope.response.aggregate import (
     parse_unary,
 )
 from sglang_envelope.response.types import GenerateResponse
-from sglang_envelope.response.finalize import finalize_response
+from sglang_envelope.response.merge import finalize_response
 from sglang_envelope.response.relay import relay_sse, relay_sse_async
 
 # --- the serving loop ---

@@ -17,9 +17,8 @@ from sglang_envelope import (
     relay_sse,
 )
 from sglang_envelope.response.core import StreamCore
-from sglang_envelope.response.delta_cut import cut_deltas
 from sglang_envelope.response.sse import Payload
-from sglang_envelope.response.stores import DeltaStore
+from sglang_envelope.response.stores import DeltaStore, cut_deltas
 from sglang_envelope.stream import SSE_DONE, aggregate_sse_bytes, encode_sse
 
 

@@ -2,18 +2,12 @@
 
 A stream is read by the stream core (`core`: mode detection, checks, a typed
 view for each middle frame) with its deltas kept as Python objects
-(`stores.DeltaStore`); `StreamAggregator` is that core for frames the caller
-decoded, `aggregate_sse` for raw SSE bytes. `aggregate_sse_bytes` reads the
-same way into a store that keeps the deltas as JSON text (`stores.JsonStore`):
-the terminal frame is written with the texts spliced in (`stores.splice_parts`),
-piece by piece as the store lets go of each (`stores.written`), so that the
-store and the answer are never both whole. `parse_unary` reads a non-streaming
-body.
-
-Each asyncio reader takes any ``AsyncIterable`` the caller owns (an httpx
-``aiter_bytes()``, an in-process engine's frames) and feeds the same core as
-its synchronous twin, so both give the same answer and the same verdicts; the
-chunks' iterator is closed whenever reading stops (`sources`).
+(`stores.DeltaStore`): `StreamAggregator` for frames the caller decoded,
+`aggregate_sse` for raw SSE bytes. `aggregate_sse_bytes` keeps them as JSON
+text instead (`stores.JsonStore`, `answer_bytes`). `parse_unary` reads a
+non-streaming body. Each asyncio reader feeds the same core as its
+synchronous twin, so both give the same answer and the same verdicts; the
+caller's iterator is closed whenever reading stops (`sources`).
 """
 
 from __future__ import annotations
@@ -34,12 +28,17 @@ from sglang_envelope.response.choices import (
     check_choices,
     unary_choices,
 )
-from sglang_envelope.response.core import StreamCore, answer
+from sglang_envelope.response.core import (
+    DEFAULT_MAX_BYTES,
+    SseReader,
+    StreamCore,
+    answer,
+    too_big,
+)
 from sglang_envelope.response.frames import check_unary_object, decode_json, engine_error
-from sglang_envelope.response.reading import DEFAULT_MAX_BYTES, SseReader, too_big
 from sglang_envelope.response.sources import afeed_all, feed_all
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, BytesLike, check_bound
-from sglang_envelope.response.stores import DeltaStore, JsonStore, splice_parts, written
+from sglang_envelope.response.stores import DeltaStore, JsonStore, splice, written
 from sglang_envelope.response.types import GenerateResponse
 from sglang_envelope.response.views import DELTA_FIELDS
 
@@ -48,9 +47,7 @@ UnaryObject = dict[str, Any] | list[dict[str, Any]]
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
-    "DEFAULT_MAX_EVENT_BYTES",
     "DELTA_FIELDS",
-    "ChoicesAggregator",
     "StreamAggregator",
     "aggregate_frames",
     "aggregate_frames_async",
@@ -58,7 +55,6 @@ __all__ = [
     "aggregate_sse_async",
     "aggregate_sse_bytes",
     "aggregate_sse_bytes_async",
-    "answer",
     "answer_bytes",
     "parse_unary",
 ]
@@ -173,9 +169,9 @@ def aggregate_frames(
     ``choices=N`` reads a stream of N sequences (`ChoicesAggregator`) and
     returns their answers in index order.
     """
-    sink = _frame_sink(incremental, choices)
+    sink = _sink(incremental, choices)
     feed_all(frames, "aggregate_frames frames", sink.add)
-    return sink.result()
+    return _answer(sink, said_done=False)
 
 
 @overload
@@ -219,11 +215,10 @@ def aggregate_sse(
     ``choices=N`` reads SGLang's stream of N sequences (a batch, or n > 1):
     the answers in index order, each as `ChoicesAggregator` reads it.
     """
-    reader = _sse_reader(
-        "aggregate_sse", incremental, max_bytes, max_event_bytes, choices
-    )
+    sink = _sink(incremental, choices)
+    reader = SseReader("aggregate_sse", sink, max_bytes, max_event_bytes)
     feed_all(chunks, "aggregate_sse chunks", reader.feed)
-    return _sse_answer(reader)
+    return _answer(sink, said_done=reader.close())
 
 
 @overload
@@ -253,10 +248,10 @@ async def aggregate_sse_async(
     choices: int | None = None,
 ) -> GenerateResponse | list[GenerateResponse]:
     """`aggregate_sse` for an async iterable of chunks: same answer, same errors."""
-    what = "aggregate_sse_async"
-    reader = _sse_reader(what, incremental, max_bytes, max_event_bytes, choices)
-    await afeed_all(chunks, f"{what} chunks", reader.feed)
-    return _sse_answer(reader)
+    sink = _sink(incremental, choices)
+    reader = SseReader("aggregate_sse_async", sink, max_bytes, max_event_bytes)
+    await afeed_all(chunks, "aggregate_sse_async chunks", reader.feed)
+    return _answer(sink, said_done=reader.close())
 
 
 @overload
@@ -278,43 +273,27 @@ async def aggregate_frames_async(
 ) -> GenerateResponse | list[GenerateResponse]:
     """`aggregate_frames` for an async iterable of frames as an in-process SGLang engine
     yields them (``tokenizer_manager.generate_request``): same answer, same errors."""
-    sink = _frame_sink(incremental, choices)
+    sink = _sink(incremental, choices)
     await afeed_all(frames, "aggregate_frames_async frames", sink.add)
-    return sink.result()
+    return _answer(sink, said_done=False)
 
 
-def _frame_sink(
+def _sink(
     incremental: bool | None, choices: int | None
-) -> StreamAggregator | ChoicesAggregator:
-    """What decoded frames are added to: one sequence's aggregator, or `choices`'."""
+) -> StreamCore[DeltaStore] | ChoicesAggregator:
+    """What a stream's frames are added to: one sequence's core, or `choices`'."""
     if choices is None:
-        return StreamAggregator(incremental=incremental)
+        return StreamCore(incremental, DeltaStore())
     return ChoicesAggregator(choices, incremental=incremental)
 
 
-def _sse_reader(
-    what: str,
-    incremental: bool | None,
-    max_bytes: int,
-    max_event_bytes: int,
-    choices: int | None,
-) -> SseReader:
-    """The reader of an SSE answer into one stream core, or into `choices` of them."""
-    if choices is None:
-        sink: StreamCore[DeltaStore] | ChoicesAggregator = StreamCore(
-            incremental, DeltaStore()
-        )
-    else:
-        sink = ChoicesAggregator(choices, incremental=incremental)
-    return SseReader(what, sink, max_bytes, max_event_bytes)
-
-
-def _sse_answer(reader: SseReader) -> GenerateResponse | list[GenerateResponse]:
-    """The answer `reader` read (`_sse_reader`), once the stream's end is checked."""
-    said_done = reader.close()
-    if isinstance(reader.core, ChoicesAggregator):
-        return reader.core.result(said_done=said_done)
-    return answer(cast(StreamCore[DeltaStore], reader.core), said_done=said_done)
+def _answer(
+    sink: StreamCore[DeltaStore] | ChoicesAggregator, *, said_done: bool
+) -> GenerateResponse | list[GenerateResponse]:
+    """The answer of the frames added to `sink` (`_sink`)."""
+    if isinstance(sink, ChoicesAggregator):
+        return sink.result(said_done=said_done)
+    return answer(sink, said_done=said_done)
 
 
 def answer_bytes(core: StreamCore[JsonStore], *, said_done: bool) -> bytes:
@@ -328,7 +307,7 @@ def answer_bytes(core: StreamCore[JsonStore], *, said_done: bool) -> bytes:
     if core.incremental is False:
         return _ENCODE(terminal)
     values = core.store.take_values()  # the pieces now live only in `values`
-    parts = splice_parts(terminal, values, b"", b"")
+    parts = splice(terminal, values, b"", b"")
     values.clear()  # and now only in `parts`
     return written(parts)
 
@@ -359,10 +338,9 @@ async def aggregate_sse_bytes_async(
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> bytes:
     """`aggregate_sse_bytes` for an async iterable of chunks."""
-    what = "aggregate_sse_bytes_async"
     core = StreamCore(incremental, JsonStore())
-    reader = SseReader(what, core, max_bytes, max_event_bytes)
-    await afeed_all(chunks, f"{what} chunks", reader.feed)
+    reader = SseReader("aggregate_sse_bytes_async", core, max_bytes, max_event_bytes)
+    await afeed_all(chunks, "aggregate_sse_bytes_async chunks", reader.feed)
     return answer_bytes(core, said_done=reader.close())
 
 

@@ -1,17 +1,11 @@
 """SGLang's answer of many sequences: a batch of prompts, or n > 1 samples each.
 
-SGLang answers such a request (``tokenizer_manager._handle_batch_request``)
-with one sequence per prompt and sample, index ``i * n + j``. A stream
-interleaves the sequences' frames in any order, each frame one sequence's
-with ``"index": k`` added as its last key, and ends with one ``[DONE]``; a
-unary answer is a JSON array of the sequences' answers in index order, none
-with an ``index``.
-
-`ChoicesAggregator` gives each index its own stream core (`core.StreamCore`,
-the one single-sequence reader), made when the index's first frame comes: a
-frame goes to its index's core without its ``index``, so each answer equals
-SGLang's unary element. `aggregate_sse`, `aggregate_sse_async`,
-`aggregate_frames` and `parse_unary` use it when given ``choices=``.
+A stream interleaves the sequences' frames, each with ``"index": k`` added as
+its last key, and ends with one ``[DONE]``; a unary answer is a JSON array of
+the sequences' answers in index order (docs/responses.md, Many sequences).
+`ChoicesAggregator` gives each index its own stream core (`core.StreamCore`),
+made at the index's first frame, and each frame goes to it without its
+``index``, so that each answer equals SGLang's unary element.
 """
 
 from __future__ import annotations
@@ -123,7 +117,7 @@ class ChoicesAggregator:
         core = self._cores.get(index)
         if core is None:
             core = StreamCore(self._incremental, DeltaStore())
-        self._cores[index] = core
+            self._cores[index] = core
         rest = dict(frame)
         del rest["index"]
         try:
@@ -180,15 +174,10 @@ def unary_choices(response: Any, choices: int) -> list[GenerateResponse]:
     It must be a JSON array of exactly `choices` objects, each checked as
     `parse_unary` checks one generation's object (`ResponseError` naming ``[k]``).
     """
-    if type(response) is not list:
+    if type(response) is not list or len(response) != choices:
+        got = len(response) if type(response) is list else json_type(response)
         raise ResponseError(
-            f"the response body: expected a JSON array of {choices} sequences, "
-            f"got {json_type(response)}"
-        )
-    if len(response) != choices:
-        raise ResponseError(
-            f"the response body: expected a JSON array of {choices} sequences, "
-            f"got {len(response)}"
+            f"the response body: expected a JSON array of {choices} sequences, got {got}"
         )
     for index, item in enumerate(response):
         if type(item) is dict and (error := engine_error(item)) is not None:

@@ -1,53 +1,67 @@
 """The stream core: one generation's frames, read in order into its answer.
 
-SGLang streams in one of two modes (``srt/managers/tokenizer_manager.py``):
-
-* cumulative, its default: every frame holds everything so far, so the
-  terminal frame is the answer;
-* incremental (server flag ``incremental_streaming_output``, which Dynamo
-  requires): the fields in `DELTA_FIELDS` hold only what is new and are
-  concatenated; every other field is the last frame's.
-
-The mode is read from the frames unless the caller gives it. The terminal
-frame is the one whose ``meta_info.finish_reason`` is not null.
+SGLang streams in one of two modes, cumulative (its default: every frame holds
+everything so far) or incremental (the fields of `DELTA_FIELDS` hold only what
+is new); the mode is read from the frames unless the caller gives it, and the
+terminal frame is the one whose ``meta_info.finish_reason`` is not null (see
+docs/responses.md, Stream modes).
 
 `StreamCore` admits each frame, detects the mode, keeps the deltas in its
-store (`stores`) and makes the answer's final checks; `reading.SseReader`
-feeds it a stream's SSE bytes within their bounds. Every frame is decoded
-once: once the mode is known, a middle frame is read by the stream's
-`MiddleReader` (a typed view with the full decoder's verdict); the terminal
-frame, and anything the view cannot read, is decoded in full. `aggregate`
-and `relay` use only the public methods below.
+store (`stores`) and makes the answer's final checks; `SseReader` feeds it a
+stream's SSE bytes within their bounds. Every frame is decoded once: once the
+mode is known, a middle frame is read by the stream's `MiddleReader` (a typed
+view with the full decoder's verdict); the terminal frame, and anything the
+view cannot read, is decoded in full. `aggregate` and `relay` use only the
+public methods below.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, Generic, TypeVar, cast
+from typing import Any, Final, Generic, Protocol, TypeAlias, TypeVar, cast
 
 from msgspec import UNSET
 
-from sglang_envelope.errors.exceptions import EnvelopeError, ResponseError, show_value
+from sglang_envelope.errors.exceptions import (
+    EnvelopeError,
+    LimitExceeded,
+    ResponseError,
+    show_value,
+)
 from sglang_envelope.response.frames import (
     CONSISTENCY,
+    JSON_TYPES,
     abort_error,
     check_consistency,
-    cumulative_count_fits,
     decode_frame,
     engine_error,
     expected,
 )
-from sglang_envelope.response.sse import Payload
+from sglang_envelope.response.sse import BytesLike, Payload, SseDecoder, check_bound
 from sglang_envelope.response.stores import DeltaStore
 from sglang_envelope.response.types import GenerateResponse
 from sglang_envelope.response.views import (
     DELTA_ROWS,
-    JSON_TYPE_NAMES,
     MiddleReader,
     frame_fields,
     same_json,
 )
 
-__all__ = ["StreamCore", "answer", "check_modes"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "SseReader",
+    "StreamCore",
+    "answer",
+    "check_modes",
+    "too_big",
+]
+
+DEFAULT_MAX_BYTES: Final = 64 * 1024 * 1024
+"""The default bound on a whole stream or body: 64 MiB."""
+
+#: What `SseReader.admit` read: the data of the events admitted, in order, the fault
+#: that stopped it (None), and the kept keys of the last frame (`keep_last`).
+Admitted: TypeAlias = tuple[list[Payload], ResponseError | None, dict[str, Any] | None]
+
 
 #: `meta_info` keys SGLang sends only on a stream's first frame and at the end of its
 #: unary answer: the aggregated answer ends with them too, as SGLang's unary one does.
@@ -147,10 +161,28 @@ class StreamCore(Generic[S]):
         (`frame_fields`, `DeltaStore.add_raw`): those keys are returned.
         """
         end = len(payloads) - (keep_last and bool(payloads))
-        if end:
-            try:
-                self._add_run(payloads, 0, end)
-            finally:
+        at = 0
+        try:
+            # The middle frames the reader reads, their views given to the store a
+            # batch at a time (so that few are held at once); any other in full.
+            while at < end:
+                if self._count and self._terminal is None and self._mode is not None:
+                    read = self._reader.read
+                    stop = at + _BATCH if end - at > _BATCH else end
+                    views: list[Any] = []
+                    keep = views.append
+                    while at < stop and (view := read(payloads[at])) is not None:
+                        keep(view)
+                        at += 1
+                    self._count += len(views)
+                    if self._mode:
+                        self.store.add_views(views)
+                    if at == stop:
+                        continue
+                self.add(decode_frame(payloads[at]))
+                at += 1
+        finally:
+            if end:
                 self.store.end_chunk()
         if end == len(payloads):
             return None
@@ -224,27 +256,6 @@ class StreamCore(Generic[S]):
         check_consistency(terminal, meta, totals)
         return terminal
 
-    def _add_run(self, payloads: list[Payload], at: int, end: int) -> None:
-        """Add `payloads[at:end]`: the middle frames the reader reads, their views given
-        to the store a batch at a time (so that few are held at once), any other in
-        full."""
-        while at < end:
-            if self._count and self._terminal is None and self._mode is not None:
-                read = self._reader.read
-                stop = at + _BATCH if end - at > _BATCH else end
-                views: list[Any] = []
-                keep = views.append
-                while at < stop and (view := read(payloads[at])) is not None:
-                    keep(view)
-                    at += 1
-                self._count += len(views)
-                if self._mode:
-                    self.store.add_views(views)
-                if at == stop:
-                    continue
-            self.add(decode_frame(payloads[at]))
-            at += 1
-
     def _add_kept(self, payload: Payload) -> dict[str, Any] | None:
         """Add a middle frame of a stream known incremental through the view, keeping its
         keys' JSON; None, adding nothing, for any other frame or state."""
@@ -289,13 +300,10 @@ class StreamCore(Generic[S]):
     def _detect(self, frame: dict[str, Any], meta: dict[str, Any]) -> None:
         """Rule out the readings this frame contradicts; settle the mode if one is left.
 
-        SGLang counts every output token so far in both modes
-        (``completion_tokens`` is the length of the output ids sent up to
-        this frame; likewise the ``*_length`` keys), so a count is the total
-        of the deltas read incrementally and the frame's own array read
-        cumulatively. A cumulative frame also extends the previous one. Runs
-        before the frame's deltas are collected, so a frame that fails adds
-        nothing.
+        A count is the deltas' total read incrementally, the frame's own array
+        read cumulatively, and a cumulative frame extends the previous one
+        (docs/responses.md, Stream modes). Runs before the frame's deltas are
+        collected, so a frame that fails adds nothing.
         """
         fits = self._fits
         for count_key, path, unless in CONSISTENCY:
@@ -310,8 +318,11 @@ class StreamCore(Generic[S]):
                 fits[True] = (
                     f"meta_info.{count_key} is {shown} but {path} has {total} entries"
                 )
-            if fits[False] is None and not cumulative_count_fits(
-                count, array, path, meta
+            # A cumulative middle frame's output_ids may hold ids past its count: SGLang
+            # hands it over as the request's growing list ("pass reference (no copy)").
+            growing = path == "output_ids" and meta.get("finish_reason") is None
+            if fits[False] is None and (
+                count > len(array) if growing else count != len(array)
             ):
                 fits[False] = (
                     f"meta_info.{count_key} is {show_value(count)} "
@@ -371,7 +382,7 @@ def _deltas(frame: dict[str, Any], meta: dict[str, Any]) -> list[tuple[str, Any]
         if value is UNSET:
             continue
         if type(value) is not kind:
-            raise expected(path, JSON_TYPE_NAMES[kind], value)
+            raise expected(path, JSON_TYPES[kind], value)
         found.append((path, value))
     return found
 
@@ -389,3 +400,85 @@ def _not_extending(previous: dict[str, Any], frame: dict[str, Any]) -> str | Non
 def _begins_with(value: Any, start: Any) -> bool:
     """Whether a string or array `value` begins with `start` (of the same type)."""
     return len(value) >= len(start) and same_json(value[: len(start)], start)
+
+
+class FrameSink(Protocol):
+    """What `SseReader` reads into: a `StreamCore`, or the cores of a stream of many
+    sequences (`choices.ChoicesAggregator`)."""
+
+    @property
+    def frames(self) -> int: ...
+
+    def add_payloads(
+        self, payloads: list[Payload], *, keep_last: bool = False
+    ) -> dict[str, Any] | None: ...
+
+
+class SseReader:
+    """A stream's SSE bytes read within `max_bytes` into its `core`: feed, then close.
+
+    `decoder` is the stream's `SseDecoder`, for a relay that reads events
+    itself; every event it reads must then go to `core` or be counted.
+    """
+
+    __slots__ = ("_max_bytes", "_seen", "_what", "core", "decoder")
+
+    def __init__(
+        self, what: str, core: FrameSink, max_bytes: int, max_event_bytes: int
+    ) -> None:
+        check_bound("max_bytes", max_bytes)
+        self.decoder = SseDecoder(max_event_bytes=max_event_bytes)
+        self.core = core
+        self._max_bytes = max_bytes
+        self._seen = 0
+        self._what = what
+
+    def feed(self, chunk: BytesLike) -> None:
+        """Read the next chunk; bytes past `max_bytes` raise `LimitExceeded` unread."""
+        chunk, limit_error = self.bounded(chunk)
+        # The bytes within the bound still count, so that the first fault in the
+        # stream is the one raised, however it was cut into chunks.
+        error = self.admit(chunk)[1] or limit_error
+        if error is not None:
+            raise error
+
+    def bounded(self, chunk: BytesLike) -> tuple[BytesLike, LimitExceeded | None]:
+        """Count `chunk` against `max_bytes`: the part within the bound, and the error
+        when bytes past it were cut off (to raise once the part is read)."""
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            raise EnvelopeError(
+                f"{self._what} chunk: expected bytes, got {type(chunk).__name__}"
+            )
+        self._seen += len(chunk)
+        over = self._seen - self._max_bytes
+        if over > 0:
+            return chunk[: len(chunk) - over], too_big(self._max_bytes, "the stream")
+        return chunk, None
+
+    def admit(self, chunk: BytesLike, *, keep_last: bool = False) -> Admitted:
+        """Read `chunk` into the core: what it admitted.
+
+        The fault is the first in the stream: a frame's, else the decoder's.
+        """
+        core = self.core
+        before = core.frames
+        payloads: list[Payload] = []
+        try:
+            payloads = self.decoder.feed_payloads(chunk)
+            kept = core.add_payloads(payloads, keep_last=keep_last)
+            self.decoder.raise_pending()
+        except ResponseError as exc:
+            return payloads[: core.frames - before], exc, None
+        return payloads, None, kept
+
+    def close(self) -> bool:
+        """Check the stream ended between events; return whether it said ``[DONE]``."""
+        self.decoder.close()
+        return self.decoder.done
+
+
+def too_big(limit: int, what: str) -> LimitExceeded:
+    """The `LimitExceeded` for `what` past `max_bytes`."""
+    return LimitExceeded(
+        "max_bytes", limit, f"{what} is larger than max_bytes ({limit} bytes)"
+    )

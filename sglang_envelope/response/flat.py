@@ -1,16 +1,11 @@
 """The flat top-logprob fields of SGLang's `/generate` response, both ways.
 
-With `return_flat_raw_top_logprobs` (prompt side) or
-`return_flat_raw_output_top_logprobs` (output side), SGLang 0.5.23 replaces the
-nested `{side}_top_logprobs` rows of `meta_info` with one `[rows, k]` array of
-logprobs and one of token ids, either as JSON lists or, with
-`return_flat_raw_top_logprobs_b64`, as Base64 of little-endian float32 and
-int32. Leading positions without top logprobs are counted, not stored: covered
-position i, entry j lives at ``flat[(i - null_prefix) * k + j]``.
-
-`decode_flat_top_logprobs` reads those fields without a Python object per
-element; `encode_flat_top_logprobs` writes them exactly as SGLang's tokenizer
-manager does. See `docs/flat-logprobs.md`.
+SGLang 0.5.23 can write a side's top logprobs as one `[rows, k]` array of
+logprobs and one of token ids, as JSON lists or Base64 of little-endian
+float32 and int32, leading positions without top logprobs counted, not
+stored (docs/flat-logprobs.md). `decode_flat_top_logprobs` reads them without
+a Python object per element; `encode_flat_top_logprobs` writes them exactly
+as SGLang's tokenizer manager does.
 """
 
 from __future__ import annotations
@@ -262,9 +257,10 @@ def _from_json(
             f"{key} must hold rows * k = {show_value(count)} numbers, got {len(items)}"
         )
     if not types.issuperset(map(type, items)):
-        index, bad = next((i, v) for i, v in enumerate(items) if type(v) not in types)
         expected = " or ".join(sorted(t.__name__ for t in types))
-        raise ResponseError(f"{key}[{index}] must be {expected}, got {show_value(bad)}")
+        _reject(
+            list(items), lambda i: f"{key}[{i}]", expected, lambda v: type(v) in types
+        )
     if type(None) in types and None in items:  # orjson's null for NaN and ±Infinity
         return tuple(math.nan if item is None else item for item in items)
     return tuple(items)
@@ -352,22 +348,15 @@ def encode_flat_top_logprobs(
         _reject(values, where, "a float logprob", lambda v: type(v) in _NUMBERS)
     if not _INTS.issuperset(map(type, token_ids)):
         _reject(token_ids, where, "an int token id", lambda i: type(i) is int)
-    shape = [len(nested) - null_prefix, k]
-    if not b64:
-        return {
-            keys["val_flat"]: values,
-            keys["idx_flat"]: token_ids,
-            keys["shape"]: shape,
-            keys["null_prefix"]: null_prefix,
-        }
-    val_b64, idx_b64 = _base64_arrays(values, token_ids, where)
+    data: tuple[object, ...]
+    if b64:
+        data = (*_base64_arrays(values, token_ids, where), *_DTYPES.values())
+    else:
+        data = (values, token_ids)
+    suffixes = (_B64_FORM if b64 else _JSON_FORM) + _LAYOUT  # in SGLang's order
+    layout = ([len(nested) - null_prefix, k], null_prefix)
     return {
-        keys["val_flat_b64"]: val_b64,
-        keys["idx_flat_b64"]: idx_b64,
-        keys["val_flat_b64_dtype"]: "float32",
-        keys["idx_flat_b64_dtype"]: "int32",
-        keys["shape"]: shape,
-        keys["null_prefix"]: null_prefix,
+        keys[key]: value for key, value in zip(suffixes, (*data, *layout), strict=True)
     }
 
 
@@ -434,7 +423,7 @@ def _fits_double(value: float) -> bool:
 
 
 def _reject(
-    items: list[Any],
+    items: Sequence[Any],
     where: Callable[[int], str],
     expected: str,
     ok: Callable[[Any], bool],

@@ -15,9 +15,9 @@ from sglang_envelope.errors.exceptions import EngineError, ResponseError, show_v
 
 __all__ = [
     "CONSISTENCY",
+    "JSON_TYPES",
     "check_consistency",
     "check_unary_object",
-    "cumulative_count_fits",
     "decode_frame",
     "decode_json",
     "engine_error",
@@ -28,7 +28,7 @@ __all__ = [
 _DECODER: Final = msgspec.json.Decoder()
 _MISSING: Final = object()
 
-_JSON_TYPES: Final[dict[type, str]] = {
+JSON_TYPES: Final[dict[type, str]] = {
     dict: "an object",
     list: "an array",
     str: "a string",
@@ -77,7 +77,7 @@ def decode_frame(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
 
 def json_type(value: object) -> str:
     """The JSON name of a decoded value's type, for error messages."""
-    return _JSON_TYPES.get(type(value), type(value).__name__)
+    return JSON_TYPES.get(type(value), type(value).__name__)
 
 
 def expected(path: str, what: str, value: object) -> ResponseError:
@@ -179,19 +179,3 @@ def check_unary_object(response: Any, what: str, meta_path: str = "meta_info") -
         raise ResponseError(f"{what} has no meta_info")
     if type(meta) is not dict:
         raise expected(meta_path, "an object", meta)
-
-
-def cumulative_count_fits(
-    count: int, array: list[Any], path: str, meta: dict[str, Any]
-) -> bool:
-    """Whether a cumulative frame's `array` fits its `count`.
-
-    SGLang's cumulative middle frames carry ``output_ids`` as a reference to the
-    request's growing list (``tokenizer_manager._handle_batch_output``, "pass
-    reference (no copy)"), serialized only when the HTTP server writes the frame:
-    by then it may hold ids past the frame's ``completion_tokens``. The terminal
-    frame carries a copy, exact.
-    """
-    if path == "output_ids" and meta.get("finish_reason") is None:
-        return count <= len(array)
-    return count == len(array)

@@ -1,19 +1,14 @@
-"""Merge the prompt side of a prefill response into its decode response.
+"""A pair's answer made the client's: the prefill leg's prompt side merged into the
+decode leg's answer (`merge_prefill`), and the answer under the client's rid
+(`finalize_response`).
 
-In prefill/decode disaggregation the prefill worker computes the prompt and the
-decode worker generates the output. What the prompt computation gave, the decode
-worker's answer lacks or fills with zeros, where an aggregated server's answer
-has it:
-
-- the prompt's logprobs: the decode worker gets only the first output token's
-  logprobs from the prefill worker (``srt/disaggregation/decode.py``), yet its
-  tokenizer manager writes the prompt-side keys whenever logprobs were requested
-  (``tokenizer_manager.add_logprob_to_meta_info``): they arrive empty, not missing;
-- the prompt's rows of ``routed_experts``: the decode answer has every row, but
-  its prompt rows are zeros (seen on SGLang 0.5.23's pair); the prefill answer
-  has exactly the prompt's rows.
-
-`merge_prefill` gives the aggregated server's answer from the two.
+A decode worker's answer lacks what the prompt computation gave: its
+prompt-side logprob keys arrive empty (``tokenizer_manager.add_logprob_to_meta_info``
+writes them, the logprobs stay with prefill: ``srt/disaggregation/decode.py``)
+and its prompt rows of ``routed_experts`` are zeros (seen on SGLang 0.5.23's
+pair). See docs/responses.md (Prefill and decode). Merge and finalize commute:
+the id is not a prompt-side key, and merge drops the unavailable note exactly
+when it copies data, which is when finalize would not add it.
 """
 
 from __future__ import annotations
@@ -24,6 +19,8 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from sglang_envelope.errors.exceptions import EnvelopeError, ResponseError, show_value
+from sglang_envelope.request.engine import EngineRequest, Role
+from sglang_envelope.request.envelope import is_utf8
 from sglang_envelope.response.frames import expected
 from sglang_envelope.response.routed import (
     DEFAULT_MAX_ROUTED_EXPERTS,
@@ -36,10 +33,11 @@ __all__ = [
     "POSITION_COUNTS",
     "PROMPT_LOGPROB_GROUPS",
     "UNAVAILABLE_MARKER",
+    "UNAVAILABLE_REASON",
+    "finalize_response",
     "has_prompt_logprobs",
     "merge_prefill",
     "merge_prefill_logprobs",
-    "response_meta",
 ]
 
 PROMPT_LOGPROB_GROUPS: Final[tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = (
@@ -95,6 +93,8 @@ ASKED_OUTPUT: Final = "output_token_ids_logprobs"
 
 UNAVAILABLE_MARKER: Final = "input_logprobs_unavailable_reason"
 """A decode response's note that it has no prompt-side logprobs (`finalize_response`)."""
+UNAVAILABLE_REASON: Final = "disaggregated_decode"
+"""Why a decode response has no prompt-side logprobs: the prefill worker computed them."""
 
 
 def merge_prefill(
@@ -105,40 +105,34 @@ def merge_prefill(
     routed_experts_shape: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """The decode response with the prefill response's prompt side: the answer an
-    aggregated server gives, key order included.
+    aggregated server gives, key order included (docs/responses.md, Prefill and decode).
 
-    Prompt logprobs: for each group of `PROMPT_LOGPROB_GROUPS` that holds no data
-    in the decode response but holds data in the prefill response, the group's
-    keys are replaced by the prefill response's. A group holds data when one of
-    its logprob keys is not missing, null or empty, or when it counts positions it
-    covers (`POSITION_COUNTS`). When a group was copied, the `UNAVAILABLE_MARKER`
-    key is dropped.
-
-    The first output token's entry of ``output_token_ids_logprobs``: null in a
-    decode response, the prefill response's (the first output token is its).
-
-    Routed experts: when the decode response carries ``routed_experts`` (a
-    stream carries it on its terminal frame only), its prompt rows (positions
-    `routed_experts_start_len` to ``prompt_tokens``, the request's own
-    ``routed_experts_start_len``) are replaced by the prefill response's rows,
-    byte for byte, and the string is written as SGLang writes it. Each row is
-    ``layers x top_k`` int32: with `routed_experts_shape` (``(layers, top_k)``,
-    `Deployment.routed_experts_shape`) every count is checked against it;
-    without, the row's size is the prefill's bytes over its prompt rows. A merge
-    that cannot be made raises `ResponseError`: the prefill response without the
-    string while the decode response has prompt rows, a string that is not
-    Base64 of int32, a prefill whose rows are not the prompt's, a decode
-    response whose rows are fewer or do not divide into rows.
-
-    Output-side keys and every other key are the decode response's, and so is
-    the order of the keys (a decode response carries the prompt-side keys, empty
-    or zero, where SGLang puts them). Returns a new response; the inputs are not
-    changed (values are shared, not copied).
+    Each group of `PROMPT_LOGPROB_GROUPS` that holds no data in the decode
+    response (its logprob keys missing, null or empty, and no count of
+    `POSITION_COUNTS` above 0) but does in the prefill response takes the
+    prefill's keys, and the `UNAVAILABLE_MARKER` goes. A null first entry of
+    ``output_token_ids_logprobs`` takes the prefill's. The prompt rows of the
+    decode's ``routed_experts`` (positions `routed_experts_start_len` to
+    ``prompt_tokens``) become the prefill's, byte for byte; a row is ``layers x
+    top_k`` int32, checked against `routed_experts_shape` when given, else the
+    prefill's bytes over its prompt rows. A merge that cannot be made raises
+    `ResponseError`. Every other key is the decode response's. Returns a new
+    response; the inputs are not changed (values are shared, not copied).
     """
     prefill_meta = response_meta(prefill_response, "prefill_response")
     decode_meta = response_meta(decode_response, "decode_response")
-    start = _start_len(routed_experts_start_len)
-    width = None if routed_experts_shape is None else _shape_width(routed_experts_shape)
+    start = routed_experts_start_len
+    if type(start) is not int or start < 0:
+        raise EnvelopeError(
+            f"routed_experts_start_len must be an integer >= 0, got {show_value(start)}"
+        )
+    shape = routed_experts_shape
+    if shape is not None and (type(shape) is not tuple or len(shape) != 2):
+        raise EnvelopeError(
+            "routed_experts_shape must be a tuple (layers, top_k), "
+            f"got {show_value(shape)}"
+        )
+    width = None if shape is None else row_width(*shape)
     meta = _with_prompt_logprobs(prefill_meta, decode_meta)
     first = _first_asked_output(prefill_meta, meta)
     if first is not None:
@@ -226,10 +220,9 @@ def _routed_experts(
         if rows == 0 or not decode_raw:
             return str(decode_meta[ROUTED_EXPERTS])
         raise ResponseError(
-            f"the decode response's routed_experts has {rows} prompt rows, "
-            "which a decode "
-            "server fills with zeros, and the prefill response has no routed_experts to "
-            "replace them: ask both legs for return_routed_experts"
+            f"the decode response's routed_experts has {rows} prompt rows, which a "
+            "decode server fills with zeros, and the prefill response has no "
+            "routed_experts to replace them: ask both legs for return_routed_experts"
         )
     prefill_raw = _raw(prefill_meta, "prefill_response")
     if width is None and rows:
@@ -246,9 +239,8 @@ def _routed_experts(
         )
     if width and (len(decode_raw) % width or len(decode_raw) < len(prefill_raw)):
         raise ResponseError(
-            "the decode response's routed_experts has "
-            f"{len(decode_raw)} bytes, not rows of "
-            f"{width} bytes from its {rows} prompt rows on"
+            f"the decode response's routed_experts has {len(decode_raw)} bytes, not "
+            f"rows of {width} bytes from its {rows} prompt rows on"
         )
     joined = prefill_raw + decode_raw[len(prefill_raw) :]
     return binascii.b2a_base64(joined, newline=False).decode("ascii")
@@ -260,23 +252,6 @@ def _raw(meta: dict[str, Any], name: str) -> bytes:
         name=f"{name}.meta_info.routed_experts",
         max_ids=DEFAULT_MAX_ROUTED_EXPERTS,
     )
-
-
-def _start_len(value: object) -> int:
-    if type(value) is not int or value < 0:
-        raise EnvelopeError(
-            f"routed_experts_start_len must be an integer >= 0, got {show_value(value)}"
-        )
-    return value
-
-
-def _shape_width(shape: object) -> int:
-    if type(shape) is not tuple or len(shape) != 2:
-        raise EnvelopeError(
-            "routed_experts_shape must be a tuple (layers, top_k), "
-            f"got {show_value(shape)}"
-        )
-    return row_width(*shape)
 
 
 def has_prompt_logprobs(meta: dict[str, Any]) -> bool:
@@ -312,3 +287,57 @@ def _group_holds_data(
 
 def _holds_data(value: object) -> bool:
     return value is not None and value != [] and value != ""
+
+
+def finalize_response(
+    response: dict[str, Any], *, engine: EngineRequest, client_rid: str
+) -> dict[str, Any]:
+    """`response` as the client expects it: its own rid, and a note for missing
+    prompt logprobs.
+
+    `response` is SGLang's final answer to `engine` (from `parse_unary`,
+    `aggregate_sse` or `merge_prefill`). ``meta_info.id`` becomes
+    `client_rid`. On the decode leg, when `engine` asked for prompt logprobs
+    (``return_logprob`` with a ``logprob_start_len`` inside the prompt) and the
+    response holds none, ``meta_info.input_logprobs_unavailable_reason`` is set
+    to ``"disaggregated_decode"``. Every other key is kept, in its order.
+    Returns a new response; `response` is not changed (values are shared).
+
+    Raises `EnvelopeError` for a wrong `engine` or `client_rid` (the caller's
+    mistake), `ResponseError` when `response` is not an object with a
+    ``meta_info`` object.
+    """
+    if not isinstance(engine, EngineRequest):
+        raise EnvelopeError(
+            f"engine must be an EngineRequest, got {type(engine).__name__}"
+        )
+    if not isinstance(client_rid, str) or not client_rid or not is_utf8(client_rid):
+        raise EnvelopeError(
+            f"client_rid must be a non-empty UTF-8 string, got {show_value(client_rid)}"
+        )
+    meta = dict(response_meta(response, "response"))
+    meta["id"] = client_rid
+    if (
+        engine.role == Role.DECODE
+        and _asks_prompt_logprobs(engine)
+        and not has_prompt_logprobs(meta)
+    ):
+        meta[UNAVAILABLE_MARKER] = UNAVAILABLE_REASON
+    finished = dict(response)
+    finished["meta_info"] = meta
+    return finished
+
+
+def _asks_prompt_logprobs(engine: EngineRequest) -> bool:
+    """SGLang returns prompt logprobs for positions from ``logprob_start_len`` on.
+
+    Its scheduler reads an absent or -1 start as "output logprobs only", and
+    a start at the prompt's length covers no prompt position. A text prompt's length
+    is SGLang's to know (it tokenizes it): no prompt logprobs are counted on.
+    """
+    body = engine.body
+    start = body.logprob_start_len
+    ids = body.input_ids
+    if ids is None or not body.return_logprob:
+        return False
+    return type(start) is int and 0 <= start < len(ids)

@@ -1,64 +1,28 @@
 """Relay SGLang's /generate stream to a streaming client: checked, in the client's mode.
 
-The engine streams in one mode (see `aggregate`) and the client asked for one.
 The relay reads the engine's SSE bytes and writes client-ready SSE bytes, ending
-with ``data: [DONE]\\n\\n`` as SGLang's ``http_server.stream_results`` does.
-A failure becomes SGLang's error frame (`error_event`) and ``[DONE]``, never an
-exception: the client already has a 200 and maybe frames, and SGLang answers a
-failed stream the same way.
+with ``data: [DONE]\\n\\n`` as SGLang's ``http_server.stream_results`` does. A
+failure becomes SGLang's error frame (`error_event`) and ``[DONE]``, never an
+exception: the client already has a 200 and maybe frames. docs/responses.md
+(Relaying to a streaming client) says what the client gets in each case:
 
-Until the engine's mode is known (``incremental=None``: detected from the
-frames), and whenever it differs from the client's, every frame is read by the
-stream core (`reading.SseReader` and `core.StreamCore`, its mode detection
-and bounds): a frame goes out only once admitted, the terminal frame only after
-aggregation's final checks.
-
-* Converting, incremental engine to cumulative client: the deltas are kept as
-  the JSON text they came in (`stores.BufferStore`, one growing buffer a field),
-  and each frame sent is the last frame read with those texts spliced in.
-* Converting, cumulative engine to incremental client: each delta is cut from
-  the cumulative field's JSON elements, as SGLang cuts them
-  (``tokenizer_manager._slice_streaming_output_meta_info``; `delta_cut`).
-
-A converted stream sends at most one frame per chunk read, the latest state,
-as SGLang itself does when frames queue up behind a slow reader
-(``_wait_one_response``: the last of a cumulative backlog, a
-``_coalesce_streaming_chunks`` of an incremental one).
-
-In the same mode, once the mode is known, the relay is a checked
-pass-through, as a direct connection to SGLang would deliver the frames:
-
-* checked on every event: the SSE framing (an event goes out as SGLang frames
-  it, ``data: <data>\\n\\n``), `max_bytes`, `max_event_bytes`, the stream's
-  end (inside an event, or without a terminal frame), nothing after
-  ``[DONE]``;
-* parsed and checked as aggregation checks them: the stream's first frame;
-  every frame `views.unparsed_middle` cannot vouch for: an error frame (SGLang's holds no
-  finish_reason) and the terminal frame, nothing after it, and, for a
-  cumulative stream, the terminal frame's counts (it is the answer); a frame
-  whose data does not begin with ``{`` (refused as aggregation refuses it),
-  and one of several ``data`` lines;
-* passed unparsed: a frame whose data holds exactly one ``"finish_reason"``,
-  written ``"finish_reason":null`` as SGLang's orjson writes a middle frame,
-  and no ``\\u00`` escape that could spell another. Such a frame is not
-  terminal whatever else it holds, and its JSON is not read: a malformed one
-  reaches the client as a direct connection would deliver it, and an
-  incremental stream's deltas are not counted (the terminal frame's counts go
-  unchecked). A frame the heuristic cannot vouch for is only parsed, never
-  passed wrongly.
-
-`SseDecoder.feed_sglang_events` reads a chunk of events in SGLang's shape at
-once (C-level ``find`` and ``split``); the heuristic runs over the chunk's
-bytes (`views.unparsed_middles`), and the chunk's events go out as one ``bytes`` slice.
-
-A stream of many sequences (``choices=N``: a batch, or n > 1; see `choices`)
-is read by `ChoicesRelay`: every frame is parsed and goes, without its
-``index``, to its index's own single-sequence relay (made at the index's first
-frame), which checks it and converts it to the client's mode as above; each
-frame that relay writes goes out with ``"index": k`` added as its last key
-(`sse.indexed_event`), as SGLang writes it. One ``[DONE]`` ends the stream,
-once every sequence's terminal frame has gone out. Nothing passes unparsed
-there: a frame's index is inside its JSON.
+* until the engine's mode is known, and whenever it differs from the client's,
+  every frame is read by the stream core (`core.SseReader`, `core.StreamCore`):
+  a frame goes out once admitted, the terminal frame after aggregation's final
+  checks, and a converted stream sends one frame per chunk read, the latest
+  state, as SGLang does for a slow reader (``_wait_one_response``);
+* incremental engine, cumulative client: the deltas' JSON is kept as it came
+  (`stores.BufferStore`) and spliced into the last frame read;
+* cumulative engine, incremental client: each delta is cut from the frame's
+  JSON as SGLang cuts it (`stores.cut_deltas`);
+* the same mode, once known: a checked pass-through, in which a frame whose
+  bytes vouch for a middle frame goes out unparsed (`views.unparsed_middles`),
+  a chunk of events in SGLang's shape as one slice
+  (`SseDecoder.feed_sglang_events`);
+* many sequences (``choices=N``): `ChoicesRelay` parses every frame and hands it,
+  without its ``index``, to its index's own relay; what that relay writes goes
+  out with ``"index": k`` added last (`sse.indexed_event`), and one ``[DONE]``
+  ends the stream once every sequence's terminal frame has gone out.
 """
 
 from __future__ import annotations
@@ -74,19 +38,15 @@ from collections.abc import (
 from typing import Any
 
 from sglang_envelope.errors.answers import error_event
-from sglang_envelope.errors.exceptions import (
-    EngineError,
-    ResponseError,
-)
+from sglang_envelope.errors.exceptions import EngineError, ResponseError
 from sglang_envelope.response.choices import check_choices, choice_index
-from sglang_envelope.response.core import StreamCore, check_modes
-from sglang_envelope.response.delta_cut import cut_deltas
-from sglang_envelope.response.frames import check_consistency, decode_frame
-from sglang_envelope.response.reading import (
+from sglang_envelope.response.core import (
     DEFAULT_MAX_BYTES,
-    Admitted,
     SseReader,
+    StreamCore,
+    check_modes,
 )
+from sglang_envelope.response.frames import decode_frame
 from sglang_envelope.response.sources import (
     open_async_source,
     open_source,
@@ -103,7 +63,13 @@ from sglang_envelope.response.sse import (
     event_payloads,
     indexed_event,
 )
-from sglang_envelope.response.stores import BufferStore, CountStore, JsonStore, splice
+from sglang_envelope.response.stores import (
+    BufferStore,
+    CountStore,
+    JsonStore,
+    cut_deltas,
+    splice,
+)
 from sglang_envelope.response.views import (
     frame_fields,
     one_line,
@@ -171,17 +137,14 @@ def _make(
     max_event: int,
     n: int | None,
 ) -> _Relay | ChoicesRelay:
-    """The relay of one sequence, or of `n` (each index's made by the same arguments)."""
-    one = _Relay(what, engine, client, max_bytes, max_event_bytes=max_event)
-    if n is None:
-        return one
-    return ChoicesRelay(
-        what,
-        n,
-        lambda: _Relay(what, engine, client, max_bytes, max_event),
-        max_bytes,
-        max_event,
-    )
+    """The relay of one sequence, or of `n`, each index's made by the same arguments
+    (checked at the call: one is made at once)."""
+
+    def make() -> _Relay:
+        return _Relay(what, engine, client, max_bytes, max_event)
+
+    one = make()
+    return one if n is None else ChoicesRelay(what, n, make, max_bytes, max_event)
 
 
 class _Relay:
@@ -224,17 +187,13 @@ class _Relay:
         After a failure they end with the error frame and ``[DONE]``, and
         `ended` is true: feed nothing more.
         """
+        chunk, limit_error = self._reader.bounded(chunk)
         # Frames may go out unparsed once the mode is known and is the client's.
         if not self._core.finished and self._core.incremental is self._client:
-            return self._pass(chunk)
-        chunk, limit_error = self._reader.bounded(chunk)
+            return self._pass(chunk, limit_error)
         # For a cumulative client, the chunk's last frame keeps its JSON (`_output`).
-        admitted = self._reader.admit(chunk, keep_last=self._buffers is not None)
-        return self._send(admitted, limit_error)
-
-    def _send(self, admitted: Admitted, limit_error: ResponseError | None) -> list[bytes]:
-        """The client's bytes for a chunk's admitted frames, and the fault after them."""
-        payloads, error, kept = admitted
+        keep_last = self._buffers is not None
+        payloads, error, kept = self._reader.admit(chunk, keep_last=keep_last)
         error = error or limit_error
         if error is None and payloads and self._core.finished:
             error = self._answer_error(unparsed=False)
@@ -248,10 +207,9 @@ class _Relay:
             error = error or exc
         return self._ending(out, error)
 
-    def _pass(self, chunk: BytesLike) -> list[bytes]:
+    def _pass(self, chunk: BytesLike, limit_error: ResponseError | None) -> list[bytes]:
         """`feed` once frames go out unparsed: the frames the bytes cannot vouch for are
         parsed and checked (`unparsed_middle`), every event is framed and bounded."""
-        chunk, limit_error = self._reader.bounded(chunk)
         decoder = self._reader.decoder
         events = decoder.feed_sglang_events(chunk)
         if events is not None:
@@ -347,18 +305,15 @@ class _Relay:
         frame goes out; None for an abort with a status, which SGLang streams as a
         frame, as the relay does.
 
-        With `unparsed` (frames went out unparsed), only the checks the terminal
-        frame allows: a cumulative terminal frame is the answer, its counts checked
-        as aggregation checks them; an incremental one's deltas were not all read.
+        With `unparsed` (frames went out unparsed), an incremental stream's counts
+        go unchecked: its deltas were not all read.
         """
         core = self._core
         try:
-            if not unparsed:
+            if unparsed and core.incremental:
+                core.terminal_frame(said_done=False)
+            else:
                 core.checked_terminal(said_done=False)
-                return None
-            terminal, aborted = core.terminal_frame(said_done=False)
-            if core.incremental is False and not aborted:
-                check_consistency(terminal, terminal["meta_info"])
         except EngineError:
             return None
         except ResponseError as exc:
@@ -386,23 +341,23 @@ class _Relay:
             fields = frame_fields(payloads[-1]) if kept is None else kept
             if fields is None:
                 return b""
-            return splice(fields, self._buffers.values(), b"data: ", b"\n\n", owned=True)
+            kept_json = self._buffers.values()
+            return b"".join(splice(fields, kept_json, b"data: ", b"\n\n", owned=True))
         if self._sends_as_received():
             if self._core.incremental is None:  # kept in case a cut follows
                 self._last = payloads[-1]
             return _as_received(payloads)
         fields = frame_fields(payloads[-1])
-        return b"" if fields is None else self._to_incremental(fields)
-
-    def _to_incremental(self, fields: dict[str, Any]) -> bytes:
-        """The frame SGLang's incremental mode would send after the last one sent."""
+        if fields is None:
+            return b""
+        # To incremental: the frame SGLang would send after the last one sent.
         if self._last is not None:  # sent as received: what a cumulative reading sent
             last = frame_fields(self._last)
             self._sent = {} if last is None else cut_deltas(last, {}, {})
             self._last = None
         values: dict[str, list[BytesLike]] = {}
         sent = cut_deltas(fields, self._sent, values)
-        out = splice(fields, values, b"data: ", b"\n\n")
+        out = b"".join(splice(fields, values, b"data: ", b"\n\n"))
         self._sent = sent  # the next delta starts here
         return out
 

@@ -1,23 +1,15 @@
-"""Relay SGLang's output objects to a streaming client, checked, in the client's mode.
+"""Relay an in-process SGLang engine's output objects to a streaming client, checked,
+in the client's mode (docs/in-process.md); `relay` does the same for SSE bytes.
 
-An SGLang engine run in-process (``tokenizer_manager.generate_request``)
-yields its answer as Python dicts, one per output, in its stream mode; an
-in-process caller gives its client frames in the client's mode, as objects, or
-as SSE bytes (`encode_sse` each, then `SSE_DONE`). Every frame is read by the
-stream core (`core.StreamCore`: mode detection, bounds of the types, the final
-checks), as `aggregate_frames` reads it: a frame goes out only once admitted,
-the terminal frame only after the answer's final checks. A failure becomes
-SGLang's error object (``{"error": {...}}``, `error_frame`), the last frame,
-never an exception: the client may already have frames, and SGLang's server
-ends a failed stream the same way.
-
-* In the engine's mode (once known, and while it is not: the first frame reads
-  alike in both), each frame goes out as it came.
-* Incremental engine, cumulative client: each frame goes out with every delta
-  field holding its deltas so far (`StreamAggregator.cumulative`'s reading).
-* Cumulative engine, incremental client: each frame goes out with every delta
-  field cut to what the frames sent before lack, as SGLang cuts them
-  (``tokenizer_manager._slice_streaming_output_meta_info``).
+The engine (``tokenizer_manager.generate_request``) yields Python dicts in its
+stream mode. Each is read by the stream core (`core.StreamCore`) as
+`aggregate_frames` reads it, and goes out once admitted, the terminal frame
+once the answer's final checks pass: in the engine's mode as it came (also
+while the mode is not known: the first frame reads alike both ways), to a
+cumulative client with every delta so far (`StreamAggregator.cumulative`'s
+reading), to an incremental client cut to what it lacks, as SGLang cuts it
+(``tokenizer_manager._slice_streaming_output_meta_info``). A failure ends the
+frames with SGLang's error object (`error_frame`), never an exception.
 """
 
 from __future__ import annotations
@@ -26,10 +18,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from sglang_envelope.errors.answers import error_frame
-from sglang_envelope.errors.exceptions import (
-    EngineError,
-    ResponseError,
-)
+from sglang_envelope.errors.exceptions import EngineError, ResponseError
 from sglang_envelope.response.core import StreamCore, check_modes
 from sglang_envelope.response.sources import (
     open_async_source,
@@ -69,9 +58,8 @@ class FrameRelay:
             if core.finished:
                 core.checked_terminal(said_done=False)
         except EngineError as exc:
-            if core.finished:  # an abort with a status: SGLang streams it as a frame
-                return [self._shaped(frame)]
-            return self._failed(exc)
+            if not core.finished:  # else an abort with a status, streamed as a frame
+                return self._failed(exc)
         except ResponseError as exc:
             return self._failed(exc)
         return [self._shaped(frame)]

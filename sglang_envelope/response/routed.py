@@ -46,9 +46,7 @@ DEFAULT_MAX_ROUTED_EXPERTS = 1 << 24
 
 _INT32 = 4  # bytes an expert id takes on the wire
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
-_SWAP = sys.byteorder == "big"  # the wire is little-endian
-if array("i").itemsize != _INT32:  # pragma: no cover
-    raise ImportError("sglang_envelope needs a 4-byte C int")
+_SWAP = sys.byteorder == "big"  # the wire is little-endian (flat checks the C int's size)
 
 
 def row_width(layers: object, top_k: object) -> int:
@@ -110,7 +108,10 @@ def decode_routed_experts(
             "not a whole number of rows "
             f"of {layers} layers x {top_k} experts"
         )
-    ids = _native_ints(raw).tolist()
+    ints = array("i", raw)
+    if _SWAP:  # pragma: no cover - little-endian machines
+        ints.byteswap()
+    ids = ints.tolist()
     return [
         [ids[at : at + top_k] for at in range(row, row + layers * top_k, top_k)]
         for row in range(0, len(ids), layers * top_k)
@@ -145,9 +146,7 @@ def encode_routed_experts(rows: Sequence[Sequence[Sequence[int]]]) -> str:
         bad = next(
             (i for i, e in enumerate(flat) if not _INT32_MIN <= e <= _INT32_MAX), None
         )
-    if (
-        bad is not None and shape is not None
-    ):  # an entry exists, so rows[0] gave the shape
+    if bad is not None and shape is not None:  # an entry exists: rows[0] gave the shape
         position, at = divmod(bad, shape[0] * shape[1])
         where = f"rows[{position}][{at // shape[1]}][{at % shape[1]}]"
         raise EnvelopeError(
@@ -187,13 +186,6 @@ def _max_ids(value: object) -> int:
     if type(value) is not int or value < 0:
         raise EnvelopeError(f"max_ids must be an integer >= 0, got {show_value(value)}")
     return value
-
-
-def _native_ints(raw: bytes) -> array[int]:
-    ints = array("i", raw)
-    if _SWAP:  # pragma: no cover - little-endian machines
-        ints.byteswap()
-    return ints
 
 
 def _is_sequence(value: object) -> bool:

@@ -1,15 +1,11 @@
-"""The chunk sources the stream readers take from the caller, and their closing.
+"""The iterables the readers take from the caller, opened at the call and closed.
 
-A reader opens the source at the call (`open_source`, `open_async_source`:
-refused with `EnvelopeError` if it is not iterable) and, whenever it stops
-reading it (the source's end, the terminal frame, a fault, the consumer
-closing the reader), closes what it opened: an async source's iterator that
-has ``aclose`` (an async generator, such as an httpx ``aiter_bytes()``) is
-awaited closed (`aclose_source`), a generator is closed (`close_source`). The
-source's ``finally`` runs then, not when the garbage collector finds it.
-Other iterators (a list's, a file's) are left as they are: the reader did not
-open what they read. `relay_chunks` drives a relay (of bytes, or of frames)
-over a source so.
+A reader opens the caller's iterable at the call (`EnvelopeError` if it is
+not one) and, whenever it stops reading it (its end, the terminal frame, a
+fault, the consumer closing the reader), closes a generator (`close_source`)
+or awaits an async iterator's ``aclose`` (`aclose_source`; an httpx
+``aiter_bytes()``), so that its ``finally`` runs then; other iterators are
+the caller's to close. `relay_chunks` drives a relay over one so.
 """
 
 from __future__ import annotations
@@ -31,7 +27,6 @@ T = TypeVar("T")
 __all__ = [
     "aclose_source",
     "afeed_all",
-    "close_source",
     "feed_all",
     "open_async_source",
     "open_source",

@@ -79,18 +79,12 @@ class SseDecoder:
     """Turn the bytes of an SSE stream into the JSON frames it carries.
 
     Feed bytes as they arrive; `feed` returns the frames the bytes completed.
-    Line ends may be ``\\n``, ``\\r\\n`` or a lone ``\\r``; a leading UTF-8 BOM is
-    skipped; ``:`` comments and ``event``, ``id``, ``retry`` and unknown fields
-    are ignored; a field line without a colon is a field with an empty value;
-    one space after the colon is dropped; several ``data`` lines make one
-    payload joined with ``\\n``. A blank line ends an event, and an event with
-    no ``data`` line is dropped (WHATWG HTML, "Interpreting an event stream").
-
-    Every event's data must be a JSON object or ``[DONE]``, after which `done`
-    is true and any further event is a `ResponseError`: SGLang sends nothing
-    after it, so more means the stream is not what it seems. An event larger
-    than `max_event_bytes` (its lines with their line ends, each counted as
-    one byte, up to the blank line that ends it) raises `LimitExceeded` as soon
+    The stream is read by the WHATWG rules ("Interpreting an event stream",
+    listed in docs/responses.md), whatever the chunk boundaries. Every event's
+    data must be a JSON object or ``[DONE]``, after which `done` is true and
+    any further event is a `ResponseError`. An event larger than
+    `max_event_bytes` (its lines with their line ends, each counted as one
+    byte, up to the blank line that ends it) raises `LimitExceeded` as soon
     as the bound is passed, before it is parsed.
 
     Errors come in stream order, whatever the chunking: when a call finds a
@@ -117,13 +111,10 @@ class SseDecoder:
         self._event_bytes = 0  # the size of its complete lines
         self._partial = bytearray()  # the unfinished line at the end of the last chunk
         self._head: bytes | None = b""  # bytes that may yet be a BOM; None once past it
-        self._after_cr = (
-            False  # the last chunk ended in CR, so a leading LF pairs with it
-        )
+        # Whether the last chunk ended in CR, so that a leading LF pairs with it.
+        self._after_cr = False
         self._done = False
-        self._failed: EnvelopeError | None = (
-            None  # a fault found after events still returned
-        )
+        self._failed: EnvelopeError | None = None  # a fault found after events returned
 
     @property
     def done(self) -> bool:
@@ -205,10 +196,22 @@ class SseDecoder:
         `max_event_bytes` included: `feed_payloads(data)` reads it then. The
         scans are C-level (``find``, ``split``): little Python work per event.
         """
-        if not self._between_events(data) or (
-            self._head is not None and not self._past_head(data)
+        if (
+            self._data is not None  # inside an event
+            or self._event_bytes
+            or self._after_cr
+            or self._done
+            or self._failed is not None
+            or not (
+                isinstance(data, (bytes, bytearray))
+                or (type(data) is memoryview and data.contiguous)
+            )
         ):
             return None
+        if self._head is not None:  # the stream's start: past it if `data` begins "d"
+            if self._head or not data or data[0] != _SGLANG_PREFIX[0]:
+                return None
+            self._head = None
         buffer = self._partial  # the unfinished line, which has no LF
         if (
             not buffer
@@ -224,26 +227,6 @@ class SseDecoder:
         else:
             del buffer[: len(shaped[0])]
         return shaped
-
-    def _between_events(self, data: BytesLike) -> bool:
-        """Whether the decoder is between events, before ``[DONE]``, `data` contiguous."""
-        return not (
-            self._data is not None
-            or self._event_bytes
-            or self._after_cr
-            or self._done
-            or self._failed is not None
-        ) and (
-            isinstance(data, (bytes, bytearray))
-            or (type(data) is memoryview and data.contiguous)
-        )
-
-    def _past_head(self, data: BytesLike) -> bool:
-        """At the stream's start: whether `data` begins with ``d`` (then, past it)."""
-        if self._head or not data or data[0] != _SGLANG_PREFIX[0]:
-            return False
-        self._head = None
-        return True
 
     def _slice(self, data: bytes, payloads: list[Payload]) -> None:
         """Read at most _SLICE bytes, appending the data of each event they complete."""
@@ -271,7 +254,10 @@ class SseDecoder:
             self._partial = bytearray()
             lines[0] = bytes(partial)
         self._read(lines, payloads)
-        self._keep(last)
+        if last:  # the start of an unfinished line, held within the bound
+            if self._event_bytes + len(self._partial) + len(last) > self._max_event_bytes:
+                raise self._too_big()
+            self._partial += last
 
     def _read(self, lines: list[Any], payloads: list[Payload]) -> None:
         """Apply complete lines (without their line ends) by the WHATWG rules."""
@@ -282,7 +268,12 @@ class SseDecoder:
             if not line:  # a blank line ends the event
                 if data is not None:
                     self._data = None
-                    self._emit(data, payloads)
+                    if self._done:  # SGLang sends nothing after [DONE]
+                        raise ResponseError("the stream sent an event after data: [DONE]")
+                    if data == _DONE:
+                        self._done = True
+                    else:
+                        payloads.append(data)
                     data = None
                 size = 0
                 continue
@@ -303,20 +294,6 @@ class SseDecoder:
         self._data = data
         self._event_bytes = size
 
-    def _emit(self, payload: Payload, payloads: list[Payload]) -> None:
-        """Dispatch an event with this data."""
-        if payload == _DONE:
-            self._set_done()
-        elif self._done:
-            raise _after_done()
-        else:
-            payloads.append(payload)
-
-    def _set_done(self) -> None:
-        if self._done:
-            raise _after_done()
-        self._done = True
-
     def _skip_bom(self, data: bytes) -> bytes:
         """Drop one UTF-8 BOM at the stream's very start, even split across chunks."""
         head = (self._head or b"") + data
@@ -325,14 +302,6 @@ class SseDecoder:
             return b""
         self._head = None
         return head[len(_BOM) :] if head.startswith(_BOM) else head
-
-    def _keep(self, data: bytes) -> None:
-        """Hold the start of an unfinished line, within the bound."""
-        if not data:
-            return
-        if self._event_bytes + len(self._partial) + len(data) > self._max_event_bytes:
-            raise self._too_big()
-        self._partial += data
 
     def _too_big(self) -> LimitExceeded:
         limit = self._max_event_bytes
@@ -429,7 +398,3 @@ def _shaped_events(
     if not all(map(bytes.startswith, lines, repeat(_SGLANG_PREFIX))):
         return None
     return events, lines
-
-
-def _after_done() -> ResponseError:
-    return ResponseError("the stream sent an event after data: [DONE]")

@@ -1,19 +1,16 @@
-"""Where an incremental stream's deltas live until its answer is written: one interface.
+"""An incremental stream's deltas as the answer holds them: kept, cut and written.
 
-The answer holds each field of `DELTA_FIELDS` as the concatenation of its
-deltas. `DeltaStore` is the interface and keeps them as Python objects (the
-text's pieces, the arrays' items), for `aggregate_sse`. Its variants:
+`DeltaStore` keeps each field of `DELTA_FIELDS` as Python objects (the text's
+pieces, the arrays' items: `aggregate_sse`). `JsonStore` turns each chunk's
+deltas into JSON text once and drops their objects (`aggregate_sse_bytes`),
+`CountStore` keeps only their counts (a relay in the engine's own mode), and
+`BufferStore` each field's JSON in one growing buffer (a relay to a
+cumulative client). Every store counts each field's entries (`total`).
 
-* `JsonStore` turns the deltas each chunk of the stream brought into JSON
-  text, once, and drops their objects: only the text lives to the end
-  (`aggregate_sse_bytes`); `CountStore` keeps only their counts (a relay in
-  the engine's own mode, whose final checks need no more);
-* `BufferStore` keeps each field's JSON in one growing buffer, which every
-  frame a relay writes to a cumulative client copies once.
-
-Every store counts each field's entries (`DeltaStore.total`), for mode
-detection and for the answer's final checks. `splice` is the one writer of
-a frame with delta fields spliced in as JSON text.
+A field's JSON goes around as the parts it joins to (per path, a list of
+bytes): a store's, or those `cut_deltas` cuts from a cumulative frame for an
+incremental client, as SGLang cuts them. `splice` is the one writer of a
+frame with such parts spliced in.
 """
 
 from __future__ import annotations
@@ -24,6 +21,8 @@ from typing import Any, Final
 import msgspec
 from msgspec import UNSET
 
+from sglang_envelope.errors.exceptions import ResponseError
+from sglang_envelope.response.frames import decode_json
 from sglang_envelope.response.sse import BytesLike
 from sglang_envelope.response.views import DELTA_FIELDS, DELTA_ROWS
 
@@ -32,12 +31,13 @@ __all__ = [
     "CountStore",
     "DeltaStore",
     "JsonStore",
+    "cut_deltas",
     "splice",
-    "splice_parts",
     "written",
 ]
 
 _ENCODE: Final = msgspec.json.Encoder().encode
+_ELEMENTS: Final = msgspec.json.Decoder(list[msgspec.Raw])
 _PATHS: Final = tuple(path for path, _ in DELTA_FIELDS)
 #: The one string field of DELTA_FIELDS: its pieces join without commas.
 _TEXT: Final = "text"
@@ -293,29 +293,17 @@ def splice(
     suffix: bytes,
     *,
     owned: bool = False,
-) -> bytes:
-    """`frame` as JSON between `prefix` and `suffix`, each `DELTA_FIELDS` path of `values`
-    holding the JSON its parts join to.
+) -> list[BytesLike]:
+    """The parts of `frame` as JSON between `prefix` and `suffix`, each `DELTA_FIELDS`
+    path of `values` holding the JSON its parts join to: joined, or `written`.
 
     A field keeps its place among the frame's keys; one the frame lacks goes
     last in its object, as SGLang's ``_coalesce_streaming_chunks`` puts it.
     msgspec writes the frame with numbered NUL-delimited marks where the values
-    go (JSON text holds no raw NUL) and the parts are joined in: each byte of
-    them is copied once. With `owned`, `frame` and its ``meta_info`` are the caller's to
+    go (JSON text holds no raw NUL) and the parts go between: each byte of them
+    is copied once. With `owned`, `frame` and its ``meta_info`` are the caller's to
     write over (one read for this, `frame_fields`): the marks go into them, uncopied.
     """
-    return b"".join(splice_parts(frame, values, prefix, suffix, owned=owned))
-
-
-def splice_parts(
-    frame: dict[str, Any],
-    values: dict[str, list[BytesLike]],
-    prefix: bytes,
-    suffix: bytes,
-    *,
-    owned: bool = False,
-) -> list[BytesLike]:
-    """The parts `splice` joins (for `written`)."""
     if owned:
         top = frame
         meta = frame["meta_info"]
@@ -350,3 +338,75 @@ def written(parts: list[BytesLike]) -> bytes:
         parts[at] = b""
     del part
     return out.getvalue()
+
+
+def cut_deltas(
+    fields: dict[str, Any], sent: dict[str, Any], deltas: dict[str, list[BytesLike]]
+) -> dict[str, Any]:
+    """Put into `deltas` each field's JSON past what `sent` holds;
+    return what `fields` holds.
+
+    What a frame holds is, per delta field, its text's JSON inside the quotes
+    or its list's JSON elements. A list's delta is its elements past those
+    sent; SGLang cuts every list at the ids sent (its output offset), which
+    is the same number for its streams, whose lists grow a token at a time.
+    A frame that does not extend the last one sent has no delta.
+    """
+    held: dict[str, Any] = {}
+    meta = fields["meta_info"]
+    for path, key, in_meta, kind in DELTA_ROWS:
+        is_text = kind is str
+        raw = (meta if in_meta else fields).get(key)
+        if raw is None:
+            if path in sent:  # an incremental frame cannot take a field back
+                raise _no_delta(path, "is missing, though the last frame sent had it")
+            continue
+        data = bytes(raw)
+        if data[:1] != (b'"' if is_text else b"["):
+            raise _no_delta(path, f"is not {'a string' if is_text else 'an array'}")
+        if is_text:
+            text = data[1:-1]
+            held[path] = text
+            deltas[path] = [b'"', _text_delta(sent.get(path, b""), text), b'"']
+            continue
+        try:
+            elements = _ELEMENTS.decode(data)
+        except (msgspec.DecodeError, RecursionError) as exc:
+            raise ResponseError(f"{path} is not valid JSON: {exc}") from exc
+        held[path] = elements
+        before = sent.get(path, [])
+        if not _extends(elements, before):
+            raise _no_delta(path, "does not extend the last frame sent")
+        deltas[path] = [b"[", b",".join(elements[len(before) :]), b"]"]
+    return held
+
+
+def _text_delta(sent: bytes, text: bytes) -> bytes:
+    """The JSON string inside for `text` past `sent` (both JSON string insides)."""
+    if text.startswith(sent):
+        return text[len(sent) :]
+    old = decode_json(b'"' + sent + b'"', "text")
+    new = decode_json(b'"' + text + b'"', "text")
+    if not new.startswith(old):
+        raise _no_delta("text", "does not extend the last frame sent")
+    return _ENCODE(new[len(old) :])[1:-1]
+
+
+def _no_delta(path: str, fault: str) -> ResponseError:
+    return ResponseError(f"{path} {fault}, so no incremental delta exists")
+
+
+def _extends(elements: list[msgspec.Raw], before: list[msgspec.Raw]) -> bool:
+    """Whether a list's JSON elements begin with `before`'s, as JSON values."""
+    head = elements[: len(before)]
+    if head == before:  # the same bytes: SGLang writes each entry alike every time
+        return True
+    if len(head) < len(before):
+        return False
+    try:
+        return all(
+            a == b or decode_json(a, "an entry") == decode_json(b, "an entry")
+            for a, b in zip(head, before, strict=True)
+        )
+    except (ResponseError, RecursionError):
+        return False

@@ -2,19 +2,10 @@
 
 An incremental stream sends the fields of `DELTA_FIELDS` as deltas. A frame
 that SGLang marks as a middle one (its bytes hold ``"finish_reason":null``)
-can be read through a typed view that builds less than the full decoder
-does, with the full decoder's verdict:
-
-* the incremental view declares every key SGLang writes and refuses any
-  other, so msgspec checks every byte, building structs instead of dicts; a
-  stream's `MiddleReader` teaches it the few keys a newer SGLang adds;
-* the cumulative view reads only the finish reason, error and index and skips
-  the rest unchecked, so it is trusted only for bytes `plain` passes.
-
-`MiddleReader` is the one reader of middle frames: it gives a view, or None
-when the frame must be decoded in full (it may be the terminal one, or the
-view cannot read it). `unparsed_middles` is its verdict on bytes alone, for a
-relay that passes middle frames on unparsed.
+can be read through a typed view that builds less than the full decoder does,
+with the full decoder's verdict: `MiddleReader` is the one reader of middle
+frames. `unparsed_middles` is its verdict on bytes alone, for a relay that
+passes middle frames on unparsed.
 """
 
 from __future__ import annotations
@@ -22,7 +13,7 @@ from __future__ import annotations
 import functools
 import re
 from itertools import repeat
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -32,13 +23,9 @@ from sglang_envelope.response.sse import Payload
 __all__ = [
     "DELTA_FIELDS",
     "DELTA_ROWS",
-    "JSON_TYPE_NAMES",
-    "NOT_TERMINAL",
-    "VIEW_ERRORS",
     "MiddleReader",
     "frame_fields",
     "one_line",
-    "plain",
     "same_json",
     "unparsed_middle",
     "unparsed_middles",
@@ -67,7 +54,6 @@ deltas, and the way its ``_coalesce_streaming_chunks`` merges queued chunks.
 DELTA_ROWS: Final = tuple(
     (path, path.rpartition(".")[2], "." in path, kind) for path, kind in DELTA_FIELDS
 )
-JSON_TYPE_NAMES: Final[dict[type, str]] = {str: "a string", list: "an array"}
 
 # Typed views of a middle frame, built from DELTA_FIELDS (see the module's
 # docstring). A view decodes only what a middle frame may be: no error, no
@@ -128,21 +114,16 @@ def _delta_fields(in_meta: bool) -> list[_Field]:
     ]
 
 
-def _meta_fields() -> list[_Field]:
-    """The incremental view's meta_info: no finish reason, deltas typed, the rest Any."""
-    deltas = {field[0]: field for field in _delta_fields(True)}
-    finish: _Field = ("finish_reason", None, None)
-    return [
-        finish if key == "finish_reason" else deltas.get(key, (key, Any, UNSET))
-        for key in _SGLANG_META_KEYS
-    ]
-
-
 _MIDDLE: Final[list[_Field]] = [("error", None, None), ("object", None, None)]
 _INDEX: Final[dict[bool, _Field]] = {
     False: ("index", UnsetType, UNSET),
     True: ("index", Any),
 }
+#: The top-level keys the incremental view declares (a stream's own learned besides).
+_TOP_KEYS: Final = frozenset(
+    [field[0] for field in (*_delta_fields(False), *_MIDDLE, _INDEX[True])]
+    + ["meta_info", *_SGLANG_TOP_KEYS]
+)
 _CumulativeMeta = _view("_CumulativeMeta", [("finish_reason", None, None)], strict=False)
 
 
@@ -159,9 +140,17 @@ def _incremental(
     """The incremental view's decoder, declaring SGLang 0.5.23's keys and those a stream
     taught it (`top`, `meta`: `MiddleReader`); a few such sets are kept, since each
     costs about 0.4 ms to make."""
-    meta_fields, meta_names = _learned(meta)
+    # meta_info: no finish reason, the deltas typed, every other key any JSON.
+    deltas = {field[0]: field for field in _delta_fields(True)}
+    meta_fields: list[_Field] = [
+        ("finish_reason", None, None)
+        if key == "finish_reason"
+        else deltas.get(key, (key, Any, UNSET))
+        for key in _SGLANG_META_KEYS
+    ]
+    learned, meta_names = _learned(meta)
     meta_view = _view(
-        "_IncrementalMeta", _meta_fields() + meta_fields, strict=True, rename=meta_names
+        "_IncrementalMeta", meta_fields + learned, strict=True, rename=meta_names
     )
     top_fields, top_names = _learned(top)
     fields = [*_delta_fields(False), ("meta_info", meta_view), *_MIDDLE, _INDEX[indexed]]
@@ -176,19 +165,6 @@ def _incremental(
 def _cumulative(indexed: bool) -> msgspec.json.Decoder[Any]:
     fields = [("meta_info", _CumulativeMeta), *_MIDDLE, _INDEX[indexed]]
     return msgspec.json.Decoder(_view("_CumulativeFrame", fields, strict=False))
-
-
-@functools.lru_cache(maxsize=32)
-def _declared(
-    decoder: msgspec.json.Decoder[Any],
-) -> tuple[frozenset[str], frozenset[str]]:
-    """The JSON keys a view declares, top level and in meta_info, read off its structs."""
-    fields = msgspec.structs.fields(cast(Any, decoder.type))
-    meta = next(field.type for field in fields if field.name == "meta_info")
-    top_keys = frozenset(field.encode_name for field in fields)
-    return top_keys, frozenset(
-        field.encode_name for field in msgspec.structs.fields(meta)
-    )
 
 
 #: How many keys beyond SGLang 0.5.23's one stream's view may learn, and how long each.
@@ -222,16 +198,16 @@ class MiddleReader:
     `MAX_LEARNED_KEY_CHARS`; a frame with others is left to the full decoder.
     """
 
-    __slots__ = ("_decode", "_index", "_indexed", "_keys", "incremental", "learned")
+    __slots__ = ("_decode", "_index", "_indexed", "incremental", "learned")
 
     def __init__(self, index: Any, *, incremental: bool = True) -> None:
         self._index = index
         self._indexed = index is not UNSET
         self.incremental = incremental
         self.learned: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
-        decoder = (_incremental if incremental else _cumulative)(self._indexed)
-        self._decode = decoder.decode
-        self._keys = _declared(decoder)
+        self._decode = (_incremental if incremental else _cumulative)(
+            self._indexed
+        ).decode
 
     def read(self, payload: Payload) -> Any:
         """`payload` as a middle frame's view, or None to decode it in full
@@ -263,19 +239,18 @@ class MiddleReader:
         fields = frame_fields(payload)
         if fields is None:
             return False
-        known_top, known_meta = self._keys
-        new_top = tuple(sorted(set(fields).difference(known_top)))
-        new_meta = tuple(sorted(set(fields["meta_info"]).difference(known_meta)))
-        new = new_top + new_meta
         top, meta = self.learned
+        new_top = tuple(sorted(set(fields).difference(_TOP_KEYS, top)))
+        new_meta = tuple(
+            sorted(set(fields["meta_info"]).difference(_SGLANG_META_KEYS, meta))
+        )
+        new = new_top + new_meta
         if not new or len(top) + len(meta) + len(new) > MAX_LEARNED_KEYS:
             return False
         if not all(_LEARNABLE.fullmatch(key) for key in new):
             return False
         self.learned = (top + new_top, meta + new_meta)
-        decoder = _incremental(self._indexed, *self.learned)
-        self._decode = decoder.decode
-        self._keys = _declared(decoder)
+        self._decode = _incremental(self._indexed, *self.learned).decode
         return True
 
 

@@ -58,7 +58,7 @@ from sglang_envelope.request.overrides import header_overrides
 from sglang_envelope.request.routing import Routing
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.aggregate import DEFAULT_MAX_BYTES
-from sglang_envelope.response.finalize import finalize_response
+from sglang_envelope.response.merge import finalize_response
 from sglang_envelope.response.relay import relay_sse_async
 from sglang_envelope.response.sse import DEFAULT_MAX_EVENT_BYTES, SSE_DONE
 from sglang_envelope.serve.aborts import AbortReport, Aborts
