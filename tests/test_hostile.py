@@ -674,15 +674,16 @@ _TWO_FRAMES = (
 )
 
 
-@pytest.mark.parametrize(
-    ("incremental", "text"),
-    [("yes", "ab"), (1, "ab"), (None, "ab"), (0, "b"), ("", "b")],  # None: "b" cannot extend "a"
-)
-def test_any_incremental_flag_reads_as_a_bool(incremental: Any, text: str) -> None:
-    # aggregate_sse looked its typed views up by the flag itself: KeyError for "yes".
+@pytest.mark.parametrize(("incremental", "text"), [(True, "ab"), (None, "ab"), (False, "b")])
+def test_the_incremental_flag_is_true_false_or_none(incremental: Any, text: str) -> None:
+    # aggregate_sse looked its typed views up by the flag itself: KeyError for "yes". The
+    # flag is now checked as the relays check it; None: detected from the frames.
     assert aggregate_sse([_TWO_FRAMES], incremental=incremental)["text"] == text
-    mode = None if incremental is None else bool(incremental)  # None: detected from the frames
-    assert StreamAggregator(incremental=incremental).incremental is mode
+    assert StreamAggregator(incremental=incremental).incremental is incremental
+    others: list[Any] = ["yes", 1, 0, ""]
+    for other in others:
+        with pytest.raises(EnvelopeError, match=r"^incremental: expected True, False or None"):
+            aggregate_sse([_TWO_FRAMES], incremental=other)
 
 
 @pytest.mark.parametrize("frames", [None, 7, 1.5])

@@ -19,7 +19,14 @@ from sglang_envelope import (
 from sglang_envelope.response.core import StreamCore
 from sglang_envelope.response.sse import Payload
 from sglang_envelope.response.stores import DeltaStore, cut_deltas
-from sglang_envelope.stream import SSE_DONE, aggregate_sse_bytes, encode_sse
+from sglang_envelope.stream import (
+    SSE_DONE,
+    ChoicesAggregator,
+    StreamAggregator,
+    aggregate_frames,
+    aggregate_sse_bytes,
+    encode_sse,
+)
 
 
 def frame(text: str, ids: list[Any], finish: Any = None, **meta: Any) -> dict[str, Any]:
@@ -195,3 +202,19 @@ def test_a_chunk_ending_in_the_terminal_frame_sends_its_middle_frames_unparsed()
     assert out.startswith(b"".join(events[:-1]))  # the middle frames went out
     assert b"not valid JSON" in out[len(b"".join(events[:-1])) :]
     assert out.endswith(SSE_DONE)
+
+
+@pytest.mark.parametrize("incremental", ["x", 1, 0.0, []])
+def test_every_reader_refuses_a_mode_that_is_not_true_false_or_none(incremental: Any) -> None:
+    # One check, in the stream core every reader is made on, with the relays' words.
+    words = r"^incremental: expected True, False or None, got "
+    readers: list[Any] = [
+        lambda: StreamAggregator(incremental=incremental),
+        lambda: aggregate_sse([], incremental=incremental),
+        lambda: aggregate_sse_bytes([], incremental=incremental),
+        lambda: aggregate_frames([], incremental=incremental),
+        lambda: ChoicesAggregator(2, incremental=incremental),
+    ]
+    for reader in readers:
+        with pytest.raises(EnvelopeError, match=words):
+            reader()

@@ -81,8 +81,9 @@ class StreamCore(Generic[S]):
 
     ``incremental=None`` reads the mode from the frames: a frame whose
     ``meta_info.completion_tokens`` (or another count of `CONSISTENCY`) fits
-    only one reading settles it. The deltas go to `store`. After an
-    exception from an `add`, discard the core.
+    only one reading settles it; anything but True, False or None is an
+    `EnvelopeError`. The deltas go to `store`. After an exception from an
+    `add`, discard the core.
     """
 
     __slots__ = (
@@ -98,6 +99,7 @@ class StreamCore(Generic[S]):
     )
 
     def __init__(self, incremental: bool | None, store: S) -> None:
+        check_modes(incremental)
         self._mode: bool | None = None if incremental is None else bool(incremental)
         self.store = store
         self._count = 0  # frames added
