@@ -1,17 +1,20 @@
 """One compiled contract per `Target`: the rule table made into one function.
 
-`contract_for(target)` picks the rules of `_rules.RULES` that hold for the
+`contract_for(target)` picks the rules of `rules.RULES` that hold for the
 target (its release's fields and `sampling_params` keys, its gate, the SGLang
 checks its release makes, in its words), adds a presence rule for each field
 the release lacks, and compiles them with the bounds of the fields held as JSON
 bytes into one Python function (`Contract.check`): a rule's check is called only
-when a field it reads is set. Cached
-per target, as targets are hashable.
+when a field it reads is set and its shortcut (`rules.Holds`) cannot tell.
+Cached per target, as targets are hashable. The source is registered in
+`linecache` (`define`), so tracebacks, `inspect.getsource` and debuggers show it.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import linecache
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -30,7 +33,6 @@ from sglang_envelope.request.fields import (
     TEXT_INPUT_FIELDS,
     RequestFields,
 )
-from sglang_envelope.request.generated import define, shortcut_test
 from sglang_envelope.request.limits import (
     REQUEST_RAW_FIELDS,
     SAMPLING_RAW_FIELDS,
@@ -46,7 +48,42 @@ from sglang_envelope.request.rules import (
     Rule,
 )
 
-__all__ = ["Contract", "RawCheck", "check_request", "contract_for"]
+__all__ = ["Contract", "RawCheck", "contract_for", "define", "shortcut_test"]
+
+
+def define(
+    source: str, namespace: dict[str, Any], name: str, label: str
+) -> Callable[..., Any]:
+    """Run `source` in `namespace` and return the function it defines as `name`.
+
+    The source is compiled under the filename `<sglang_envelope LABEL DIGEST>`,
+    whose lines `linecache` holds (with no modification time, so
+    `linecache.checkcache` keeps them).
+    """
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
+    filename = f"<sglang_envelope {label} {digest}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)  # the library's own source
+    function: Callable[..., Any] = namespace[name]
+    return function
+
+
+def shortcut_test(holds: Holds, var: str) -> str:
+    """`holds` as a Python test of the struct named `var`: names and numbers only."""
+    read = [f"{var}.{name}" for name in holds.fields]
+    if holds.kind == "false":
+        return f"not {read[0]}"
+    if holds.kind == "any_true":
+        return " or ".join(read)
+    if holds.kind == "nonempty":
+        return f"{read[0]} != ()"
+    # Finite: their repr is Python.
+    low = float(holds.low)
+    high = float(holds.high)
+    if holds.kind == "at_least":
+        return f"{read[0]} is None or {read[0]} >= {low!r}"
+    below = "<" if holds.open_low else "<="
+    return f"{read[0]} is None or {low!r} {below} {read[0]} <= {high!r}"
 
 
 def _on_sampling(rule: Rule) -> bool:
@@ -407,9 +444,3 @@ def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | Non
     typed_sampling = set(_DEFAULTS[True])
     top = frozenset(installed.generate_req_input_fields) - typed_top - set(FIELD_OWNERS)
     return top, frozenset(installed.sampling_params_fields) - typed_sampling
-
-
-def check_request(request: RequestFields, contract: Contract, limits: Any) -> None:
-    """Raise `RequestRejected` for the first field held as JSON bytes past `limits`, then
-    the first rule of `contract`, that `request` breaks."""
-    contract.check(request, limits)
