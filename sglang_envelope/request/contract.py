@@ -12,6 +12,7 @@ Cached per target, as targets are hashable. The source is registered in
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import linecache
@@ -46,6 +47,7 @@ from sglang_envelope.request.rules import (
     TEXT_INPUT_RULES,
     Holds,
     Rule,
+    reject,
 )
 
 __all__ = ["Contract", "RawCheck", "contract_for", "define", "shortcut_test"]
@@ -264,6 +266,38 @@ class Contract(NamedTuple):
     #: JSON bytes past `limits` (a `_limits.Limits`), then for the first rule the
     #: request breaks.
     check: Callable[[RequestFields, Any], None]
+
+    def refuse_unknown(self, path: str, key: str) -> RequestRejected:
+        """The refusal of `key`, which no typed field holds at `path` ("": the top
+        level), in the target's words (a "did you mean" hint bounded by its size)."""
+        if path == "sampling_params":
+            code, facts = self.unknown_sampling
+            return reject(code, key=key, **facts)
+        if path:
+            return reject("unknown_nested_field", key=key, path=path)
+        owner = FIELD_OWNERS.get(key)
+        if owner is not None:
+            return reject(owner, key=key)
+        if key in self.sampling_keys and key not in self.fields:
+            hint = f"; did you mean `sampling_params.{key}`?"
+        else:
+            near = _close_field(key, self.target.tables.generate_req_input_fields)
+            hint = f"; did you mean `{near}`?" if near else ""
+        return reject("unknown_field", key=key, hint=hint, release=self.release)
+
+
+def _close_field(key: str, fields: tuple[str, ...]) -> str | None:
+    """The known field nearest `key`, as `difflib.get_close_matches` finds it, or None.
+
+    difflib indexes every character of `key`, so a long key would cost many times its
+    size; at its cutoff of 0.6 a key longer than 7/3 of the longest field can match none
+    (the ratio is at most 2 * len(field) / (len(key) + len(field))), so such a key is
+    not read at all.
+    """
+    if 3 * len(key) > 7 * max(map(len, fields), default=0):
+        return None
+    near = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
+    return near[0] if near else None
 
 
 #: Checks a field held as JSON bytes (its value, the decode's limits);

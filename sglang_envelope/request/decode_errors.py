@@ -3,7 +3,7 @@
 The typed decode of `ClientRequest` enforces the rules whose check is None in
 `rules.RULES` (types, unknown keys, token ids); `translate_validation_error`
 reads msgspec's error into that rule's `RequestRejected` (an unknown key in the target's
-words, by `unknown_keys.refuse_unknown`).
+words, by `contract.Contract.refuse_unknown`).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def translate_validation_error(
     """msgspec's verdict on a body (or on `prefix`, a part of it) as the rule it breaks.
 
     `data`, the JSON decoded, locates an unknown key without reading it from the message;
-    `refuse_unknown(path, key)` words its refusal (`unknown_keys.refuse_unknown`, for the
+    `refuse_unknown(path, key)` words its refusal (`Contract.refuse_unknown`, for the
     target's contract).
     """
     if isinstance(error, RecursionError):

@@ -21,7 +21,6 @@ checked request stays as checked.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -71,7 +70,6 @@ from sglang_envelope.request.passed import (
     with_passed_fields,
 )
 from sglang_envelope.request.rules import DEFAULT_TARGET, reject
-from sglang_envelope.request.unknown_keys import refuse_unknown
 
 __all__ = [
     "ClientRequest",
@@ -273,10 +271,9 @@ def _typed_decode(body: bytes | Raw, contract: Contract, decoder: Any = _decoder
     except DECODE_ERRORS as error:
         without = _without_null_fields(body)
         if without is None:
-            refuse = functools.partial(refuse_unknown, contract)
             known = KNOWN_FIELDS if decoder is _decoder else TEXT_KNOWN_FIELDS
             raise translate_validation_error(
-                error, data=body, refuse_unknown=refuse, known=known
+                error, data=body, refuse_unknown=contract.refuse_unknown, known=known
             ) from None
         return _typed_decode(without, contract, decoder)
     return request
