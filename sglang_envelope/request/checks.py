@@ -6,7 +6,6 @@ runs, its code, field and words.
 
 from __future__ import annotations
 
-import math
 import operator
 import re
 from collections.abc import Callable
@@ -52,11 +51,6 @@ def n_over_beam_width(p: SamplingParams) -> dict[str, object] | None:
 
 SAMPLING_EPS = 1e-6  # SGLang's: a smaller temperature means greedy (top_k 1)
 INT64 = (-(2**63), 2**63 - 1)
-
-
-def priority_out_of_range(r: RequestFields) -> dict[str, object] | None:
-    p = r.priority
-    return {} if p is not None and not INT64[0] <= p <= INT64[1] else None
 
 
 def mode_without_mask(r: RequestFields) -> dict[str, object] | None:
@@ -185,24 +179,13 @@ def logit_bias_key_not_integer(p: SamplingParams) -> dict[str, object] | None:
     return None
 
 
-def beam_width_below_one(p: SamplingParams) -> dict[str, object] | None:
-    width = param_value(p.beam_width, None)
-    return {"beam_width": width} if width is not None and width < 1 else None
-
-
 def effective_temperature(p: SamplingParams) -> float:
     return param_value(p.temperature, 1.0)  # type: ignore[no-any-return]
 
 
-def bad_temperature(p: SamplingParams) -> dict[str, object] | None:
-    t = p.temperature
-    if t is UNSET or t is None or (t >= 0.0 and math.isfinite(t)):
-        return None
-    return {"temperature": t}
-
-
 def outside(name: str, low: float, high: float, *, open_low: bool = False) -> Any:
-    """The range check of `name`, whose default (None, or left out) is in the range."""
+    """The range check of `name` (of the request or its `sampling_params`), whose
+    default (None, or left out) is in the range: its value as the facts when outside."""
     read = operator.attrgetter(name)
 
     def check(p: SamplingParams) -> dict[str, object] | None:
@@ -220,13 +203,6 @@ def bad_top_k(p: SamplingParams) -> dict[str, object] | None:
     if 0 <= effective_temperature(p) < SAMPLING_EPS:
         k = 1  # greedy
     return {"top_k": k} if k != -1 and k < 1 else None
-
-
-def max_negative(p: SamplingParams) -> dict[str, object] | None:
-    high = p.max_new_tokens
-    return (
-        None if high is UNSET or high is None or high >= 0 else {"max_new_tokens": high}
-    )
 
 
 #: The smallest repetition penalty whose division of float32 logits stays finite for any
@@ -271,26 +247,12 @@ def pooling_given(r: RequestFields) -> dict[str, object] | None:
     return {} if is_given(r.token_indices_to_pool) else None
 
 
-def min_negative(p: SamplingParams) -> dict[str, object] | None:
-    low = param_value(p.min_new_tokens, 0)
-    return {"min_new_tokens": low} if low < 0 else None
-
-
 def min_over_max(p: SamplingParams) -> dict[str, object] | None:
     low = param_value(p.min_new_tokens, 0)
     high = or_default(p.max_new_tokens, 128)
     if high is None or low <= high:
         return None
     return {"min_new_tokens": low, "max_new_tokens": high}
-
-
-def seed_out_of_range(p: SamplingParams) -> dict[str, object] | None:
-    seed = param_value(p.sampling_seed, None)
-    return (
-        {"sampling_seed": seed}
-        if seed is not None and not INT64[0] <= seed <= INT64[1]
-        else None
-    )
 
 
 def start_below_minus_one(r: RequestFields) -> dict[str, object] | None:

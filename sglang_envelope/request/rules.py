@@ -11,6 +11,7 @@ own words, so a client reads the same text whichever side refused it.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
@@ -18,16 +19,13 @@ from typing import Any, Literal, NamedTuple
 from sglang_envelope.errors.exceptions import RequestRejected
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.checks import (
-    bad_temperature,
+    INT64,
     bad_top_k,
-    beam_width_below_one,
     bias_overflows,
     grammars,
     is_given,
     logit_bias_key_not_integer,
     logprobs_past_prompt,
-    max_negative,
-    min_negative,
     min_over_max,
     min_tokens_with_grammar,
     mode_without_mask,
@@ -36,11 +34,9 @@ from sglang_envelope.request.checks import (
     outside,
     penalty_overflows,
     pooling_given,
-    priority_out_of_range,
     resolve_is,
     routed_start_negative,
     routed_start_past_prompt,
-    seed_out_of_range,
     start_below_minus_one,
     stop_regex_invalid,
     stop_regex_too_long,
@@ -276,7 +272,7 @@ RULES: tuple[Rule, ...] = (
     # The tokenizer manager's checks, then SamplingParams(**sampling_params) on the
     # watermark, in its order (the rule holds where the release tables carry it).
     _sglang("priority_out_of_range", "priority", _PRIORITY_MESSAGE,
-            priority_out_of_range, "priority"),
+            outside("priority", *INT64), "priority"),
     _sglang("sampling_logprobs_mode_without_mask", "sampling_logprobs_mode",
             "sampling_logprobs_mode can only be set when return_sampling_mask=true.",
             mode_without_mask, "sampling_logprobs_mode"),
@@ -321,16 +317,15 @@ RULES: tuple[Rule, ...] = (
          "stop_regex {pattern!r} is not a valid regular expression: {detail}",
          stop_regex_invalid, "stop_regex"),
     _sglang("beam_width_below_one", "sampling_params.beam_width",
-            "beam_width must be at least 1, got {beam_width}.", beam_width_below_one,
-            "beam_width"),
+            "beam_width must be at least 1, got {beam_width}.",
+            outside("beam_width", 1, math.inf), "beam_width"),
     # The scheduler's, for a beam request (its other checks need the deployment).
     Rule("n_over_beam_width", "sampling_params.n",
          "n ({n}) cannot exceed beam_width ({beam_width}).",
          n_over_beam_width, "beam_width"),
-    _sglang("temperature_out_of_range", "sampling_params.temperature",
-            "temperature must be a non-negative finite number, got {temperature}.",
-            bad_temperature, "temperature",
-            Holds("in_range", ("temperature",), 0.0, sys.float_info.max)),
+    _range("temperature_out_of_range", "temperature",
+           "temperature must be a non-negative finite number, got {temperature}.",
+           0.0, sys.float_info.max),
     _range("top_p_out_of_range", "top_p",
            "top_p must be in (0, 1], got {top_p}.",
            0.0, 1.0, open_low=True),
@@ -357,10 +352,10 @@ RULES: tuple[Rule, ...] = (
          "repetition_penalty"),
     _sglang("min_new_tokens_negative", "sampling_params.min_new_tokens",
             "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}.",
-            min_negative, "min_new_tokens"),
+            outside("min_new_tokens", 0, math.inf), "min_new_tokens"),
     _sglang("max_new_tokens_negative", "sampling_params.max_new_tokens",
             "max_new_tokens must be at least 0, got {max_new_tokens}.",
-            max_negative, "max_new_tokens",
+            outside("max_new_tokens", 0, math.inf), "max_new_tokens",
             Holds("at_least", ("max_new_tokens",), 0)),
     _sglang("min_new_tokens_over_max", "sampling_params.min_new_tokens",
             "min_new_tokens must be in [0, max_new_tokens({max_new_tokens})], "
@@ -374,7 +369,7 @@ RULES: tuple[Rule, ...] = (
          "a larger one overflows SGLang's float32 logits", bias_overflows, "logit_bias"),
     _sglang("sampling_seed_out_of_range", "sampling_params.sampling_seed",
             "sampling_seed must be in [-2**63, 2**63 - 1], got {sampling_seed}.",
-            seed_out_of_range, "sampling_seed"),
+            outside("sampling_seed", *INT64), "sampling_seed"),
     _sglang("several_grammars", "sampling_params",
             "Only one of json_schema, regex, ebnf, or structural_tag can be set.",
             grammars, ("json_schema", "regex", "ebnf", "structural_tag")),
