@@ -74,8 +74,9 @@ HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def watermark_problem(value: Any) -> str | None:
-    """SGLang's `normalize_watermark_request` verdict on a watermark: its message, or
-    None when it accepts it."""
+    """SGLang's verdict on a watermark: `normalize_watermark_request`'s message, then
+    `resolve_watermark_request`'s (a request with both is refused before), or None
+    when it accepts it."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -97,14 +98,18 @@ def watermark_problem(value: Any) -> str | None:
             return "watermark key must contain only hex digits"
     if window is not None and (type(window) is not int or window < 1):
         return "watermark context_window must be a positive integer"
+    if enabled is False and key is not None:
+        return "request watermark key cannot be combined with enabled=false"
+    if enabled is None and key is None:
+        return "request watermark must set enabled or key"
     return None
 
 
 def watermark_is(
     message: str, *, inner: bool
 ) -> Callable[[Any], dict[str, object] | None]:
-    """The check that the watermark breaks with `message`
-    (`inner`: the one in `sampling_params`)."""
+    """The check that SGLang refuses the watermark with `message` (`inner`: the one in
+    `sampling_params`)."""
 
     def check(value: Any) -> dict[str, object] | None:
         mark = value.watermark
@@ -116,32 +121,6 @@ def watermark_is(
     return check
 
 
-def resolve_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, object] | None]:
-    """The check that `resolve_watermark_request` refuses the watermark (`inner`: the
-    one in `sampling_params`; a request with both is refused before) with `message`,
-    once `SamplingParams` has accepted it."""
-
-    def check(value: Any) -> dict[str, object] | None:
-        mark = value.watermark
-        if mark is UNSET or mark is None or (not inner and mark == NULL):
-            return None
-        plain = msgspec.to_builtins(mark) if inner else msgspec.json.decode(mark)
-        if not isinstance(plain, dict) or watermark_problem(plain) is not None:
-            return None
-        enabled = plain.get("enabled")
-        key = plain.get("key")
-        found = (
-            "request watermark key cannot be combined with enabled=false"
-            if enabled is False and key is not None
-            else "request watermark must set enabled or key"
-            if enabled is None and key is None
-            else None
-        )
-        return {} if found == message else None
-
-    return check
-
-
 def stop_list(raw: Any) -> list[str] | None:
     if raw is UNSET or raw == NULL:
         return None
@@ -149,14 +128,15 @@ def stop_list(raw: Any) -> list[str] | None:
     return [value] if isinstance(value, str) else list(value)
 
 
-def too_many_stops(p: SamplingParams) -> dict[str, object] | None:
-    stops = stop_list(p.stop)
-    return {"count": len(stops)} if stops is not None and len(stops) > 32 else None
+def over_32(name: str) -> Callable[[SamplingParams], dict[str, object] | None]:
+    """The check that `name` (a stop string or a list of them) holds more than 32."""
+    read = operator.attrgetter(name)
 
+    def check(p: SamplingParams) -> dict[str, object] | None:
+        stops = stop_list(read(p))
+        return {"count": len(stops)} if stops is not None and len(stops) > 32 else None
 
-def too_many_stop_regexes(p: SamplingParams) -> dict[str, object] | None:
-    stops = stop_list(p.stop_regex)
-    return {"count": len(stops)} if stops is not None and len(stops) > 32 else None
+    return check
 
 
 def stop_regex_too_long(p: SamplingParams) -> dict[str, object] | None:

@@ -32,16 +32,14 @@ from sglang_envelope.request.checks import (
     n_null,
     n_over_beam_width,
     outside,
+    over_32,
     penalty_overflows,
     pooling_given,
-    resolve_is,
     routed_start_negative,
     routed_start_past_prompt,
     start_below_minus_one,
     stop_regex_invalid,
     stop_regex_too_long,
-    too_many_stop_regexes,
-    too_many_stops,
     watermark_in_both,
     watermark_is,
 )
@@ -283,10 +281,10 @@ RULES: tuple[Rule, ...] = (
       for code, message in zip(_WATERMARK_CODES, _WATERMARK_MESSAGES, strict=True)),
     # resolve_watermark_request()'s checks that need only the request (the release
     # tables do not list them; they hold where SGLang has a watermark at all).
-    *(Rule(code, "watermark", message, resolve_is(message, inner=False), "watermark")
+    *(Rule(code, "watermark", message, watermark_is(message, inner=False), "watermark")
       for code, message in _RESOLVE),
     *(Rule(f"sampling_{code}", "sampling_params.watermark", message,
-           resolve_is(message, inner=True), "watermark")
+           watermark_is(message, inner=True), "watermark")
       for code, message in _RESOLVE),
     # Sampling: a null n, which SGLang's normalization fails on; then SGLang's
     # SamplingParams.normalize() and .verify() checks, in its words and order.
@@ -304,10 +302,10 @@ RULES: tuple[Rule, ...] = (
               watermark_is(message, inner=True), "watermark")
       for code, message in zip(_WATERMARK_CODES, _WATERMARK_MESSAGES, strict=True)),
     _sglang("too_many_stop_strings", "sampling_params.stop",
-            "at most 32 stop strings are allowed, got {count}", too_many_stops, "stop"),
+            "at most 32 stop strings are allowed, got {count}", over_32("stop"), "stop"),
     _sglang("too_many_stop_regexes", "sampling_params.stop_regex",
             "at most 32 stop_regex patterns are allowed, got {count}",
-            too_many_stop_regexes, "stop_regex"),
+            over_32("stop_regex"), "stop_regex"),
     _sglang("stop_regex_too_long", "sampling_params.stop_regex",
             "stop_regex is {stop_regex_len} bytes, over the 256-byte limit",
             stop_regex_too_long, "stop_regex"),
