@@ -47,6 +47,7 @@ from sglang_envelope.request.rules import (
     TEXT_INPUT_RULES,
     Holds,
     Rule,
+    refusal,
     reject,
 )
 
@@ -195,7 +196,7 @@ def _compile(
     the request's fields held as JSON bytes, then its `sampling_params`' (`_RAW_CHECKS`,
     bounded by the limits the function is given), then the request's rules, then those
     of its `sampling_params` when it has them."""
-    namespace: dict[str, Any] = {"_rejected": _rejected, "UNSET": UNSET}
+    namespace: dict[str, Any] = {"_rejected": refusal, "UNSET": UNSET}
     raw_request = _RAW_CHECKS[False]
     raw_sampling = _RAW_CHECKS[True]
     if text:  # a target that takes text also takes the media fields
@@ -217,15 +218,6 @@ def _compile(
 
 def _names(when: str | tuple[str, ...] | None) -> tuple[str, ...]:
     return () if when is None else (when,) if isinstance(when, str) else when
-
-
-def _rejected(entry: _Entry, facts: dict[str, object]) -> RequestRejected:
-    code = entry[0]
-    field = entry[1]
-    message = entry[2]
-    return RequestRejected(
-        code, None if field is None else field.format(**facts), message.format(**facts)
-    )
 
 
 # --- one contract per target ------------------------------------------------------

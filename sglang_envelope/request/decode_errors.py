@@ -47,19 +47,8 @@ _EXPECTED = re.compile(r"^Expected `(?P<expected>[^`]*)`, got `(?P<got>[^`]*)`$"
 _UNKNOWN = re.compile(r"^Object contains unknown field `", re.DOTALL)
 _MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
 _TOKEN_LIST_ITEM = re.compile(r"^input_ids\[\d+\]$")
-#: The facts of `batched_input`, by the field that holds a batch.
-_BATCHED = {
-    "input_ids": {
-        "key": "input_ids",
-        "one": "flat list of token ids",
-        "batch": "decode a batch with decode_sequences",
-    },
-    "text": {
-        "key": "text",
-        "one": "string",
-        "batch": "decode a batch with decode_sequences",
-    },
-}
+#: What one prompt is in the field that holds a batch (`batched_input`).
+_ONE_PROMPT = {"input_ids": "flat list of token ids", "text": "string"}
 
 
 #: What msgspec raises on a body it cannot decode (RecursionError: nested too deeply;
@@ -173,10 +162,10 @@ def _wrong_value(what: str, path: str) -> RequestRejected:
     if not path:
         return reject("not_object", got=expected["got"] if expected else what)
     if path == "text" and expected and expected["got"] == "array":
-        return reject("batched_input", **_BATCHED["text"])
+        return _batched("text")
     if _TOKEN_LIST_ITEM.match(path):
         if expected and expected["got"] == "array":
-            return reject("batched_input", **_BATCHED["input_ids"])
+            return _batched("input_ids")
         if not expected:
             return reject("token_id_out_of_range", path=path)
     if expected:
@@ -184,3 +173,8 @@ def _wrong_value(what: str, path: str) -> RequestRejected:
             "wrong_type", path=path, expected=expected["expected"], got=expected["got"]
         )
     return reject("invalid_value", path=path, detail=what)
+
+
+def _batched(key: str) -> RequestRejected:
+    batch = "decode a batch with decode_sequences"
+    return reject("batched_input", key=key, one=_ONE_PROMPT[key], batch=batch)

@@ -22,7 +22,7 @@ from typing import Any, Literal, NamedTuple, cast
 import msgspec
 from msgspec import UNSET
 
-from sglang_envelope.errors.exceptions import EnvelopeError, RequestRejected, show_value
+from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.request.checks import logprobs_past_prompt, routed_start_past_prompt
 from sglang_envelope.request.fields import (
     REQUEST_DEFAULTS,
@@ -30,7 +30,7 @@ from sglang_envelope.request.fields import (
     SamplingParams,
 )
 from sglang_envelope.request.large_body import int_chunks
-from sglang_envelope.request.rules import RULES_BY_CODE
+from sglang_envelope.request.rules import RULES_BY_CODE, refusal
 
 __all__ = [
     "DEPLOYMENT_RULES",
@@ -558,5 +558,4 @@ def check_engine_body(deployment: Deployment, body: Any) -> None:
     for check, rule in _ALL_CHECKS if guarded else _UNGUARDED_CHECKS:
         facts = check(deployment, body)
         if facts is not None:
-            field = rule.field.format(**facts)
-            raise RequestRejected(rule.code, field, rule.message.format(**facts))
+            raise refusal(rule, facts)

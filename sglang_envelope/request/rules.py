@@ -57,6 +57,7 @@ __all__ = [
     "TEXT_INPUT_RULES",
     "Holds",
     "Rule",
+    "refusal",
     "reject",
 ]
 
@@ -445,9 +446,16 @@ SGLANG_CHECKS_LEFT: Mapping[str, str] = {
 }
 
 
+def refusal(rule: tuple[Any, ...], facts: dict[str, object]) -> RequestRejected:
+    """The `RequestRejected` of `rule` (a `Rule`, or any row that starts with a rule's
+    code, field and message), its field and message filled in from `facts`."""
+    code, field, message = rule[:3]
+    return RequestRejected(
+        code, None if field is None else field.format(**facts), message.format(**facts)
+    )
+
+
 def reject(code: str, **facts: object) -> RequestRejected:
     """The `RequestRejected` for rule `code`, its field and message filled in
     from `facts`."""
-    rule = RULES_BY_CODE[code]
-    field = None if rule.field is None else rule.field.format(**facts)
-    return RequestRejected(code, field, rule.message.format(**facts))
+    return refusal(RULES_BY_CODE[code], facts)
