@@ -23,13 +23,13 @@ import msgspec
 from msgspec import UNSET
 
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
+from sglang_envelope.request.body import int_chunks
 from sglang_envelope.request.checks import logprobs_past_prompt, routed_start_past_prompt
 from sglang_envelope.request.fields import (
     REQUEST_DEFAULTS,
     SAMPLING_DEFAULTS,
     SamplingParams,
 )
-from sglang_envelope.request.large_body import int_chunks
 from sglang_envelope.request.rules import RULES_BY_CODE, refusal
 
 __all__ = [

@@ -29,7 +29,8 @@ from msgspec import Raw
 
 from sglang_envelope.errors.exceptions import EnvelopeError
 from sglang_envelope.releases.target import Target
-from sglang_envelope.request.body import as_json
+from sglang_envelope.request.body import LARGE_BODY_BYTES, as_json
+from sglang_envelope.request.body import decode_large as _decode_large
 from sglang_envelope.request.checks import is_given
 from sglang_envelope.request.contract import (
     Contract,
@@ -50,8 +51,6 @@ from sglang_envelope.request.fields import (
     Watermark,
     token_input_struct,
 )
-from sglang_envelope.request.large_body import LARGE_BODY_BYTES
-from sglang_envelope.request.large_body import decode_large as _decode_large
 from sglang_envelope.request.limits import (
     DEFAULT_LIMITS,
     DEFAULT_MAX_BODY_BYTES,
@@ -261,7 +260,7 @@ def _check_input_ids(ids: tuple[int, ...], limits: Limits) -> None:
 
 def _typed_decode(body: bytes | Raw, contract: Contract, decoder: Any = _decoder) -> Any:
     """The typed decode of a body, its checks left to the caller; a failure as SGLang's
-    refusal (a large token-input body is read by `large_body.decode_large`)."""
+    refusal (a large token-input body is read by `body.decode_large`)."""
     try:
         if len(body) <= LARGE_BODY_BYTES or decoder is not _decoder:
             request = decoder.decode(body)
