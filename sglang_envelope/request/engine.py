@@ -23,7 +23,9 @@ from sglang_envelope.request.fields import RequestFields, SamplingParams, TokenI
 from sglang_envelope.request.passed import (
     NO_PASSED_FIELDS,
     PassedFields,
+    raw_value,
     with_passed_fields,
+    with_passed_values,
 )
 from sglang_envelope.request.routing import Bootstrap, Routing
 from sglang_envelope.request.rules import reject
@@ -116,15 +118,7 @@ _PREFILL_SAMPLING = PREFILL_SAMPLING_OVERRIDES | dict.fromkeys(
 )
 
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder()
 _to_builtins = msgspec.to_builtins
-
-
-def _raw_value(value: object) -> Any:
-    """`to_builtins`' hook: a mapping held as `Raw` JSON, decoded."""
-    if type(value) is Raw:
-        return _decoder.decode(value)
-    raise NotImplementedError(f"{type(value).__name__} is not plain data")
 
 
 _astuple = msgspec.structs.astuple
@@ -188,21 +182,13 @@ class EngineRequest(msgspec.Struct, frozen=True):
         """The keyword arguments of SGLang's `GenerateReqInput` (a new dict, with the
         data `to_json()` carries: for SGLang run in-process, ``GenerateReqInput(**d)``),
         made without a JSON round trip: ``input_ids`` a list, mappings decoded."""
-        kwargs: dict[str, Any] = _to_builtins(self.body, enc_hook=_raw_value)
+        kwargs: dict[str, Any] = _to_builtins(self.body, enc_hook=raw_value)
         ids = kwargs.get("input_ids")
         if type(ids) is tuple:
             kwargs["input_ids"] = list(ids)
-        passed = self.passed
-        if passed is NO_PASSED_FIELDS:  # the usual request
+        if self.passed is NO_PASSED_FIELDS:  # the usual request
             return kwargs
-        kwargs.update((key, _decoder.decode(raw)) for key, raw in passed.top_level)
-        if passed.sampling_params:
-            params = kwargs.get("sampling_params") or {}
-            params.update(
-                (key, _decoder.decode(raw)) for key, raw in passed.sampling_params
-            )
-            kwargs["sampling_params"] = params
-        return kwargs
+        return with_passed_values(kwargs, self.passed)
 
     def to_json(self) -> bytes:
         """The HTTP body for `POST /generate`."""

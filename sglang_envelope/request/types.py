@@ -65,8 +65,10 @@ from sglang_envelope.request.passed import (
     NO_PASSED_FIELDS,
     PassedFields,
     is_passed_fields,
+    raw_value,
     split_unknown,
     with_passed_fields,
+    with_passed_values,
 )
 from sglang_envelope.request.rules import DEFAULT_TARGET, reject
 
@@ -181,12 +183,6 @@ def request_json(request: ClientRequest) -> bytes:
     return with_passed_fields(_json.encode(members), request.passed_fields)
 
 
-def _raw_to_value(value: Any) -> Any:
-    if isinstance(value, Raw):
-        return msgspec.json.decode(value)
-    raise TypeError(f"cannot encode a {type(value).__name__}")
-
-
 def _decoded(body: bytes, target: Target) -> ClientRequest:
     return decode_client_request(body, target=target)
 
@@ -200,13 +196,13 @@ def _check_made(request: ClientRequest) -> ClientRequest:
     if not is_passed_fields(passed):
         raise EnvelopeError("passed_fields must be a PassedFields of (str, JSON) pairs")
     try:
-        plain = msgspec.to_builtins(request, enc_hook=_raw_to_value)
+        plain = msgspec.to_builtins(request, enc_hook=raw_value)
         for name in _NOT_JSON:
             plain.pop(name, None)
         if request.input_ids is None and target.input == "tokens":
             # First, as a token-input body refuses a null one.
             plain = {"input_ids": None, **plain}
-        top, sampling = msgspec.to_builtins(passed, enc_hook=_raw_to_value)
+        plain = with_passed_values(plain, passed)
     except (
         TypeError,
         ValueError,
@@ -217,13 +213,6 @@ def _check_made(request: ClientRequest) -> ClientRequest:
         raise reject(
             "not_json", detail=f"a field holds a value JSON cannot carry: {error}"
         ) from None
-    if sampling:
-        inner = plain.get("sampling_params")
-        plain["sampling_params"] = {
-            **(inner if isinstance(inner, dict) else {}),
-            **dict(sampling),
-        }
-    plain.update(top)
     return decode_client_request(plain, target=target)
 
 
