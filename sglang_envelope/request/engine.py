@@ -110,17 +110,11 @@ _PLANS_BY_NAME: dict[str, tuple[Role, RolePlan]] = {
     role.value: (role, plan) for role, plan in ROLE_PLANS.items()
 }
 
-#: What prefill sets in `sampling_params`, and what it removes.
-PREFILL_SAMPLING_OVERRIDES: dict[str, Any] = {"n": 1, "max_new_tokens": 1}
-PREFILL_SAMPLING_REMOVED = ("min_new_tokens",)
-_PREFILL_SAMPLING = PREFILL_SAMPLING_OVERRIDES | dict.fromkeys(
-    PREFILL_SAMPLING_REMOVED, UNSET
-)
+#: What prefill sets in `sampling_params`: one sequence of one token (UNSET: removed).
+_PREFILL_SAMPLING: dict[str, Any] = {"n": 1, "max_new_tokens": 1, "min_new_tokens": UNSET}
 
 _encoder = msgspec.json.Encoder()
 _to_builtins = msgspec.to_builtins
-
-
 _astuple = msgspec.structs.astuple
 _force_setattr = msgspec.structs.force_setattr
 _replace = msgspec.structs.replace
@@ -155,7 +149,7 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled and copied as what it is: a request already built."""
-        return (_made, (self.role, self.body, *_passed_args(self.passed)))
+        return (_made, (self.role, self.body, self.passed))
 
     @property
     def rid(self) -> str:
@@ -197,26 +191,22 @@ class EngineRequest(msgspec.Struct, frozen=True):
         return with_passed_fields(_encoder.encode(self.body), self.passed)
 
 
-def _passed_args(passed: PassedFields) -> tuple[PassedFields, ...]:
-    return () if passed is NO_PASSED_FIELDS else (passed,)
-
-
 #: The sign of the usual request, which passes no key on: made once, not per request.
 _BUILT = _Built(NO_PASSED_FIELDS)
 
 
-def _made(
-    role: Role, body: EngineBody, passed: PassedFields = NO_PASSED_FIELDS
-) -> EngineRequest:
-    """The `EngineRequest` of `role` holding `body` and the keys `passed` on."""
-    built = _BUILT if passed is NO_PASSED_FIELDS else _Built(passed)
+def _made(role: Role, body: EngineBody, passed: PassedFields) -> EngineRequest:
+    """The `EngineRequest` of `role` holding `body` and the keys `passed` on (none: the
+    one `NO_PASSED_FIELDS`, an unpickled copy of it too)."""
+    usual = passed is NO_PASSED_FIELDS or passed == NO_PASSED_FIELDS
+    built = _BUILT if usual else _Built(passed)
     return EngineRequest(role, body, built)  # type: ignore[arg-type]
 
 
 def _prefill_sampling(sampling: SamplingParams | Any | None) -> SamplingParams:
     if isinstance(sampling, SamplingParams):
         return msgspec.structs.replace(sampling, **_PREFILL_SAMPLING)
-    return SamplingParams(**PREFILL_SAMPLING_OVERRIDES)
+    return SamplingParams(**_PREFILL_SAMPLING)
 
 
 def _check_bootstrap(role: Role, plan: RolePlan, bootstrap: Bootstrap | None) -> None:
