@@ -29,6 +29,7 @@ from sglang_envelope.releases.target import (
     first_release_with,
 )
 from sglang_envelope.request.fields import (
+    FIELD_OWNERS,
     REQUEST_DEFAULTS,
     SAMPLING_DEFAULTS,
     TEXT_INPUT_FIELDS,
@@ -40,7 +41,6 @@ from sglang_envelope.request.limits import (
     TEXT_RAW_FIELDS,
     raw_check,
 )
-from sglang_envelope.request.owners import FIELD_OWNERS
 from sglang_envelope.request.rules import (
     RULES,
     RULES_BY_CODE,

@@ -15,9 +15,8 @@ from msgspec import Raw
 
 from sglang_envelope.request.contract import Contract
 from sglang_envelope.request.decode_errors import DECODE_ERRORS
-from sglang_envelope.request.fields import RequestFields, SamplingParams
+from sglang_envelope.request.fields import FIELD_OWNERS, RequestFields, SamplingParams
 from sglang_envelope.request.limits import Limits, check_free_form
-from sglang_envelope.request.owners import FIELD_OWNERS
 
 __all__ = [
     "NO_PASSED_FIELDS",

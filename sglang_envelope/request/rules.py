@@ -1,6 +1,6 @@
 """The request contract as data: every rule with its code.
 
-`owners.FIELD_OWNERS` names every `GenerateReqInput` field a client may not
+`fields.FIELD_OWNERS` names every `GenerateReqInput` field a client may not
 send, and why. `RULES` lists every rule: its code, field, message and check (`checks.py`;
 None: the typed decode enforces it, and `decode_errors.py` words msgspec's
 verdict). `docs/contract.md` shows both tables; a test checks they agree.

@@ -43,6 +43,7 @@ from sglang_envelope.request.decode_errors import (
     translate_validation_error,
 )
 from sglang_envelope.request.fields import (
+    NULL_AS_ABSENT,
     REQUEST_DEFAULTS,
     TEXT_INPUT_FIELDS,
     RequestFields,
@@ -60,7 +61,6 @@ from sglang_envelope.request.limits import (
     Limits,
     make_limits,
 )
-from sglang_envelope.request.owners import NULL_AS_ABSENT
 from sglang_envelope.request.passed import (
     NO_PASSED_FIELDS,
     PassedFields,
@@ -83,7 +83,7 @@ __all__ = [
 
 #: A token-input client body as the typed decode reads it, before any rule (never handed
 #: out): `RequestFields` without `text` and the media fields, which it refuses as unknown
-#: keys (`rules.FIELD_OWNERS`), and with `input_ids` required.
+#: keys (`fields.FIELD_OWNERS`), and with `input_ids` required.
 _Wire = token_input_struct("_Wire", tuple[TokenId, ...])
 
 
