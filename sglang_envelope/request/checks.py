@@ -74,41 +74,39 @@ HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def watermark_problem(value: Any) -> str | None:
-    """SGLang's verdict on a watermark: `normalize_watermark_request`'s message, then
-    `resolve_watermark_request`'s (a request with both is refused before), or None
-    when it accepts it."""
+    """The rule SGLang refuses a watermark by (its code in `rules.RULES`, unprefixed):
+    `normalize_watermark_request`'s, then `resolve_watermark_request`'s (a request
+    with both is refused before); None when it accepts it."""
     if value is None:
         return None
     if not isinstance(value, dict):
-        return "watermark must be an object"
+        return "watermark_not_object"
     if set(value) - WATERMARK_KEYS:
-        return "watermark contains unknown fields"
+        return "watermark_unknown_key"
     enabled = value.get("enabled")
     key = value.get("key")
     window = value.get("context_window")
     if enabled is not None and type(enabled) is not bool:
-        return "watermark enabled must be a boolean"
+        return "watermark_enabled_not_bool"
     if key is not None:
         if not isinstance(key, str):
-            return "watermark key must be a hex string"
+            return "watermark_key_not_text"
         digits = key[2:] if key.lower().startswith("0x") else key
         if not 1 <= len(digits) <= 16:
-            return "watermark key must contain 1 to 16 hex digits"
+            return "watermark_key_length"
         if not HEX.issuperset(digits):
-            return "watermark key must contain only hex digits"
+            return "watermark_key_not_hex"
     if window is not None and (type(window) is not int or window < 1):
-        return "watermark context_window must be a positive integer"
+        return "watermark_context_window"
     if enabled is False and key is not None:
-        return "request watermark key cannot be combined with enabled=false"
+        return "watermark_key_when_disabled"
     if enabled is None and key is None:
-        return "request watermark must set enabled or key"
+        return "watermark_sets_nothing"
     return None
 
 
-def watermark_is(
-    message: str, *, inner: bool
-) -> Callable[[Any], dict[str, object] | None]:
-    """The check that SGLang refuses the watermark with `message` (`inner`: the one in
+def watermark_is(code: str, *, inner: bool) -> Callable[[Any], dict[str, object] | None]:
+    """The check that SGLang refuses the watermark by rule `code` (`inner`: the one in
     `sampling_params`)."""
 
     def check(value: Any) -> dict[str, object] | None:
@@ -116,7 +114,7 @@ def watermark_is(
         if mark is UNSET or mark is None:
             return None
         plain = msgspec.to_builtins(mark) if inner else msgspec.json.decode(mark)
-        return {} if watermark_problem(plain) == message else None
+        return {} if watermark_problem(plain) == code else None
 
     return check
 

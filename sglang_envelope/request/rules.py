@@ -143,23 +143,16 @@ def _range(
     return _sglang(code, f"sampling_params.{name}", template, check, name, holds)
 
 
-_WATERMARK_MESSAGES = (
-    "watermark must be an object",
-    "watermark contains unknown fields",
-    "watermark enabled must be a boolean",
-    "watermark key must be a hex string",
-    "watermark key must contain 1 to 16 hex digits",
-    "watermark key must contain only hex digits",
-    "watermark context_window must be a positive integer",
-)
-_WATERMARK_CODES = (
-    "watermark_not_object",
-    "watermark_unknown_key",
-    "watermark_enabled_not_bool",
-    "watermark_key_not_text",
-    "watermark_key_length",
-    "watermark_key_not_hex",
-    "watermark_context_window",
+#: SGLang's refusals of a watermark, in its order (`normalize_watermark_request`'s):
+#: `checks.watermark_problem` names the first one a watermark breaks.
+_WATERMARK = (
+    ("watermark_not_object", "watermark must be an object"),
+    ("watermark_unknown_key", "watermark contains unknown fields"),
+    ("watermark_enabled_not_bool", "watermark enabled must be a boolean"),
+    ("watermark_key_not_text", "watermark key must be a hex string"),
+    ("watermark_key_length", "watermark key must contain 1 to 16 hex digits"),
+    ("watermark_key_not_hex", "watermark key must contain only hex digits"),
+    ("watermark_context_window", "watermark context_window must be a positive integer"),
 )
 _RESOLVE = (
     (
@@ -278,14 +271,14 @@ RULES: tuple[Rule, ...] = (
     _sglang("watermark_in_both_places", "watermark",
             "watermark must be provided either at the request top level or inside "
             "sampling_params, not both", watermark_in_both, "watermark"),
-    *(_sglang(code, "watermark", message, watermark_is(message, inner=False), "watermark")
-      for code, message in zip(_WATERMARK_CODES, _WATERMARK_MESSAGES, strict=True)),
+    *(_sglang(code, "watermark", message, watermark_is(code, inner=False), "watermark")
+      for code, message in _WATERMARK),
     # resolve_watermark_request()'s checks that need only the request (the release
     # tables do not list them; they hold where SGLang has a watermark at all).
-    *(Rule(code, "watermark", message, watermark_is(message, inner=False), "watermark")
+    *(Rule(code, "watermark", message, watermark_is(code, inner=False), "watermark")
       for code, message in _RESOLVE),
     *(Rule(f"sampling_{code}", "sampling_params.watermark", message,
-           watermark_is(message, inner=True), "watermark")
+           watermark_is(code, inner=True), "watermark")
       for code, message in _RESOLVE),
     # Sampling: a null n, which SGLang's normalization fails on; then SGLang's
     # SamplingParams.normalize() and .verify() checks, in its words and order.
@@ -300,8 +293,8 @@ RULES: tuple[Rule, ...] = (
     Rule("unsupported_sampling_param", "sampling_params.{key}",
          "Unexpected keyword argument '{key}'"),
     *(_sglang(f"sampling_{code}", "sampling_params.watermark", message,
-              watermark_is(message, inner=True), "watermark")
-      for code, message in zip(_WATERMARK_CODES, _WATERMARK_MESSAGES, strict=True)),
+              watermark_is(code, inner=True), "watermark")
+      for code, message in _WATERMARK),
     _sglang("too_many_stop_strings", "sampling_params.stop",
             "at most 32 stop strings are allowed, got {count}", over_32("stop"), "stop"),
     _sglang("too_many_stop_regexes", "sampling_params.stop_regex",
