@@ -1,22 +1,18 @@
 """The client's request: SGLang's native token-input `/generate` body, decoded, checked.
 
 `ClientRequest` mirrors the single-request form of SGLang 0.5.23's
-`GenerateReqInput`, limited to the fields a client may set (see `rules.py` for
-which fields are whose). Types follow SGLang's HTTP contract gate
-(`sglang/api/v1/api_types.py`) where it has the field, and the dataclass where
-it does not. Decoding is one typed msgspec pass; a failure is translated into
-`RequestRejected` by `decode_errors.translate_validation_error`.
+`GenerateReqInput`, limited to the fields a client may set (`fields.py`), typed as
+SGLang's HTTP contract gate types them (`sglang/api/v1/api_types.py`) where it has
+the field, and as the dataclass does where it does not. Decoding is one typed msgspec
+pass; a failure is read as the rule it breaks (`decode_errors`).
 
-Every `ClientRequest` that exists has passed every rule of its `target`, and
-holds nothing but its declared fields (no `__dict__`): one decoded by
-`decode_client_request` is made from the typed decode's values once every rule
-was applied to them (`_from_checked`); one made any other way (by hand, by
-`msgspec.structs.replace`, by a decoder of the caller's) is checked when it is
-made, by encoding it (its passed keys included) and decoding the result as a
-client body for its target, and takes the decoded copy's values. Its
-containers are immutable (tuples, frozen structs, and `msgspec.Raw` for JSON
-objects and free-form values, checked without being built: `limits`), so a
-checked request stays as checked.
+Every `ClientRequest` that exists has passed every rule of its `target`: one
+decoded is made from the typed decode's values once every rule was applied to
+them (`_from_checked`); one made any other way (by hand, by
+`msgspec.structs.replace`, by a decoder of the caller's) is checked when made, as
+the client body it stands for (`_check_made`), and takes the decoded copy's values.
+Its containers are immutable (tuples, frozen structs, `msgspec.Raw`), so a checked
+request stays as checked.
 """
 
 from __future__ import annotations
