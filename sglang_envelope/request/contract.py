@@ -107,19 +107,20 @@ class _Checks(NamedTuple):
     guards: tuple[str, ...]  # the fields that guard them, each default a singleton
 
 
-def _checks(rules: list[tuple[Rule, str]]) -> _Checks:
-    """`rules` (each with its message for the target), compiled to run in order."""
-    guards = sorted({name for rule, _ in rules for name in _names(rule.when)})
+def _checks(rules: list[Rule], release: str, messages: Mapping[str, str]) -> _Checks:
+    """`rules` compiled to run in order, in the words of `release` (`messages`: the
+    words of the rules it words otherwise)."""
+    guards = sorted({name for rule in rules for name in _names(rule.when)})
     entries = tuple(
         (
             rule.code,
             rule.field,
-            message,
+            messages.get(rule.code, rule.message).replace("{release}", release),
             rule.check,
             tuple(guards.index(name) for name in _names(rule.when)),
             rule.holds,
         )
-        for rule, message in rules
+        for rule in rules
         if rule.check is not None
     )
     return _Checks(entries, tuple(guards))
@@ -325,21 +326,21 @@ def _release(target: Target) -> str:
     return target.sglang if installed is None else installed.version
 
 
-def _sampling_refusal(target: Target, key: str) -> tuple[str, dict[str, object]] | None:
-    """Why the target refuses typed `sampling_params.key`, or None when it takes it."""
-    tables = target.tables
+def _sampling_refusal(
+    target: Target, key: str, unknown: tuple[str, dict[str, object]]
+) -> tuple[str, dict[str, object]] | None:
+    """Why the target refuses typed `sampling_params.key` (`unknown`: how its gate
+    refuses a key it does not list), or None when it takes it."""
     gate = target.gate
-    release = _release(target)
     if gate is not None and key not in gate.sampling_keys:
-        return "unknown_sampling_param", {
-            "key": key,
-            "expected": _expected(gate.sampling_keys),
-        }
-    if key in tables.sampling_params_fields:
+        code, facts = unknown
+        return code, {"key": key, **facts}
+    if key in target.tables.sampling_params_fields:
         return None
     first = first_release_with(key, sampling=True)
     if first is not None and _newer(first, target.sglang):
         path = f"sampling_params.{key}"
+        release = _release(target)
         return _ABSENT, {"key": path, "path": path, "first": first, "release": release}
     if first is not None or (gate is not None and key in gate.sampling_keys):
         return "unsupported_sampling_param", {"key": key}
@@ -360,24 +361,13 @@ def contract_for(target: Target) -> Contract:
     tables = target.tables
     release = _release(target)
     templates = _templates(tables)
-    messages = {} if tables.features.output_flat else _WITHOUT_OUTPUT_FLAT
-    scoped: dict[bool, list[tuple[Rule, str]]] = {False: [], True: []}
+    scoped: dict[bool, list[Rule]] = {False: [], True: []}
     text = target.input == "text"
     for rule in RULES:
         if rule.check is None or (rule.code in TEXT_INPUT_RULES and not text):
             continue
-        if rule.template is not None and rule.template not in templates:
-            continue
-        message = messages.get(rule.code, rule.message).replace("{release}", release)
-        scoped[_on_sampling(rule)].append((rule, message))
-    fields = frozenset(tables.generate_req_input_fields)
-    absent = _absent_fields(target, fields, release)
-    absent_sampling: list[tuple[str, str, dict[str, object]]] = []
-    for key in _DEFAULTS[True]:
-        refusal = _sampling_refusal(target, key)
-        if refusal is not None:
-            absent_sampling.append((key, *refusal))
-    passes = _passes(target)
+        if rule.template is None or rule.template in templates:
+            scoped[_on_sampling(rule)].append(rule)
     gate = target.gate
     if gate is not None:
         sampling_keys = frozenset(gate.sampling_keys) & frozenset(
@@ -390,14 +380,21 @@ def contract_for(target: Target) -> Contract:
     else:
         sampling_keys = frozenset(tables.sampling_params_fields)
         unknown = ("unexpected_sampling_param", {})
+    fields = frozenset(tables.generate_req_input_fields)
+    absent = _absent_fields(target, fields, release)
+    absent_sampling: list[tuple[str, str, dict[str, object]]] = []
+    for key in _DEFAULTS[True]:
+        refused = _sampling_refusal(target, key, unknown)
+        if refused is not None:
+            absent_sampling.append((key, *refused))
+    messages = {} if tables.features.output_flat else _WITHOUT_OUTPUT_FLAT
+    presence = [_presence(*row) for row in absent]
+    request = _checks(presence + scoped[False], release, messages)
     presence = [
-        _presence(name, default, code, facts) for name, default, code, facts in absent
-    ]
-    presence_in_sampling = [
         _presence(key, UNSET, code, facts) for key, code, facts in absent_sampling
     ]
-    request = _checks(presence + scoped[False])
-    sampling = _checks(presence_in_sampling + scoped[True])
+    sampling = _checks(presence + scoped[True], release, messages)
+    passes = _passes(target)
     return Contract(
         target=target,
         release=release,
@@ -442,22 +439,14 @@ def _absent_fields(
     return absent
 
 
-def _presence(
-    name: str, default: Any, code: str, facts: dict[str, object]
-) -> tuple[Rule, str]:
+def _presence(name: str, default: Any, code: str, facts: dict[str, object]) -> Rule:
     """The rule refusing field `name` (set to other than `default`) with rule `code`."""
-    rule = RULES_BY_CODE[code]
 
     def check(value: Any) -> dict[str, object] | None:
         return facts if getattr(value, name) != default else None
 
     singleton = default is None or default is False or default is UNSET
-    message = (
-        rule.message.replace("{release}", str(facts["release"]))
-        if "release" in facts
-        else rule.message
-    )
-    return rule._replace(check=check, when=name if singleton else None), message
+    return RULES_BY_CODE[code]._replace(check=check, when=name if singleton else None)
 
 
 def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | None]:
