@@ -89,11 +89,6 @@ def shortcut_test(holds: Holds, var: str) -> str:
     return f"{read[0]} is None or {low!r} {below} {read[0]} <= {high!r}"
 
 
-def _on_sampling(rule: Rule) -> bool:
-    """Whether a checked rule is about `sampling_params` (its check takes them)."""
-    return (rule.field or "").startswith("sampling_params")
-
-
 _Check = Callable[[Any], "dict[str, object] | None"]
 #: (code, field, message, check, guards, holds): guards are the indices of the guarding
 #: fields (none: the check always runs); holds is the rule's `holds`.
@@ -351,10 +346,6 @@ def _newer(first: str, release: str) -> bool:
     return KNOWN_RELEASES.index(first) > KNOWN_RELEASES.index(release)
 
 
-def _expected(keys: tuple[str, ...]) -> str:
-    return "expected one of " + ", ".join(f"`{name}`" for name in keys)
-
-
 @functools.lru_cache(maxsize=64)
 def contract_for(target: Target) -> Contract:
     """The compiled rules of `target`: cached, as targets are hashable."""
@@ -367,15 +358,17 @@ def contract_for(target: Target) -> Contract:
         if rule.check is None or (rule.code in TEXT_INPUT_RULES and not text):
             continue
         if rule.template is None or rule.template in templates:
-            scoped[_on_sampling(rule)].append(rule)
+            # A rule on `sampling_params` checks them, not the request.
+            scoped[(rule.field or "").startswith("sampling_params")].append(rule)
     gate = target.gate
     if gate is not None:
         sampling_keys = frozenset(gate.sampling_keys) & frozenset(
             tables.sampling_params_fields
         )
+        expected = ", ".join(f"`{name}`" for name in gate.sampling_keys)
         unknown: tuple[str, dict[str, object]] = (
             "unknown_sampling_param",
-            {"expected": _expected(gate.sampling_keys)},
+            {"expected": f"expected one of {expected}"},
         )
     else:
         sampling_keys = frozenset(tables.sampling_params_fields)

@@ -125,7 +125,11 @@ def translate_validation_error(
             "invalid_value", path=path or "body", detail=f"keys must be strings; {what}"
         )
     if _UNKNOWN.match(str(error)):
-        return _unknown_key(data, refuse_unknown, path=path, what=what, known=known)
+        # The first unknown key, found in the body itself; else read from the message.
+        found = first_unknown_key(data, "", known) if data is not None else None
+        if found is not None and refuse_unknown is not None:
+            return refuse_unknown(*found)
+        return reject("invalid_value", path=path or "body", detail=what)
     if missing := _MISSING.match(what):
         if not path and missing["key"] == "input_ids":
             return reject("missing_input_ids")
@@ -139,21 +143,6 @@ def _joined(prefix: str, raw: str | None) -> str:
     if path.startswith("["):
         return prefix + path
     return ".".join(part for part in (prefix, path) if part)
-
-
-def _unknown_key(
-    data: Any,
-    refuse_unknown: RefuseUnknown | None,
-    *,
-    path: str,
-    what: str,
-    known: Mapping[str, frozenset[str]],
-) -> RequestRejected:
-    """The refusal of the first unknown key, found in the body `data` itself."""
-    found = first_unknown_key(data, "", known) if data is not None else None
-    if found is None or refuse_unknown is None:  # not found in the body: read the message
-        return reject("invalid_value", path=path or "body", detail=what)
-    return refuse_unknown(*found)
 
 
 def _wrong_value(what: str, path: str) -> RequestRejected:

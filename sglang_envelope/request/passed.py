@@ -48,12 +48,10 @@ _json = msgspec.json.Encoder()
 def is_passed_fields(value: object) -> bool:
     """Whether `value` is a `PassedFields` of `(str, ...)` pairs (the values are checked
     as JSON by the caller)."""
-    return type(value) is PassedFields and all(map(_are_pairs, value))
-
-
-def _are_pairs(pairs: object) -> bool:
-    return type(pairs) is tuple and all(
-        type(p) is tuple and len(p) == 2 and type(p[0]) is str for p in pairs
+    return type(value) is PassedFields and all(
+        type(pairs) is tuple
+        and all(type(p) is tuple and len(p) == 2 and type(p[0]) is str for p in pairs)
+        for pairs in value
     )
 
 
