@@ -57,26 +57,20 @@ def json_size(data: object) -> int | None:
     return None
 
 
-def _bytes_copy(data: bytes | bytearray | memoryview, limit: int) -> bytes:
-    """A caller's bytes-like body as bytes of its own, refused past `limit` before the
-    copy: measured once, from the buffer the copy is made from."""
-    with memoryview(data) as view:
-        if view.nbytes > limit:
-            raise reject("body_too_large", size=view.nbytes, limit=limit)
-        if not view.c_contiguous:  # msgspec reads only contiguous buffers
-            raise reject(
-                "not_json", detail="memoryview: underlying buffer is not C-contiguous"
-            )
-        return view.tobytes()
-
-
 def as_json(body: object, limit: int) -> bytes | Raw:
     """The body as JSON bytes (bytes or an envelope's Raw, never the caller's object),
     refused as too large before any work on it."""
     if type(body) is bytes or type(body) is Raw:  # the usual bodies
         data = body
     elif isinstance(body, (bytes, bytearray, memoryview)):
-        data = _bytes_copy(body, limit)
+        # Bytes of its own, measured once, from the buffer the copy is made from.
+        with memoryview(body) as view:
+            if view.nbytes > limit:
+                raise reject("body_too_large", size=view.nbytes, limit=limit)
+            if not view.c_contiguous:  # msgspec reads only contiguous buffers
+                detail = "memoryview: underlying buffer is not C-contiguous"
+                raise reject("not_json", detail=detail)
+            data = view.tobytes()
     elif isinstance(body, str):
         if str.__len__(body) > limit:  # each character is at least one byte
             raise reject("body_too_large", size=str.__len__(body), limit=limit)

@@ -253,15 +253,6 @@ def _check_one_sequence(role: Role, sampling: SamplingParams | Any | None) -> No
         raise reject("parallel_sampling", n=n, role=role.value)
 
 
-def _prefill_dp_rank(bootstrap: Bootstrap | None, routing: Routing | None) -> int | None:
-    """The prefill leg's `routed_dp_rank`, as Dynamo picks it: the rank decode fetches the
-    KV cache from (`bootstrap.prefill_dp_rank`), else the router's `routing.dp_rank`."""
-    rank = None if bootstrap is None else bootstrap.prefill_dp_rank
-    if rank is None and routing is not None:
-        return routing.dp_rank
-    return rank
-
-
 #: How many fields an engine body takes from the client's request.
 _CLIENT_FIELD_COUNT = len(RequestFields.__struct_fields__)
 
@@ -391,7 +382,12 @@ def _prefill_fields(
     request: ClientRequest, bootstrap: Bootstrap | None, routing: Routing | None
 ) -> dict[str, Any]:
     """What the prefill leg changes: no output-flat (decode provides it), Base64 only
-    with prompt-flat, one sequence of one token, and its rank (`_prefill_dp_rank`)."""
+    with prompt-flat, one sequence of one token, and its rank as Dynamo picks it: the
+    rank decode fetches the KV cache from (`bootstrap.prefill_dp_rank`), else the
+    router's `routing.dp_rank`."""
+    rank = None if bootstrap is None else bootstrap.prefill_dp_rank
+    if rank is None and routing is not None:
+        rank = routing.dp_rank
     return {
         "return_flat_raw_output_top_logprobs": False,
         "return_flat_raw_top_logprobs_b64": (
@@ -399,13 +395,13 @@ def _prefill_fields(
             and request.return_flat_raw_top_logprobs
         ),
         "sampling_params": _prefill_sampling(request.sampling_params),
-        "routed_dp_rank": _prefill_dp_rank(bootstrap, routing),
+        "routed_dp_rank": rank,
     }
 
 
 def _routed(role: Role, routing: Routing) -> dict[str, Any]:
     """The engine body's fields the router decided (the prefill leg's rank is its
-    bootstrap's: `_prefill_dp_rank`)."""
+    bootstrap's: `_prefill_fields`)."""
     fields: dict[str, Any] = {
         "external_trace_header": _labels_json(routing.trace_header),
         "custom_labels": _labels_json(routing.labels),
