@@ -54,19 +54,15 @@ INT64 = (-(2**63), 2**63 - 1)
 
 
 def mode_without_mask(r: RequestFields) -> dict[str, object] | None:
-    return (
-        {}
-        if r.sampling_logprobs_mode is not None and not r.return_sampling_mask
-        else None
-    )
+    mode = r.sampling_logprobs_mode
+    return {} if mode is not None and not r.return_sampling_mask else None
 
 
 def watermark_in_both(r: RequestFields) -> dict[str, object] | None:
     params = r.sampling_params
     inner = None if params is None or params is UNSET else params.watermark
-    return (
-        {} if is_given(r.watermark) and inner is not None and inner is not UNSET else None
-    )
+    both = is_given(r.watermark) and inner is not None and inner is not UNSET
+    return {} if both else None
 
 
 WATERMARK_KEYS = frozenset(("enabled", "key", "context_window"))
@@ -235,11 +231,8 @@ def min_over_max(p: SamplingParams) -> dict[str, object] | None:
 
 def start_below_minus_one(r: RequestFields) -> dict[str, object] | None:
     start = r.logprob_start_len
-    return (
-        {"start": start}
-        if r.return_logprob and start is not None and start < -1
-        else None
-    )
+    below = r.return_logprob and start is not None and start < -1
+    return {"start": start} if below else None
 
 
 def logprobs_past_prompt(r: Any) -> dict[str, object] | None:
