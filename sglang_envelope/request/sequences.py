@@ -382,12 +382,10 @@ def _of_prompt(error: RequestRejected, key: str, index: int) -> RequestRejected:
 
 def _batch_n(request: ClientRequest) -> int:
     params = request.sampling_params
-    n = params.n if isinstance(params, SamplingParams) else UNSET
-    width = params.beam_width if isinstance(params, SamplingParams) else UNSET
-    # SGLang makes one sequence of a beam request.
-    beam = isinstance(width, int) and width > 1
-    if isinstance(n, int) and n < 1 and not beam:
-        raise reject("batch_n_below_one", n=n)
+    if isinstance(params, SamplingParams) and isinstance(params.n, int) and params.n < 1:
+        width = params.beam_width  # SGLang makes one sequence of a beam request
+        if not (isinstance(width, int) and width > 1):
+            raise reject("batch_n_below_one", n=params.n)
     return samples_per_prompt(request)
 
 

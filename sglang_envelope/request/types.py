@@ -18,6 +18,7 @@ request stays as checked.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, NamedTuple
 
 import msgspec
@@ -133,7 +134,7 @@ class ClientRequest(RequestFields, frozen=True, forbid_unknown_fields=True):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its JSON and target, and decoded again for that target."""
-        return (_decoded, (request_json(self), self.target))
+        return (partial(decode_client_request, target=self.target), (request_json(self),))
 
 
 #: The fields of a client body, in order: `ClientRequest`'s without its own two.
@@ -179,10 +180,6 @@ def request_json(request: ClientRequest) -> bytes:
     return with_passed_fields(_json.encode(members), request.passed_fields)
 
 
-def _decoded(body: bytes, target: Target) -> ClientRequest:
-    return decode_client_request(body, target=target)
-
-
 def _check_made(request: ClientRequest) -> ClientRequest:
     """The request made by hand, checked as the client body it stands for (its passed
     keys included) for its target, and decoded into private copies."""
@@ -199,13 +196,7 @@ def _check_made(request: ClientRequest) -> ClientRequest:
             # First, as a token-input body refuses a null one.
             plain = {"input_ids": None, **plain}
         plain = with_passed_values(plain, passed)
-    except (
-        TypeError,
-        ValueError,
-        OverflowError,
-        RecursionError,
-        *DECODE_ERRORS,
-    ) as error:
+    except (TypeError, ValueError, OverflowError, *DECODE_ERRORS) as error:
         raise reject(
             "not_json", detail=f"a field holds a value JSON cannot carry: {error}"
         ) from None
@@ -234,13 +225,10 @@ def contract_of(target: object) -> Contract:
 def _check_input_ids(ids: tuple[int, ...], limits: Limits) -> None:
     if len(ids) > limits.max_input_ids:
         raise reject("too_many_input_ids", size=len(ids), limit=limits.max_input_ids)
-    if limits.max_token_id is not None and ids and max(ids) > limits.max_token_id:
-        index = next(
-            i for i, token_id in enumerate(ids) if token_id > limits.max_token_id
-        )
-        raise reject(
-            "token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id
-        )
+    limit = limits.max_token_id
+    if limit is not None and ids and max(ids) > limit:
+        index = next(i for i, token_id in enumerate(ids) if token_id > limit)
+        raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limit)
 
 
 def _typed_decode(body: bytes | Raw, contract: Contract, decoder: Any = _decoder) -> Any:
