@@ -251,7 +251,7 @@ class Contract(NamedTuple):
     #: Whether the target takes `text` and the media fields (`Target.input == "text"`).
     text_input: bool
     #: `check(request, limits)` raises `RequestRejected` for the first field held as
-    #: JSON bytes past `limits` (a `_limits.Limits`), then for the first rule the
+    #: JSON bytes past `limits` (a `limits.Limits`), then for the first rule the
     #: request breaks.
     check: Callable[[RequestFields, Any], None]
 
