@@ -19,10 +19,9 @@ tuple sized once (`int_chunks`, the reader of any JSON array of integers).
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterator, Mapping
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Any, Final
 
 import msgspec
@@ -346,7 +345,7 @@ def decode_large(body: bytes) -> dict[str, Any] | None:
     count = body.count(b",", start, start + size) + 1
     chunks = int_chunks(body, start, start + size)
     try:
-        ids = tuple(_Counted(itertools.chain.from_iterable(chunks), count))
+        ids = tuple(_Counted(chain.from_iterable(chunks), count))
     except ValueError:
         return None
     fields = msgspec.structs.asdict(lean)
