@@ -24,10 +24,6 @@ def is_given(value: object) -> bool:
     return value is not UNSET and value != NULL
 
 
-def or_default(value: Any, default: Any) -> Any:
-    return default if value is UNSET else value
-
-
 def param_value(value: Any, default: Any) -> Any:
     """A sampling parameter as SGLang's `SamplingParams.__post_init__` leaves it."""
     return default if value is UNSET or value is None else value
@@ -223,7 +219,7 @@ def pooling_given(r: RequestFields) -> dict[str, object] | None:
 
 def min_over_max(p: SamplingParams) -> dict[str, object] | None:
     low = param_value(p.min_new_tokens, 0)
-    high = or_default(p.max_new_tokens, 128)
+    high = 128 if p.max_new_tokens is UNSET else p.max_new_tokens  # null: no limit
     if high is None or low <= high:
         return None
     return {"min_new_tokens": low, "max_new_tokens": high}

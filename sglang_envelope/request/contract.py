@@ -381,12 +381,14 @@ def contract_for(target: Target) -> Contract:
         if refused is not None:
             absent_sampling.append((key, *refused))
     messages = {} if tables.features.output_flat else _WITHOUT_OUTPUT_FLAT
-    presence = [_presence(*row) for row in absent]
-    request = _checks(presence + scoped[False], release, messages)
     presence = [
+        _presence(name, default, code, facts) for name, default, code, facts in absent
+    ]
+    in_sampling = [
         _presence(key, UNSET, code, facts) for key, code, facts in absent_sampling
     ]
-    sampling = _checks(presence + scoped[True], release, messages)
+    request = _checks(presence + scoped[False], release, messages)
+    sampling = _checks(in_sampling + scoped[True], release, messages)
     passes = _passes(target)
     return Contract(
         target=target,
