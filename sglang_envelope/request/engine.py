@@ -5,13 +5,11 @@
 the prefill half of a disaggregated pair (which streams, makes one token and
 leaves output-flat logprobs to decode).
 
-SGLang 0.5.22 and 0.5.23, run with ``SGLANG_ENABLE_REQUEST_HEADER_OVERRIDES=1``,
-set a few `GenerateReqInput` fields from ``x-override-*`` headers after they
-parse the body (``srt/entrypoints/request_headers.py``, applied in
-``serve_generate_request``). A worker can then send the client's body bytes as
-they came, never encoding a large body again, when the engine request differs
-from the client's only in those fields: `header_overrides` says whether it does,
-and gives the headers.
+SGLang 0.5.22 and 0.5.23 can set a few `GenerateReqInput` fields from
+``x-override-*`` headers after they parse the body (``request_headers.py``, applied
+in ``serve_generate_request``): `header_overrides` gives the headers that send the
+client's own body bytes as its engine request, never encoding a large body again,
+when the two differ only in those fields.
 """
 
 from __future__ import annotations
