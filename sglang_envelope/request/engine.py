@@ -6,10 +6,11 @@ the prefill half of a disaggregated pair (which streams, makes one token and
 leaves output-flat logprobs to decode).
 
 SGLang 0.5.22 and 0.5.23 can set a few `GenerateReqInput` fields from
-``x-override-*`` headers after they parse the body (``request_headers.py``, applied
-in ``serve_generate_request``): `header_overrides` gives the headers that send the
-client's own body bytes as its engine request, never encoding a large body again,
-when the two differ only in those fields.
+``x-override-*`` headers after they parse the body
+(``srt/entrypoints/request_headers.py``, applied in ``serve_generate_request``):
+`header_overrides` gives the headers that send the client's own body bytes as its
+engine request, never encoding a large body again, when the two differ only in
+those fields.
 """
 
 from __future__ import annotations
