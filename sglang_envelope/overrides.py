@@ -7,6 +7,6 @@ those headers for an engine request, when headers can carry every difference.
 `Service(..., header_overrides=True)` uses it. See docs/frontend.md.
 """
 
-from sglang_envelope.request.overrides import OVERRIDE_HEADERS, header_overrides
+from sglang_envelope.request.engine import OVERRIDE_HEADERS, header_overrides
 
 __all__ = ["OVERRIDE_HEADERS", "header_overrides"]

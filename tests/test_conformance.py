@@ -36,7 +36,7 @@ from sglang_envelope import (
     encode_envelope,
     to_worker_envelope,
 )
-from sglang_envelope.request.owners import FIELD_OWNERS
+from sglang_envelope.request.fields import FIELD_OWNERS
 from sglang_envelope.request.rules import RULES
 from sglang_envelope.request.sequences import samples_per_prompt
 from tests.strategies import DEPLOYMENT

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sglang_envelope.request.deployment import DEPLOYMENT_RULES
 from sglang_envelope.request.engine import ROLE_PLANS
-from sglang_envelope.request.owners import FIELD_OWNERS
+from sglang_envelope.request.fields import FIELD_OWNERS
 from sglang_envelope.request.rules import (
     ENGINE_RULES,
     RULES,

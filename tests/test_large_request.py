@@ -8,7 +8,7 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 
-import sglang_envelope.request.large_body as _large_body
+import sglang_envelope.request.body as _body
 import sglang_envelope.request.types as _request
 from sglang_envelope import (
     RequestRejected,
@@ -33,7 +33,7 @@ def _both_ways(monkeypatch: pytest.MonkeyPatch, body: bytes) -> tuple[Any, Any]:
     whole = _verdict(body)
     with monkeypatch.context() as patch:
         patch.setattr(_request, "LARGE_BODY_BYTES", 0)
-        patch.setattr(_large_body, "CHUNK_BYTES", 3)
+        patch.setattr(_body, "CHUNK_BYTES", 3)
         chunked = _verdict(body)
     return whole, chunked
 
@@ -78,7 +78,7 @@ def test_a_large_body_the_chunks_cannot_vouch_for_is_refused_as_before(
 def test_a_million_ids_are_read_in_chunks_into_one_tuple() -> None:
     ids = list(range(1_000_000))
     body = msgspec.json.encode({"input_ids": ids, "rid": "big"})
-    assert len(body) > _large_body.LARGE_BODY_BYTES
+    assert len(body) > _body.LARGE_BODY_BYTES
     request = decode_client_request(body)
     assert type(request.input_ids) is tuple
     assert request.input_ids == tuple(ids)
@@ -87,7 +87,7 @@ def test_a_million_ids_are_read_in_chunks_into_one_tuple() -> None:
 
 def test_the_chunked_path_is_the_one_taken_for_a_large_valid_body() -> None:
     body = msgspec.json.encode({"input_ids": list(range(300_000)), "stream": True})
-    chunked = _large_body.decode_large(body)  # the typed values, before any rule
+    chunked = _body.decode_large(body)  # the typed values, before any rule
     assert chunked is not None
     decoded = decode_client_request(body)
     assert tuple(chunked.values()) == msgspec.structs.astuple(decoded)[: len(chunked)]
@@ -101,7 +101,7 @@ def test_any_bytes_like_large_body_takes_the_chunked_path(
     ids = list(range(300_000))
     body = msgspec.json.encode({"input_ids": ids, "stream": False})
     taken: list[bytes] = []
-    decode_large = _large_body.decode_large
+    decode_large = _body.decode_large
 
     def spy(data: bytes) -> Any:
         taken.append(data)

@@ -23,8 +23,7 @@ from sglang_envelope import (
     decode_client_request,
     to_worker_envelope,
 )
-from sglang_envelope.request.engine import EngineBody
-from sglang_envelope.request.overrides import OVERRIDE_HEADERS, header_overrides
+from sglang_envelope.request.engine import OVERRIDE_HEADERS, EngineBody, header_overrides
 from tests.serve_fakes import Recording
 from tests.strategies import client_requests
 

@@ -24,8 +24,7 @@ from sglang_envelope import (
     encode_envelope,
     to_worker_envelope,
 )
-from sglang_envelope.request.fields import TEXT_INPUT_FIELDS
-from sglang_envelope.request.owners import FIELD_OWNERS
+from sglang_envelope.request.fields import FIELD_OWNERS, TEXT_INPUT_FIELDS
 from sglang_envelope.request.rules import GENERATE_REQ_INPUT_FIELDS
 from tests.strategies import (
     DEPLOYMENT,

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sglang_envelope import RequestRejected, decode_client_request
-from sglang_envelope.request.mapping_body import mapping_json
+from sglang_envelope.request.body import mapping_json
 from tests.strategies import client_requests, json_values
 
 
@@ -148,7 +148,7 @@ def test_a_list_of_ids_at_the_bound_is_accepted(ids: list[int], nested: int) -> 
 
 
 def test_a_mapping_nested_too_deep_for_json_is_refused_before_it_is_walked() -> None:
-    from sglang_envelope.request.mapping_body import DEEPEST
+    from sglang_envelope.request.body import DEEPEST
 
     deep: list[object] = []
     for _ in range(100_000):

@@ -35,7 +35,7 @@ from sglang_envelope import (
     to_worker_envelope,
 )
 from sglang_envelope.cli.main import main
-from sglang_envelope.request.owners import NULL_AS_ABSENT, OWNED_BOOLEANS
+from sglang_envelope.request.fields import NULL_AS_ABSENT, OWNED_BOOLEANS
 from sglang_envelope.types import EngineBody
 from tests.strategies import DEPLOYMENT, hand_built_fields, hostile_python_values
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglang_envelope import RequestRejected, decode_client_request
-from sglang_envelope.request.generated import shortcut_test
+from sglang_envelope.request.contract import shortcut_test
 from sglang_envelope.request.rules import RULES, Holds, Rule
 from sglang_envelope.request.types import RequestFields, SamplingParams
 from tests.strategies import rule_flags, rule_numbers, token_ids

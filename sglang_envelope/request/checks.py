@@ -6,7 +6,6 @@ runs, its code, field and words.
 
 from __future__ import annotations
 
-import math
 import operator
 import re
 from collections.abc import Callable
@@ -23,10 +22,6 @@ NULL = msgspec.Raw(b"null")
 def is_given(value: object) -> bool:
     """True for a JSON value held as `msgspec.Raw` that is neither absent nor null."""
     return value is not UNSET and value != NULL
-
-
-def or_default(value: Any, default: Any) -> Any:
-    return default if value is UNSET else value
 
 
 def param_value(value: Any, default: Any) -> Any:
@@ -54,25 +49,16 @@ SAMPLING_EPS = 1e-6  # SGLang's: a smaller temperature means greedy (top_k 1)
 INT64 = (-(2**63), 2**63 - 1)
 
 
-def priority_out_of_range(r: RequestFields) -> dict[str, object] | None:
-    p = r.priority
-    return {} if p is not None and not INT64[0] <= p <= INT64[1] else None
-
-
 def mode_without_mask(r: RequestFields) -> dict[str, object] | None:
-    return (
-        {}
-        if r.sampling_logprobs_mode is not None and not r.return_sampling_mask
-        else None
-    )
+    mode = r.sampling_logprobs_mode
+    return {} if mode is not None and not r.return_sampling_mask else None
 
 
 def watermark_in_both(r: RequestFields) -> dict[str, object] | None:
     params = r.sampling_params
     inner = None if params is None or params is UNSET else params.watermark
-    return (
-        {} if is_given(r.watermark) and inner is not None and inner is not UNSET else None
-    )
+    both = is_given(r.watermark) and inner is not None and inner is not UNSET
+    return {} if both else None
 
 
 WATERMARK_KEYS = frozenset(("enabled", "key", "context_window"))
@@ -80,70 +66,47 @@ HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def watermark_problem(value: Any) -> str | None:
-    """SGLang's `normalize_watermark_request` verdict on a watermark: its message, or
-    None when it accepts it."""
+    """The rule SGLang refuses a watermark by (its code in `rules.RULES`, unprefixed):
+    `normalize_watermark_request`'s, then `resolve_watermark_request`'s (a request
+    with both is refused before); None when it accepts it."""
     if value is None:
         return None
     if not isinstance(value, dict):
-        return "watermark must be an object"
+        return "watermark_not_object"
     if set(value) - WATERMARK_KEYS:
-        return "watermark contains unknown fields"
+        return "watermark_unknown_key"
     enabled = value.get("enabled")
     key = value.get("key")
     window = value.get("context_window")
     if enabled is not None and type(enabled) is not bool:
-        return "watermark enabled must be a boolean"
+        return "watermark_enabled_not_bool"
     if key is not None:
         if not isinstance(key, str):
-            return "watermark key must be a hex string"
+            return "watermark_key_not_text"
         digits = key[2:] if key.lower().startswith("0x") else key
         if not 1 <= len(digits) <= 16:
-            return "watermark key must contain 1 to 16 hex digits"
+            return "watermark_key_length"
         if not HEX.issuperset(digits):
-            return "watermark key must contain only hex digits"
+            return "watermark_key_not_hex"
     if window is not None and (type(window) is not int or window < 1):
-        return "watermark context_window must be a positive integer"
+        return "watermark_context_window"
+    if enabled is False and key is not None:
+        return "watermark_key_when_disabled"
+    if enabled is None and key is None:
+        return "watermark_sets_nothing"
     return None
 
 
-def watermark_is(
-    message: str, *, inner: bool
-) -> Callable[[Any], dict[str, object] | None]:
-    """The check that the watermark breaks with `message`
-    (`inner`: the one in `sampling_params`)."""
+def watermark_is(code: str, *, inner: bool) -> Callable[[Any], dict[str, object] | None]:
+    """The check that SGLang refuses the watermark by rule `code` (`inner`: the one in
+    `sampling_params`)."""
 
     def check(value: Any) -> dict[str, object] | None:
         mark = value.watermark
         if mark is UNSET or mark is None:
             return None
         plain = msgspec.to_builtins(mark) if inner else msgspec.json.decode(mark)
-        return {} if watermark_problem(plain) == message else None
-
-    return check
-
-
-def resolve_is(message: str, *, inner: bool) -> Callable[[Any], dict[str, object] | None]:
-    """The check that `resolve_watermark_request` refuses the watermark (`inner`: the
-    one in `sampling_params`; a request with both is refused before) with `message`,
-    once `SamplingParams` has accepted it."""
-
-    def check(value: Any) -> dict[str, object] | None:
-        mark = value.watermark
-        if mark is UNSET or mark is None or (not inner and mark == NULL):
-            return None
-        plain = msgspec.to_builtins(mark) if inner else msgspec.json.decode(mark)
-        if not isinstance(plain, dict) or watermark_problem(plain) is not None:
-            return None
-        enabled = plain.get("enabled")
-        key = plain.get("key")
-        found = (
-            "request watermark key cannot be combined with enabled=false"
-            if enabled is False and key is not None
-            else "request watermark must set enabled or key"
-            if enabled is None and key is None
-            else None
-        )
-        return {} if found == message else None
+        return {} if watermark_problem(plain) == code else None
 
     return check
 
@@ -155,14 +118,15 @@ def stop_list(raw: Any) -> list[str] | None:
     return [value] if isinstance(value, str) else list(value)
 
 
-def too_many_stops(p: SamplingParams) -> dict[str, object] | None:
-    stops = stop_list(p.stop)
-    return {"count": len(stops)} if stops is not None and len(stops) > 32 else None
+def over_32(name: str) -> Callable[[SamplingParams], dict[str, object] | None]:
+    """The check that `name` (a stop string or a list of them) holds more than 32."""
+    read = operator.attrgetter(name)
 
+    def check(p: SamplingParams) -> dict[str, object] | None:
+        stops = stop_list(read(p))
+        return {"count": len(stops)} if stops is not None and len(stops) > 32 else None
 
-def too_many_stop_regexes(p: SamplingParams) -> dict[str, object] | None:
-    stops = stop_list(p.stop_regex)
-    return {"count": len(stops)} if stops is not None and len(stops) > 32 else None
+    return check
 
 
 def stop_regex_too_long(p: SamplingParams) -> dict[str, object] | None:
@@ -185,24 +149,13 @@ def logit_bias_key_not_integer(p: SamplingParams) -> dict[str, object] | None:
     return None
 
 
-def beam_width_below_one(p: SamplingParams) -> dict[str, object] | None:
-    width = param_value(p.beam_width, None)
-    return {"beam_width": width} if width is not None and width < 1 else None
-
-
 def effective_temperature(p: SamplingParams) -> float:
     return param_value(p.temperature, 1.0)  # type: ignore[no-any-return]
 
 
-def bad_temperature(p: SamplingParams) -> dict[str, object] | None:
-    t = p.temperature
-    if t is UNSET or t is None or (t >= 0.0 and math.isfinite(t)):
-        return None
-    return {"temperature": t}
-
-
 def outside(name: str, low: float, high: float, *, open_low: bool = False) -> Any:
-    """The range check of `name`, whose default (None, or left out) is in the range."""
+    """The range check of `name` (of the request or its `sampling_params`), whose
+    default (None, or left out) is in the range: its value as the facts when outside."""
     read = operator.attrgetter(name)
 
     def check(p: SamplingParams) -> dict[str, object] | None:
@@ -220,13 +173,6 @@ def bad_top_k(p: SamplingParams) -> dict[str, object] | None:
     if 0 <= effective_temperature(p) < SAMPLING_EPS:
         k = 1  # greedy
     return {"top_k": k} if k != -1 and k < 1 else None
-
-
-def max_negative(p: SamplingParams) -> dict[str, object] | None:
-    high = p.max_new_tokens
-    return (
-        None if high is UNSET or high is None or high >= 0 else {"max_new_tokens": high}
-    )
 
 
 #: The smallest repetition penalty whose division of float32 logits stays finite for any
@@ -271,35 +217,18 @@ def pooling_given(r: RequestFields) -> dict[str, object] | None:
     return {} if is_given(r.token_indices_to_pool) else None
 
 
-def min_negative(p: SamplingParams) -> dict[str, object] | None:
-    low = param_value(p.min_new_tokens, 0)
-    return {"min_new_tokens": low} if low < 0 else None
-
-
 def min_over_max(p: SamplingParams) -> dict[str, object] | None:
     low = param_value(p.min_new_tokens, 0)
-    high = or_default(p.max_new_tokens, 128)
+    high = 128 if p.max_new_tokens is UNSET else p.max_new_tokens  # null: no limit
     if high is None or low <= high:
         return None
     return {"min_new_tokens": low, "max_new_tokens": high}
 
 
-def seed_out_of_range(p: SamplingParams) -> dict[str, object] | None:
-    seed = param_value(p.sampling_seed, None)
-    return (
-        {"sampling_seed": seed}
-        if seed is not None and not INT64[0] <= seed <= INT64[1]
-        else None
-    )
-
-
 def start_below_minus_one(r: RequestFields) -> dict[str, object] | None:
     start = r.logprob_start_len
-    return (
-        {"start": start}
-        if r.return_logprob and start is not None and start < -1
-        else None
-    )
+    below = r.return_logprob and start is not None and start < -1
+    return {"start": start} if below else None
 
 
 def logprobs_past_prompt(r: Any) -> dict[str, object] | None:

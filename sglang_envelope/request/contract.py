@@ -1,17 +1,21 @@
 """One compiled contract per `Target`: the rule table made into one function.
 
-`contract_for(target)` picks the rules of `_rules.RULES` that hold for the
+`contract_for(target)` picks the rules of `rules.RULES` that hold for the
 target (its release's fields and `sampling_params` keys, its gate, the SGLang
 checks its release makes, in its words), adds a presence rule for each field
 the release lacks, and compiles them with the bounds of the fields held as JSON
 bytes into one Python function (`Contract.check`): a rule's check is called only
-when a field it reads is set. Cached
-per target, as targets are hashable.
+when a field it reads is set and its shortcut (`rules.Holds`) cannot tell.
+Cached per target, as targets are hashable. The source is registered in
+`linecache` (`define`), so tracebacks, `inspect.getsource` and debuggers show it.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
+import hashlib
+import linecache
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -25,33 +29,64 @@ from sglang_envelope.releases.target import (
     first_release_with,
 )
 from sglang_envelope.request.fields import (
+    FIELD_OWNERS,
     REQUEST_DEFAULTS,
     SAMPLING_DEFAULTS,
     TEXT_INPUT_FIELDS,
     RequestFields,
 )
-from sglang_envelope.request.generated import define, shortcut_test
 from sglang_envelope.request.limits import (
     REQUEST_RAW_FIELDS,
     SAMPLING_RAW_FIELDS,
     TEXT_RAW_FIELDS,
     raw_check,
 )
-from sglang_envelope.request.owners import FIELD_OWNERS
 from sglang_envelope.request.rules import (
     RULES,
     RULES_BY_CODE,
     TEXT_INPUT_RULES,
     Holds,
     Rule,
+    refusal,
+    reject,
 )
 
-__all__ = ["Contract", "RawCheck", "check_request", "contract_for"]
+__all__ = ["Contract", "RawCheck", "contract_for", "define", "shortcut_test"]
 
 
-def _on_sampling(rule: Rule) -> bool:
-    """Whether a checked rule is about `sampling_params` (its check takes them)."""
-    return (rule.field or "").startswith("sampling_params")
+def define(
+    source: str, namespace: dict[str, Any], name: str, label: str
+) -> Callable[..., Any]:
+    """Run `source` in `namespace` and return the function it defines as `name`.
+
+    The source is compiled under the filename `<sglang_envelope LABEL DIGEST>`,
+    whose lines `linecache` holds (with no modification time, so
+    `linecache.checkcache` keeps them).
+    """
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
+    filename = f"<sglang_envelope {label} {digest}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)  # the library's own source
+    function: Callable[..., Any] = namespace[name]
+    return function
+
+
+def shortcut_test(holds: Holds, var: str) -> str:
+    """`holds` as a Python test of the struct named `var`: names and numbers only."""
+    read = [f"{var}.{name}" for name in holds.fields]
+    if holds.kind == "false":
+        return f"not {read[0]}"
+    if holds.kind == "any_true":
+        return " or ".join(read)
+    if holds.kind == "nonempty":
+        return f"{read[0]} != ()"
+    # Finite: their repr is Python.
+    low = float(holds.low)
+    high = float(holds.high)
+    if holds.kind == "at_least":
+        return f"{read[0]} is None or {read[0]} >= {low!r}"
+    below = "<" if holds.open_low else "<="
+    return f"{read[0]} is None or {low!r} {below} {read[0]} <= {high!r}"
 
 
 _Check = Callable[[Any], "dict[str, object] | None"]
@@ -67,19 +102,20 @@ class _Checks(NamedTuple):
     guards: tuple[str, ...]  # the fields that guard them, each default a singleton
 
 
-def _checks(rules: list[tuple[Rule, str]]) -> _Checks:
-    """`rules` (each with its message for the target), compiled to run in order."""
-    guards = sorted({name for rule, _ in rules for name in _names(rule.when)})
+def _checks(rules: list[Rule], release: str, messages: Mapping[str, str]) -> _Checks:
+    """`rules` compiled to run in order, in the words of `release` (`messages`: the
+    words of the rules it words otherwise)."""
+    guards = sorted({name for rule in rules for name in _names(rule.when)})
     entries = tuple(
         (
             rule.code,
             rule.field,
-            message,
+            messages.get(rule.code, rule.message).replace("{release}", release),
             rule.check,
             tuple(guards.index(name) for name in _names(rule.when)),
             rule.holds,
         )
-        for rule, message in rules
+        for rule in rules
         if rule.check is not None
     )
     return _Checks(entries, tuple(guards))
@@ -156,7 +192,7 @@ def _compile(
     the request's fields held as JSON bytes, then its `sampling_params`' (`_RAW_CHECKS`,
     bounded by the limits the function is given), then the request's rules, then those
     of its `sampling_params` when it has them."""
-    namespace: dict[str, Any] = {"_rejected": _rejected, "UNSET": UNSET}
+    namespace: dict[str, Any] = {"_rejected": refusal, "UNSET": UNSET}
     raw_request = _RAW_CHECKS[False]
     raw_sampling = _RAW_CHECKS[True]
     if text:  # a target that takes text also takes the media fields
@@ -178,15 +214,6 @@ def _compile(
 
 def _names(when: str | tuple[str, ...] | None) -> tuple[str, ...]:
     return () if when is None else (when,) if isinstance(when, str) else when
-
-
-def _rejected(entry: _Entry, facts: dict[str, object]) -> RequestRejected:
-    code = entry[0]
-    field = entry[1]
-    message = entry[2]
-    return RequestRejected(
-        code, None if field is None else field.format(**facts), message.format(**facts)
-    )
 
 
 # --- one contract per target ------------------------------------------------------
@@ -224,9 +251,41 @@ class Contract(NamedTuple):
     #: Whether the target takes `text` and the media fields (`Target.input == "text"`).
     text_input: bool
     #: `check(request, limits)` raises `RequestRejected` for the first field held as
-    #: JSON bytes past `limits` (a `_limits.Limits`), then for the first rule the
+    #: JSON bytes past `limits` (a `limits.Limits`), then for the first rule the
     #: request breaks.
     check: Callable[[RequestFields, Any], None]
+
+    def refuse_unknown(self, path: str, key: str) -> RequestRejected:
+        """The refusal of `key`, which no typed field holds at `path` ("": the top
+        level), in the target's words (a "did you mean" hint bounded by its size)."""
+        if path == "sampling_params":
+            code, facts = self.unknown_sampling
+            return reject(code, key=key, **facts)
+        if path:
+            return reject("unknown_nested_field", key=key, path=path)
+        owner = FIELD_OWNERS.get(key)
+        if owner is not None:
+            return reject(owner, key=key)
+        if key in self.sampling_keys and key not in self.fields:
+            hint = f"; did you mean `sampling_params.{key}`?"
+        else:
+            near = _close_field(key, self.target.tables.generate_req_input_fields)
+            hint = f"; did you mean `{near}`?" if near else ""
+        return reject("unknown_field", key=key, hint=hint, release=self.release)
+
+
+def _close_field(key: str, fields: tuple[str, ...]) -> str | None:
+    """The known field nearest `key`, as `difflib.get_close_matches` finds it, or None.
+
+    difflib indexes every character of `key`, so a long key would cost many times its
+    size; at its cutoff of 0.6 a key longer than 7/3 of the longest field can match none
+    (the ratio is at most 2 * len(field) / (len(key) + len(field))), so such a key is
+    not read at all.
+    """
+    if 3 * len(key) > 7 * max(map(len, fields), default=0):
+        return None
+    near = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
+    return near[0] if near else None
 
 
 #: Checks a field held as JSON bytes (its value, the decode's limits);
@@ -262,21 +321,21 @@ def _release(target: Target) -> str:
     return target.sglang if installed is None else installed.version
 
 
-def _sampling_refusal(target: Target, key: str) -> tuple[str, dict[str, object]] | None:
-    """Why the target refuses typed `sampling_params.key`, or None when it takes it."""
-    tables = target.tables
+def _sampling_refusal(
+    target: Target, key: str, unknown: tuple[str, dict[str, object]]
+) -> tuple[str, dict[str, object]] | None:
+    """Why the target refuses typed `sampling_params.key` (`unknown`: how its gate
+    refuses a key it does not list), or None when it takes it."""
     gate = target.gate
-    release = _release(target)
     if gate is not None and key not in gate.sampling_keys:
-        return "unknown_sampling_param", {
-            "key": key,
-            "expected": _expected(gate.sampling_keys),
-        }
-    if key in tables.sampling_params_fields:
+        code, facts = unknown
+        return code, {"key": key, **facts}
+    if key in target.tables.sampling_params_fields:
         return None
     first = first_release_with(key, sampling=True)
     if first is not None and _newer(first, target.sglang):
         path = f"sampling_params.{key}"
+        release = _release(target)
         return _ABSENT, {"key": path, "path": path, "first": first, "release": release}
     if first is not None or (gate is not None and key in gate.sampling_keys):
         return "unsupported_sampling_param", {"key": key}
@@ -287,54 +346,50 @@ def _newer(first: str, release: str) -> bool:
     return KNOWN_RELEASES.index(first) > KNOWN_RELEASES.index(release)
 
 
-def _expected(keys: tuple[str, ...]) -> str:
-    return "expected one of " + ", ".join(f"`{name}`" for name in keys)
-
-
 @functools.lru_cache(maxsize=64)
 def contract_for(target: Target) -> Contract:
     """The compiled rules of `target`: cached, as targets are hashable."""
     tables = target.tables
     release = _release(target)
     templates = _templates(tables)
-    messages = {} if tables.features.output_flat else _WITHOUT_OUTPUT_FLAT
-    scoped: dict[bool, list[tuple[Rule, str]]] = {False: [], True: []}
+    scoped: dict[bool, list[Rule]] = {False: [], True: []}
     text = target.input == "text"
     for rule in RULES:
         if rule.check is None or (rule.code in TEXT_INPUT_RULES and not text):
             continue
-        if rule.template is not None and rule.template not in templates:
-            continue
-        message = messages.get(rule.code, rule.message).replace("{release}", release)
-        scoped[_on_sampling(rule)].append((rule, message))
-    fields = frozenset(tables.generate_req_input_fields)
-    absent = _absent_fields(target, fields, release)
-    absent_sampling: list[tuple[str, str, dict[str, object]]] = []
-    for key in _DEFAULTS[True]:
-        refusal = _sampling_refusal(target, key)
-        if refusal is not None:
-            absent_sampling.append((key, *refusal))
-    passes = _passes(target)
+        if rule.template is None or rule.template in templates:
+            # A rule on `sampling_params` checks them, not the request.
+            scoped[(rule.field or "").startswith("sampling_params")].append(rule)
     gate = target.gate
     if gate is not None:
         sampling_keys = frozenset(gate.sampling_keys) & frozenset(
             tables.sampling_params_fields
         )
+        expected = ", ".join(f"`{name}`" for name in gate.sampling_keys)
         unknown: tuple[str, dict[str, object]] = (
             "unknown_sampling_param",
-            {"expected": _expected(gate.sampling_keys)},
+            {"expected": f"expected one of {expected}"},
         )
     else:
         sampling_keys = frozenset(tables.sampling_params_fields)
         unknown = ("unexpected_sampling_param", {})
+    fields = frozenset(tables.generate_req_input_fields)
+    absent = _absent_fields(target, fields, release)
+    absent_sampling: list[tuple[str, str, dict[str, object]]] = []
+    for key in _DEFAULTS[True]:
+        refused = _sampling_refusal(target, key, unknown)
+        if refused is not None:
+            absent_sampling.append((key, *refused))
+    messages = {} if tables.features.output_flat else _WITHOUT_OUTPUT_FLAT
     presence = [
         _presence(name, default, code, facts) for name, default, code, facts in absent
     ]
-    presence_in_sampling = [
+    in_sampling = [
         _presence(key, UNSET, code, facts) for key, code, facts in absent_sampling
     ]
-    request = _checks(presence + scoped[False])
-    sampling = _checks(presence_in_sampling + scoped[True])
+    request = _checks(presence + scoped[False], release, messages)
+    sampling = _checks(in_sampling + scoped[True], release, messages)
+    passes = _passes(target)
     return Contract(
         target=target,
         release=release,
@@ -379,22 +434,14 @@ def _absent_fields(
     return absent
 
 
-def _presence(
-    name: str, default: Any, code: str, facts: dict[str, object]
-) -> tuple[Rule, str]:
+def _presence(name: str, default: Any, code: str, facts: dict[str, object]) -> Rule:
     """The rule refusing field `name` (set to other than `default`) with rule `code`."""
-    rule = RULES_BY_CODE[code]
 
     def check(value: Any) -> dict[str, object] | None:
         return facts if getattr(value, name) != default else None
 
     singleton = default is None or default is False or default is UNSET
-    message = (
-        rule.message.replace("{release}", str(facts["release"]))
-        if "release" in facts
-        else rule.message
-    )
-    return rule._replace(check=check, when=name if singleton else None), message
+    return RULES_BY_CODE[code]._replace(check=check, when=name if singleton else None)
 
 
 def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | None]:
@@ -407,9 +454,3 @@ def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | Non
     typed_sampling = set(_DEFAULTS[True])
     top = frozenset(installed.generate_req_input_fields) - typed_top - set(FIELD_OWNERS)
     return top, frozenset(installed.sampling_params_fields) - typed_sampling
-
-
-def check_request(request: RequestFields, contract: Contract, limits: Any) -> None:
-    """Raise `RequestRejected` for the first field held as JSON bytes past `limits`, then
-    the first rule of `contract`, that `request` breaks."""
-    contract.check(request, limits)

@@ -3,7 +3,7 @@
 The typed decode of `ClientRequest` enforces the rules whose check is None in
 `rules.RULES` (types, unknown keys, token ids); `translate_validation_error`
 reads msgspec's error into that rule's `RequestRejected` (an unknown key in the target's
-words, by `unknown_keys.refuse_unknown`).
+words, by `contract.Contract.refuse_unknown`).
 """
 
 from __future__ import annotations
@@ -47,19 +47,8 @@ _EXPECTED = re.compile(r"^Expected `(?P<expected>[^`]*)`, got `(?P<got>[^`]*)`$"
 _UNKNOWN = re.compile(r"^Object contains unknown field `", re.DOTALL)
 _MISSING = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
 _TOKEN_LIST_ITEM = re.compile(r"^input_ids\[\d+\]$")
-#: The facts of `batched_input`, by the field that holds a batch.
-_BATCHED = {
-    "input_ids": {
-        "key": "input_ids",
-        "one": "flat list of token ids",
-        "batch": "decode a batch with decode_sequences",
-    },
-    "text": {
-        "key": "text",
-        "one": "string",
-        "batch": "decode a batch with decode_sequences",
-    },
-}
+#: What one prompt is in the field that holds a batch (`batched_input`).
+_ONE_PROMPT = {"input_ids": "flat list of token ids", "text": "string"}
 
 
 #: What msgspec raises on a body it cannot decode (RecursionError: nested too deeply;
@@ -120,7 +109,7 @@ def translate_validation_error(
     """msgspec's verdict on a body (or on `prefix`, a part of it) as the rule it breaks.
 
     `data`, the JSON decoded, locates an unknown key without reading it from the message;
-    `refuse_unknown(path, key)` words its refusal (`unknown_keys.refuse_unknown`, for the
+    `refuse_unknown(path, key)` words its refusal (`Contract.refuse_unknown`, for the
     target's contract).
     """
     if isinstance(error, RecursionError):
@@ -136,7 +125,11 @@ def translate_validation_error(
             "invalid_value", path=path or "body", detail=f"keys must be strings; {what}"
         )
     if _UNKNOWN.match(str(error)):
-        return _unknown_key(data, refuse_unknown, path=path, what=what, known=known)
+        # The first unknown key, found in the body itself; else read from the message.
+        found = first_unknown_key(data, "", known) if data is not None else None
+        if found is not None and refuse_unknown is not None:
+            return refuse_unknown(*found)
+        return reject("invalid_value", path=path or "body", detail=what)
     if missing := _MISSING.match(what):
         if not path and missing["key"] == "input_ids":
             return reject("missing_input_ids")
@@ -152,31 +145,16 @@ def _joined(prefix: str, raw: str | None) -> str:
     return ".".join(part for part in (prefix, path) if part)
 
 
-def _unknown_key(
-    data: Any,
-    refuse_unknown: RefuseUnknown | None,
-    *,
-    path: str,
-    what: str,
-    known: Mapping[str, frozenset[str]],
-) -> RequestRejected:
-    """The refusal of the first unknown key, found in the body `data` itself."""
-    found = first_unknown_key(data, "", known) if data is not None else None
-    if found is None or refuse_unknown is None:  # not found in the body: read the message
-        return reject("invalid_value", path=path or "body", detail=what)
-    return refuse_unknown(*found)
-
-
 def _wrong_value(what: str, path: str) -> RequestRejected:
     """The refusal of a value of the wrong type or out of range at `path` ("": body)."""
     expected = _EXPECTED.match(what)
     if not path:
         return reject("not_object", got=expected["got"] if expected else what)
     if path == "text" and expected and expected["got"] == "array":
-        return reject("batched_input", **_BATCHED["text"])
+        return _batched("text")
     if _TOKEN_LIST_ITEM.match(path):
         if expected and expected["got"] == "array":
-            return reject("batched_input", **_BATCHED["input_ids"])
+            return _batched("input_ids")
         if not expected:
             return reject("token_id_out_of_range", path=path)
     if expected:
@@ -184,3 +162,8 @@ def _wrong_value(what: str, path: str) -> RequestRejected:
             "wrong_type", path=path, expected=expected["expected"], got=expected["got"]
         )
     return reject("invalid_value", path=path, detail=what)
+
+
+def _batched(key: str) -> RequestRejected:
+    batch = "decode a batch with decode_sequences"
+    return reject("batched_input", key=key, one=_ONE_PROMPT[key], batch=batch)

@@ -22,15 +22,15 @@ from typing import Any, Literal, NamedTuple, cast
 import msgspec
 from msgspec import UNSET
 
-from sglang_envelope.errors.exceptions import EnvelopeError, RequestRejected, show_value
+from sglang_envelope.errors.exceptions import EnvelopeError, show_value
+from sglang_envelope.request.body import int_chunks
 from sglang_envelope.request.checks import logprobs_past_prompt, routed_start_past_prompt
 from sglang_envelope.request.fields import (
     REQUEST_DEFAULTS,
     SAMPLING_DEFAULTS,
     SamplingParams,
 )
-from sglang_envelope.request.large_body import int_chunks
-from sglang_envelope.request.rules import RULES_BY_CODE
+from sglang_envelope.request.rules import RULES_BY_CODE, refusal
 
 __all__ = [
     "DEPLOYMENT_RULES",
@@ -351,28 +351,24 @@ def _total_too_long(d: Deployment, body: Any) -> dict[str, object] | None:
     }
 
 
-def _logprob_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
-    raw = body.token_ids_logprob
-    if d.vocab_size is None or raw is UNSET or raw is None:
-        return None
-    token = _first_outside(raw, d.vocab_size)
-    return None if token is None else {"id": token, "vocab_size": d.vocab_size}
-
-
 _ints = msgspec.json.Decoder(list[int])
 
 
-def _first_outside(raw: Any, size: int) -> int | None:
-    """The first integer of a JSON array of integers (`raw`, checked as one when the
-    request was decoded) outside [0, size), read a chunk at a time (`int_chunks`): the
-    array is never held as Python objects whole. None when there is none, or `raw` is
-    not such an array (null): SGLang's own check then answers."""
+def _logprob_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
+    """The first id of `token_ids_logprob` (checked as an array of integers when the
+    request was decoded) outside the vocabulary, read a chunk at a time (`int_chunks`):
+    the array is never held as Python objects whole."""
+    raw = body.token_ids_logprob
+    size = d.vocab_size
+    if size is None or raw is UNSET or raw is None:
+        return None
     data = bytes(raw)
-    if data[:1] != b"[":
+    if data[:1] != b"[":  # null: SGLang's own check answers
         return None
     for ints in int_chunks(data, 0, len(data), _ints):
         if ints and (min(ints) < 0 or max(ints) >= size):
-            return next(i for i in ints if not 0 <= i < size)
+            token = next(i for i in ints if not 0 <= i < size)
+            return {"id": token, "vocab_size": size}
     return None
 
 
@@ -429,11 +425,8 @@ def _input_over_scheduler_limit(d: Deployment, body: Any) -> dict[str, object] |
 
 
 def _routed_experts_off(d: Deployment, body: Any) -> dict[str, object] | None:
-    return (
-        {}
-        if body.return_routed_experts and d.enable_return_routed_experts is False
-        else None
-    )
+    asked = body.return_routed_experts
+    return {} if asked and d.enable_return_routed_experts is False else None
 
 
 _HIDDEN_CAPPED = (
@@ -558,5 +551,4 @@ def check_engine_body(deployment: Deployment, body: Any) -> None:
     for check, rule in _ALL_CHECKS if guarded else _UNGUARDED_CHECKS:
         facts = check(deployment, body)
         if facts is not None:
-            field = rule.field.format(**facts)
-            raise RequestRejected(rule.code, field, rule.message.format(**facts))
+            raise refusal(rule, facts)

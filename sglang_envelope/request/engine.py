@@ -4,13 +4,20 @@
 `Bootstrap`, how its stream mode follows from the request, and whether it is
 the prefill half of a disaggregated pair (which streams, makes one token and
 leaves output-flat logprobs to decode).
+
+SGLang 0.5.22 and 0.5.23 can set a few `GenerateReqInput` fields from
+``x-override-*`` headers after they parse the body
+(``srt/entrypoints/request_headers.py``, applied in ``serve_generate_request``):
+`header_overrides` gives the headers that send the client's own body bytes as its
+engine request, never encoding a large body again, when the two differ only in
+those fields.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 import msgspec
 from msgspec import UNSET, Raw
@@ -23,19 +30,24 @@ from sglang_envelope.request.fields import RequestFields, SamplingParams, TokenI
 from sglang_envelope.request.passed import (
     NO_PASSED_FIELDS,
     PassedFields,
+    raw_value,
     with_passed_fields,
+    with_passed_values,
 )
 from sglang_envelope.request.routing import Bootstrap, Routing
 from sglang_envelope.request.rules import reject
 from sglang_envelope.request.types import ClientRequest
 
 __all__ = [
+    "OVERRIDE_HEADERS",
+    "OVERRIDE_RELEASES",
     "ROLE_PLANS",
     "EngineBody",
     "EngineRequest",
     "Role",
     "RoleName",
     "build_engine_request",
+    "header_overrides",
 ]
 
 ACCEPT_SSE = "text/event-stream"
@@ -108,25 +120,11 @@ _PLANS_BY_NAME: dict[str, tuple[Role, RolePlan]] = {
     role.value: (role, plan) for role, plan in ROLE_PLANS.items()
 }
 
-#: What prefill sets in `sampling_params`, and what it removes.
-PREFILL_SAMPLING_OVERRIDES: dict[str, Any] = {"n": 1, "max_new_tokens": 1}
-PREFILL_SAMPLING_REMOVED = ("min_new_tokens",)
-_PREFILL_SAMPLING = PREFILL_SAMPLING_OVERRIDES | dict.fromkeys(
-    PREFILL_SAMPLING_REMOVED, UNSET
-)
+#: What prefill sets in `sampling_params`: one sequence of one token (UNSET: removed).
+_PREFILL_SAMPLING: dict[str, Any] = {"n": 1, "max_new_tokens": 1, "min_new_tokens": UNSET}
 
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder()
 _to_builtins = msgspec.to_builtins
-
-
-def _raw_value(value: object) -> Any:
-    """`to_builtins`' hook: a mapping held as `Raw` JSON, decoded."""
-    if type(value) is Raw:
-        return _decoder.decode(value)
-    raise NotImplementedError(f"{type(value).__name__} is not plain data")
-
-
 _astuple = msgspec.structs.astuple
 _force_setattr = msgspec.structs.force_setattr
 _replace = msgspec.structs.replace
@@ -161,7 +159,7 @@ class EngineRequest(msgspec.Struct, frozen=True):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled and copied as what it is: a request already built."""
-        return (_made, (self.role, self.body, *_passed_args(self.passed)))
+        return (_made, (self.role, self.body, self.passed))
 
     @property
     def rid(self) -> str:
@@ -188,21 +186,13 @@ class EngineRequest(msgspec.Struct, frozen=True):
         """The keyword arguments of SGLang's `GenerateReqInput` (a new dict, with the
         data `to_json()` carries: for SGLang run in-process, ``GenerateReqInput(**d)``),
         made without a JSON round trip: ``input_ids`` a list, mappings decoded."""
-        kwargs: dict[str, Any] = _to_builtins(self.body, enc_hook=_raw_value)
+        kwargs: dict[str, Any] = _to_builtins(self.body, enc_hook=raw_value)
         ids = kwargs.get("input_ids")
         if type(ids) is tuple:
             kwargs["input_ids"] = list(ids)
-        passed = self.passed
-        if passed is NO_PASSED_FIELDS:  # the usual request
+        if self.passed is NO_PASSED_FIELDS:  # the usual request
             return kwargs
-        kwargs.update((key, _decoder.decode(raw)) for key, raw in passed.top_level)
-        if passed.sampling_params:
-            params = kwargs.get("sampling_params") or {}
-            params.update(
-                (key, _decoder.decode(raw)) for key, raw in passed.sampling_params
-            )
-            kwargs["sampling_params"] = params
-        return kwargs
+        return with_passed_values(kwargs, self.passed)
 
     def to_json(self) -> bytes:
         """The HTTP body for `POST /generate`."""
@@ -211,26 +201,22 @@ class EngineRequest(msgspec.Struct, frozen=True):
         return with_passed_fields(_encoder.encode(self.body), self.passed)
 
 
-def _passed_args(passed: PassedFields) -> tuple[PassedFields, ...]:
-    return () if passed is NO_PASSED_FIELDS else (passed,)
-
-
 #: The sign of the usual request, which passes no key on: made once, not per request.
 _BUILT = _Built(NO_PASSED_FIELDS)
 
 
-def _made(
-    role: Role, body: EngineBody, passed: PassedFields = NO_PASSED_FIELDS
-) -> EngineRequest:
-    """The `EngineRequest` of `role` holding `body` and the keys `passed` on."""
-    built = _BUILT if passed is NO_PASSED_FIELDS else _Built(passed)
+def _made(role: Role, body: EngineBody, passed: PassedFields) -> EngineRequest:
+    """The `EngineRequest` of `role` holding `body` and the keys `passed` on (none: the
+    one `NO_PASSED_FIELDS`, an unpickled copy of it too)."""
+    usual = passed is NO_PASSED_FIELDS or passed == NO_PASSED_FIELDS
+    built = _BUILT if usual else _Built(passed)
     return EngineRequest(role, body, built)  # type: ignore[arg-type]
 
 
 def _prefill_sampling(sampling: SamplingParams | Any | None) -> SamplingParams:
     if isinstance(sampling, SamplingParams):
         return msgspec.structs.replace(sampling, **_PREFILL_SAMPLING)
-    return SamplingParams(**PREFILL_SAMPLING_OVERRIDES)
+    return SamplingParams(**_PREFILL_SAMPLING)
 
 
 def _check_bootstrap(role: Role, plan: RolePlan, bootstrap: Bootstrap | None) -> None:
@@ -264,15 +250,6 @@ def _check_one_sequence(role: Role, sampling: SamplingParams | Any | None) -> No
     n = sampling.n if isinstance(sampling, SamplingParams) else None
     if isinstance(n, int) and n > 1:
         raise reject("parallel_sampling", n=n, role=role.value)
-
-
-def _prefill_dp_rank(bootstrap: Bootstrap | None, routing: Routing | None) -> int | None:
-    """The prefill leg's `routed_dp_rank`, as Dynamo picks it: the rank decode fetches the
-    KV cache from (`bootstrap.prefill_dp_rank`), else the router's `routing.dp_rank`."""
-    rank = None if bootstrap is None else bootstrap.prefill_dp_rank
-    if rank is None and routing is not None:
-        return routing.dp_rank
-    return rank
 
 
 #: How many fields an engine body takes from the client's request.
@@ -404,7 +381,12 @@ def _prefill_fields(
     request: ClientRequest, bootstrap: Bootstrap | None, routing: Routing | None
 ) -> dict[str, Any]:
     """What the prefill leg changes: no output-flat (decode provides it), Base64 only
-    with prompt-flat, one sequence of one token, and its rank (`_prefill_dp_rank`)."""
+    with prompt-flat, one sequence of one token, and its rank as Dynamo picks it: the
+    rank decode fetches the KV cache from (`bootstrap.prefill_dp_rank`), else the
+    router's `routing.dp_rank`."""
+    rank = None if bootstrap is None else bootstrap.prefill_dp_rank
+    if rank is None and routing is not None:
+        rank = routing.dp_rank
     return {
         "return_flat_raw_output_top_logprobs": False,
         "return_flat_raw_top_logprobs_b64": (
@@ -412,13 +394,13 @@ def _prefill_fields(
             and request.return_flat_raw_top_logprobs
         ),
         "sampling_params": _prefill_sampling(request.sampling_params),
-        "routed_dp_rank": _prefill_dp_rank(bootstrap, routing),
+        "routed_dp_rank": rank,
     }
 
 
 def _routed(role: Role, routing: Routing) -> dict[str, Any]:
     """The engine body's fields the router decided (the prefill leg's rank is its
-    bootstrap's: `_prefill_dp_rank`)."""
+    bootstrap's: `_prefill_fields`)."""
     fields: dict[str, Any] = {
         "external_trace_header": _labels_json(routing.trace_header),
         "custom_labels": _labels_json(routing.labels),
@@ -430,3 +412,62 @@ def _routed(role: Role, routing: Routing) -> dict[str, Any]:
     if routing.priority is not None:
         fields["priority"] = routing.priority
     return fields
+
+
+#: Engine body field -> the header SGLang sets it from (``_HEADER_OVERRIDES``).
+OVERRIDE_HEADERS: Final[Mapping[str, str]] = {
+    "rid": "x-override-rid",
+    "bootstrap_host": "x-override-bootstrap-host",
+    "bootstrap_port": "x-override-bootstrap-port",
+    "bootstrap_room": "x-override-bootstrap-room",
+    "routed_dp_rank": "x-override-routed-dp-rank",
+    "disagg_prefill_dp_rank": "x-override-disagg-prefill-dp-rank",
+    "priority": "x-override-priority",
+}
+#: The releases whose HTTP server reads the override headers.
+OVERRIDE_RELEASES: Final = frozenset({"0.5.22", "0.5.23"})
+
+_CLIENT_FIELDS: Final = frozenset(RequestFields.__struct_fields__)
+#: Fields SGLang reads the same when absent and at this value.
+_ABSENT_MEANS: Final[Mapping[str, object]] = {"stream": False}
+
+
+def header_overrides(
+    engine: EngineRequest, request: ClientRequest
+) -> dict[str, str] | None:
+    """The headers that send `request`'s own body as `engine` (None when they cannot).
+
+    `engine` must have been built from `request` (`build_engine_request`). The
+    headers are `engine.headers` and one ``x-override-*`` header for each
+    field where the two differ; None when a field differs that no header sets
+    (a prefill leg's stream mode and sampling, a routing label) or that a header
+    cannot carry (a rid that is not ASCII), and when the target's release reads no
+    override headers. The server must run with
+    ``SGLANG_ENABLE_REQUEST_HEADER_OVERRIDES=1``. Raises `EnvelopeError` for
+    arguments of the wrong type.
+    """
+    if not isinstance(engine, EngineRequest) or not isinstance(request, ClientRequest):
+        raise EnvelopeError(
+            "header_overrides takes an EngineRequest and its ClientRequest"
+        )
+    if (
+        request.target.sglang not in OVERRIDE_RELEASES
+        or engine.passed != request.passed_fields
+    ):
+        return None
+    body = engine.body
+    headers = engine.headers
+    for name in body.__struct_fields__:
+        value = getattr(body, name)
+        # A serving field's start is its default, None (`_NO_SERVING`).
+        start = getattr(request, name) if name in _CLIENT_FIELDS else None
+        if start is None:
+            start = _ABSENT_MEANS.get(name)
+        if value is start or value == start:
+            continue
+        header = OVERRIDE_HEADERS.get(name)
+        text = value if type(value) is str else str(value) if type(value) is int else None
+        if header is None or text is None or not text.isascii():
+            return None  # no header sets it, or none can carry it
+        headers[header] = text
+    return headers

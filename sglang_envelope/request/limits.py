@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import msgspec
@@ -104,14 +104,6 @@ _WHITESPACE = b" \t\n\r"
 _NUMBER_START = frozenset(b"-0123456789")
 
 
-def _kind(data: bytes) -> str:
-    return _JSON_KINDS.get(data[0], "number") if data else "nothing"
-
-
-def _tokens(data: bytes) -> Iterator[re.Match[bytes]]:
-    return _TOKENS.finditer(data.replace(b"\\\\", b"").replace(b'\\"', b""))
-
-
 def _check_utf8(data: bytes, path: str) -> None:
     if not data.isascii():
         try:
@@ -155,7 +147,7 @@ def _scan(data: bytes, path: str, limits: Limits, shape: _Shape) -> bool:
     after_colon = False
     max_depth = limits.max_json_depth
     max_items = limits.max_json_items
-    for token in _tokens(data):
+    for token in _TOKENS.finditer(data.replace(b"\\\\", b"").replace(b'\\"', b"")):
         which = token.lastindex
         if which == _STR:
             if after_colon and not shape.string_values:
@@ -189,7 +181,8 @@ def check_free_form(raw: Raw, path: str, limits: Limits, *, object_only: bool) -
     """Refuse a free-form value nested deeper or holding more items than `limits` allow,
     or holding what JSON readers refuse (invalid UTF-8, numbers out of range)."""
     data = bytes(raw)
-    if object_only and (kind := _kind(data)) not in ("object", "null"):
+    kind = _JSON_KINDS.get(data[0], "number") if data else "nothing"
+    if object_only and kind not in ("object", "null"):
         raise reject("wrong_type", path=path, expected="object | null", got=kind)
     _check_utf8(data, path)
     _scan(data, path, limits, _FREE_FORM)

@@ -15,16 +15,17 @@ from msgspec import Raw
 
 from sglang_envelope.request.contract import Contract
 from sglang_envelope.request.decode_errors import DECODE_ERRORS
-from sglang_envelope.request.fields import RequestFields, SamplingParams
+from sglang_envelope.request.fields import FIELD_OWNERS, RequestFields, SamplingParams
 from sglang_envelope.request.limits import Limits, check_free_form
-from sglang_envelope.request.owners import FIELD_OWNERS
 
 __all__ = [
     "NO_PASSED_FIELDS",
     "PassedFields",
     "is_passed_fields",
+    "raw_value",
     "split_unknown",
     "with_passed_fields",
+    "with_passed_values",
 ]
 
 
@@ -40,18 +41,17 @@ NO_PASSED_FIELDS = PassedFields()
 _KNOWN_TOP = frozenset(RequestFields.__struct_fields__) | frozenset(FIELD_OWNERS)
 _KNOWN_SAMPLING = frozenset(SamplingParams.__struct_fields__)
 _raw_members = msgspec.json.Decoder(dict[str, Raw])
+_raw_value = msgspec.json.Decoder()
 _json = msgspec.json.Encoder()
 
 
 def is_passed_fields(value: object) -> bool:
     """Whether `value` is a `PassedFields` of `(str, ...)` pairs (the values are checked
     as JSON by the caller)."""
-    return type(value) is PassedFields and all(map(_are_pairs, value))
-
-
-def _are_pairs(pairs: object) -> bool:
-    return type(pairs) is tuple and all(
-        type(p) is tuple and len(p) == 2 and type(p[0]) is str for p in pairs
+    return type(value) is PassedFields and all(
+        type(pairs) is tuple
+        and all(type(p) is tuple and len(p) == 2 and type(p[0]) is str for p in pairs)
+        for pairs in value
     )
 
 
@@ -70,6 +70,27 @@ def with_passed_fields(data: bytes, passed: PassedFields) -> bytes:
         members["sampling_params"] = Raw(_json.encode(params))
     members.update(passed.top_level)
     return _json.encode(members)
+
+
+def raw_value(value: object) -> Any:
+    """`msgspec.to_builtins`' hook: a value held as `Raw` JSON, decoded."""
+    if type(value) is Raw:
+        return _raw_value.decode(value)
+    raise TypeError(f"cannot encode a {type(value).__name__}")
+
+
+def with_passed_values(plain: dict[str, Any], passed: PassedFields) -> dict[str, Any]:
+    """`with_passed_fields` for a body as plain values (`msgspec.to_builtins`): `plain`
+    with the passed keys' values added back."""
+    top, sampling = msgspec.to_builtins(passed, enc_hook=raw_value)
+    if sampling:
+        inner = plain.get("sampling_params")
+        plain["sampling_params"] = {
+            **(inner if isinstance(inner, dict) else {}),
+            **dict(sampling),
+        }
+    plain.update(top)
+    return plain
 
 
 def split_unknown(

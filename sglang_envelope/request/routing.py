@@ -10,14 +10,13 @@ from collections.abc import Mapping
 import msgspec
 
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
+from sglang_envelope.request.checks import INT64
 from sglang_envelope.request.envelope import is_utf8
 
 __all__ = ["Bootstrap", "Routing"]
 
 #: SGLang's ranks are signed 64-bit at its gate; data-parallel ranks start at 0.
 _RANK = (0, 2**31 - 1)
-#: SGLang's tokenizer manager refuses a priority outside the signed 64-bit range.
-_PRIORITY = (-(2**63), 2**63 - 1)
 
 
 def _check_int(where: str, value: object, low: int, high: int) -> None:
@@ -99,7 +98,7 @@ class Routing(msgspec.Struct, frozen=True, kw_only=True):
         if self.dp_rank is not None:
             _check_int("routing.dp_rank", self.dp_rank, *_RANK)
         if self.priority is not None:
-            _check_int("routing.priority", self.priority, *_PRIORITY)
+            _check_int("routing.priority", self.priority, *INT64)  # SGLang's bound
         if self.lora_path is not None:
             _check_text("routing.lora_path", self.lora_path)
         for name in ("trace_header", "labels"):

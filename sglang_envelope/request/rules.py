@@ -1,6 +1,6 @@
 """The request contract as data: every rule with its code.
 
-`owners.FIELD_OWNERS` names every `GenerateReqInput` field a client may not
+`fields.FIELD_OWNERS` names every `GenerateReqInput` field a client may not
 send, and why. `RULES` lists every rule: its code, field, message and check (`checks.py`;
 None: the typed decode enforces it, and `decode_errors.py` words msgspec's
 verdict). `docs/contract.md` shows both tables; a test checks they agree.
@@ -11,45 +11,38 @@ own words, so a client reads the same text whichever side refused it.
 
 from __future__ import annotations
 
+import math
 import sys
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, NamedTuple
 
 from sglang_envelope.errors.exceptions import RequestRejected
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.checks import (
-    bad_temperature,
+    INT64,
     bad_top_k,
-    beam_width_below_one,
     bias_overflows,
     grammars,
     is_given,
     logit_bias_key_not_integer,
     logprobs_past_prompt,
-    max_negative,
-    min_negative,
     min_over_max,
     min_tokens_with_grammar,
     mode_without_mask,
     n_null,
     n_over_beam_width,
     outside,
+    over_32,
     penalty_overflows,
     pooling_given,
-    priority_out_of_range,
-    resolve_is,
     routed_start_negative,
     routed_start_past_prompt,
-    seed_out_of_range,
     start_below_minus_one,
     stop_regex_invalid,
     stop_regex_too_long,
-    too_many_stop_regexes,
-    too_many_stops,
     watermark_in_both,
     watermark_is,
 )
-from sglang_envelope.request.rule_types import Holds, Rule
 
 __all__ = [
     "DEFAULT_TARGET",
@@ -64,8 +57,54 @@ __all__ = [
     "TEXT_INPUT_RULES",
     "Holds",
     "Rule",
+    "refusal",
     "reject",
 ]
+
+
+class Holds(NamedTuple):
+    """A rule's shortcut, as data: a test of the checked struct's `fields`.
+
+    - `kind="false"`: the one field is false or None;
+    - `kind="any_true"`: any of the fields is true;
+    - `kind="nonempty"`: the one field is not the empty tuple;
+    - `kind="in_range"`: the one field is None, or a number from `low` (excluded
+      when `open_low`) to `high`;
+    - `kind="at_least"`: the one field is None, or a number of at least `low`.
+
+    `contract.shortcut_test` spells it in the compiled check.
+    """
+
+    kind: Literal["false", "any_true", "nonempty", "in_range", "at_least"]
+    fields: tuple[str, ...]
+    low: float = 0.0
+    high: float = 0.0
+    open_low: bool = False
+
+
+class Rule(NamedTuple):
+    """One rule of the contract.
+
+    `check` returns None when the request keeps the rule, else the facts the
+    message template is filled with. None as `check` means the typed decode
+    enforces the rule. `template`, for one of SGLang's own checks, is its
+    message in the release tables: the rule holds on a target whose tables
+    carry it, in that release's words.
+    """
+
+    code: str
+    field: str | None
+    message: str
+    #: Takes the request, or its `SamplingParams` for a rule on `sampling_params`.
+    check: Callable[[Any], dict[str, object] | None] | None = None
+    #: Fields the check reads that must differ from their defaults for the rule to
+    #: be broken: while all hold their defaults, the check is skipped.
+    when: str | tuple[str, ...] | None = None
+    template: str | None = None
+    #: A test of the checked struct that is true only when the rule holds: while it
+    #: is, the check is not called (a shortcut; `check` decides). See `Holds`.
+    holds: Holds | None = None
+
 
 #: The target of every call that names none: SGLang 0.5.23 over HTTP.
 DEFAULT_TARGET = Target()
@@ -104,23 +143,16 @@ def _range(
     return _sglang(code, f"sampling_params.{name}", template, check, name, holds)
 
 
-_WATERMARK_MESSAGES = (
-    "watermark must be an object",
-    "watermark contains unknown fields",
-    "watermark enabled must be a boolean",
-    "watermark key must be a hex string",
-    "watermark key must contain 1 to 16 hex digits",
-    "watermark key must contain only hex digits",
-    "watermark context_window must be a positive integer",
-)
-_WATERMARK_CODES = (
-    "watermark_not_object",
-    "watermark_unknown_key",
-    "watermark_enabled_not_bool",
-    "watermark_key_not_text",
-    "watermark_key_length",
-    "watermark_key_not_hex",
-    "watermark_context_window",
+#: SGLang's refusals of a watermark, in its order (`normalize_watermark_request`'s):
+#: `checks.watermark_problem` names the first one a watermark breaks.
+_WATERMARK = (
+    ("watermark_not_object", "watermark must be an object"),
+    ("watermark_unknown_key", "watermark contains unknown fields"),
+    ("watermark_enabled_not_bool", "watermark enabled must be a boolean"),
+    ("watermark_key_not_text", "watermark key must be a hex string"),
+    ("watermark_key_length", "watermark key must contain 1 to 16 hex digits"),
+    ("watermark_key_not_hex", "watermark key must contain only hex digits"),
+    ("watermark_context_window", "watermark context_window must be a positive integer"),
 )
 _RESOLVE = (
     (
@@ -232,21 +264,21 @@ RULES: tuple[Rule, ...] = (
     # The tokenizer manager's checks, then SamplingParams(**sampling_params) on the
     # watermark, in its order (the rule holds where the release tables carry it).
     _sglang("priority_out_of_range", "priority", _PRIORITY_MESSAGE,
-            priority_out_of_range, "priority"),
+            outside("priority", *INT64), "priority"),
     _sglang("sampling_logprobs_mode_without_mask", "sampling_logprobs_mode",
             "sampling_logprobs_mode can only be set when return_sampling_mask=true.",
             mode_without_mask, "sampling_logprobs_mode"),
     _sglang("watermark_in_both_places", "watermark",
             "watermark must be provided either at the request top level or inside "
             "sampling_params, not both", watermark_in_both, "watermark"),
-    *(_sglang(code, "watermark", message, watermark_is(message, inner=False), "watermark")
-      for code, message in zip(_WATERMARK_CODES, _WATERMARK_MESSAGES, strict=True)),
+    *(_sglang(code, "watermark", message, watermark_is(code, inner=False), "watermark")
+      for code, message in _WATERMARK),
     # resolve_watermark_request()'s checks that need only the request (the release
     # tables do not list them; they hold where SGLang has a watermark at all).
-    *(Rule(code, "watermark", message, resolve_is(message, inner=False), "watermark")
+    *(Rule(code, "watermark", message, watermark_is(code, inner=False), "watermark")
       for code, message in _RESOLVE),
     *(Rule(f"sampling_{code}", "sampling_params.watermark", message,
-           resolve_is(message, inner=True), "watermark")
+           watermark_is(code, inner=True), "watermark")
       for code, message in _RESOLVE),
     # Sampling: a null n, which SGLang's normalization fails on; then SGLang's
     # SamplingParams.normalize() and .verify() checks, in its words and order.
@@ -261,13 +293,13 @@ RULES: tuple[Rule, ...] = (
     Rule("unsupported_sampling_param", "sampling_params.{key}",
          "Unexpected keyword argument '{key}'"),
     *(_sglang(f"sampling_{code}", "sampling_params.watermark", message,
-              watermark_is(message, inner=True), "watermark")
-      for code, message in zip(_WATERMARK_CODES, _WATERMARK_MESSAGES, strict=True)),
+              watermark_is(code, inner=True), "watermark")
+      for code, message in _WATERMARK),
     _sglang("too_many_stop_strings", "sampling_params.stop",
-            "at most 32 stop strings are allowed, got {count}", too_many_stops, "stop"),
+            "at most 32 stop strings are allowed, got {count}", over_32("stop"), "stop"),
     _sglang("too_many_stop_regexes", "sampling_params.stop_regex",
             "at most 32 stop_regex patterns are allowed, got {count}",
-            too_many_stop_regexes, "stop_regex"),
+            over_32("stop_regex"), "stop_regex"),
     _sglang("stop_regex_too_long", "sampling_params.stop_regex",
             "stop_regex is {stop_regex_len} bytes, over the 256-byte limit",
             stop_regex_too_long, "stop_regex"),
@@ -277,16 +309,15 @@ RULES: tuple[Rule, ...] = (
          "stop_regex {pattern!r} is not a valid regular expression: {detail}",
          stop_regex_invalid, "stop_regex"),
     _sglang("beam_width_below_one", "sampling_params.beam_width",
-            "beam_width must be at least 1, got {beam_width}.", beam_width_below_one,
-            "beam_width"),
+            "beam_width must be at least 1, got {beam_width}.",
+            outside("beam_width", 1, math.inf), "beam_width"),
     # The scheduler's, for a beam request (its other checks need the deployment).
     Rule("n_over_beam_width", "sampling_params.n",
          "n ({n}) cannot exceed beam_width ({beam_width}).",
          n_over_beam_width, "beam_width"),
-    _sglang("temperature_out_of_range", "sampling_params.temperature",
-            "temperature must be a non-negative finite number, got {temperature}.",
-            bad_temperature, "temperature",
-            Holds("in_range", ("temperature",), 0.0, sys.float_info.max)),
+    _range("temperature_out_of_range", "temperature",
+           "temperature must be a non-negative finite number, got {temperature}.",
+           0.0, sys.float_info.max),
     _range("top_p_out_of_range", "top_p",
            "top_p must be in (0, 1], got {top_p}.",
            0.0, 1.0, open_low=True),
@@ -313,10 +344,10 @@ RULES: tuple[Rule, ...] = (
          "repetition_penalty"),
     _sglang("min_new_tokens_negative", "sampling_params.min_new_tokens",
             "min_new_tokens must be in [0, max_new_tokens], got {min_new_tokens}.",
-            min_negative, "min_new_tokens"),
+            outside("min_new_tokens", 0, math.inf), "min_new_tokens"),
     _sglang("max_new_tokens_negative", "sampling_params.max_new_tokens",
             "max_new_tokens must be at least 0, got {max_new_tokens}.",
-            max_negative, "max_new_tokens",
+            outside("max_new_tokens", 0, math.inf), "max_new_tokens",
             Holds("at_least", ("max_new_tokens",), 0)),
     _sglang("min_new_tokens_over_max", "sampling_params.min_new_tokens",
             "min_new_tokens must be in [0, max_new_tokens({max_new_tokens})], "
@@ -330,7 +361,7 @@ RULES: tuple[Rule, ...] = (
          "a larger one overflows SGLang's float32 logits", bias_overflows, "logit_bias"),
     _sglang("sampling_seed_out_of_range", "sampling_params.sampling_seed",
             "sampling_seed must be in [-2**63, 2**63 - 1], got {sampling_seed}.",
-            seed_out_of_range, "sampling_seed"),
+            outside("sampling_seed", *INT64), "sampling_seed"),
     _sglang("several_grammars", "sampling_params",
             "Only one of json_schema, regex, ebnf, or structural_tag can be set.",
             grammars, ("json_schema", "regex", "ebnf", "structural_tag")),
@@ -408,9 +439,16 @@ SGLANG_CHECKS_LEFT: Mapping[str, str] = {
 }
 
 
+def refusal(rule: tuple[Any, ...], facts: dict[str, object]) -> RequestRejected:
+    """The `RequestRejected` of `rule` (a `Rule`, or any row that starts with a rule's
+    code, field and message), its field and message filled in from `facts`."""
+    code, field, message = rule[:3]
+    return RequestRejected(
+        code, None if field is None else field.format(**facts), message.format(**facts)
+    )
+
+
 def reject(code: str, **facts: object) -> RequestRejected:
     """The `RequestRejected` for rule `code`, its field and message filled in
     from `facts`."""
-    rule = RULES_BY_CODE[code]
-    field = None if rule.field is None else rule.field.format(**facts)
-    return RequestRejected(code, field, rule.message.format(**facts))
+    return refusal(RULES_BY_CODE[code], facts)

@@ -1,15 +1,11 @@
 """Many sequences: a batch of prompts, `sampling_params.n` samples each, as SGLang reads
 them.
 
-A `/generate` body holds B prompts (a batch: `input_ids` a list whose first
-element is a list, the rule of SGLang's contract gate, or on a text target
-`text` a list, which SGLang reads first) and n samples of each
-(`sampling_params.n`); SGLang answers an array when the body is a batch or
-n > 1, sequence `i * n + j` being sample `j` of prompt `i`. `decode_sequences`
+SGLang answers an array when a body is a batch or n > 1. `decode_sequences`
 splits a batch into one client body a prompt (its members read once, each
-prompt's ids or text and its rid spliced into the shared fields) and decodes
-each with the rules of `decode_client_request`; `Sequences.samples()` fans the sequences
-out into one-sample requests, for a prefill/decode pair that carries one sequence.
+prompt's ids or text and its rid spliced into the shared fields) and decodes each
+with the rules of `decode_client_request`; `Sequences.samples()` fans the
+sequences out into one-sample requests, for a prefill/decode pair that carries one.
 """
 
 from __future__ import annotations
@@ -171,18 +167,12 @@ def _sample(request: ClientRequest, k: int) -> ClientRequest:
     return msgspec.structs.replace(request, rid=rid, sampling_params=one)
 
 
-class _Bounds(msgspec.Struct, frozen=True):
-    prompts: int
-    sequences: int
-    batch_bytes: int
-
-
 _members = msgspec.json.Decoder(dict[str, Raw])
 _items = msgspec.json.Decoder(list[Raw])
 _rid = msgspec.json.Decoder(str | list[str] | None)
 _text = msgspec.json.Decoder(str)
 _json = msgspec.json.Encoder()
-_NUMBER_START = frozenset(b"-0123456789")
+_BOUND_NAMES = ("max_prompts", "max_sequences", "max_batch_bytes")
 
 
 def decode_sequences(
@@ -215,10 +205,9 @@ def decode_sequences(
     limits = make_limits(
         max_body_bytes, max_input_ids, max_json_depth, max_json_items, max_token_id
     )
-    for name, bound in (("max_prompts", max_prompts), ("max_sequences", max_sequences)):
+    bounds = (max_prompts, max_sequences, max_batch_bytes)
+    for name, bound in zip(_BOUND_NAMES, bounds, strict=True):
         check_bound(name, bound)
-    check_bound("max_batch_bytes", max_batch_bytes)
-    bounds = _Bounds(max_prompts, max_sequences, max_batch_bytes)
     data = as_json(body, limits.max_body_bytes)
     # One prompt, the usual body, is decoded once; a batch never decodes as one prompt,
     # so it is read as a batch only once the one-prompt decode refuses the body.
@@ -295,25 +284,26 @@ def _given(raw: Raw | None) -> bool:
 
 
 def _decode_batch(
-    batch: _Batch, limits: Limits, contract: Any, bounds: _Bounds
+    batch: _Batch, limits: Limits, contract: Any, bounds: tuple[int, int, int]
 ) -> Sequences:
+    max_prompts, max_sequences, max_batch_bytes = bounds
     members, key, prompts = batch
     size = len(prompts)
-    if size > bounds.prompts:
-        raise reject("too_many_prompts", key=key, size=size, limit=bounds.prompts)
+    if size > max_prompts:
+        raise reject("too_many_prompts", key=key, size=size, limit=max_prompts)
     rids = _rids(members.pop("rid", None), size)
     del members[key]
     _refuse_per_item_lists(members)
     shared = _json.encode(members)[1:-1]  # the shared members, without their braces
     work = size * (len(shared) + 64) + sum(len(item) for item in prompts)
-    if work > bounds.batch_bytes:
+    if work > max_batch_bytes:
         raise reject(
-            "batch_too_large", key=key, size=size, work=work, limit=bounds.batch_bytes
+            "batch_too_large", key=key, size=size, work=work, limit=max_batch_bytes
         )
     prompt = _Prompt(key, shared, limits, contract)
     first = prompt.decode(prompts[0], rids[0], 0)
     n = _batch_n(first)
-    _check_count(size, n, bounds.sequences)
+    _check_count(size, n, max_sequences)
     rest = (
         prompt.decode(item, rids[i], i) for i, item in enumerate(prompts[1:], start=1)
     )
@@ -392,12 +382,10 @@ def _of_prompt(error: RequestRejected, key: str, index: int) -> RequestRejected:
 
 def _batch_n(request: ClientRequest) -> int:
     params = request.sampling_params
-    n = params.n if isinstance(params, SamplingParams) else UNSET
-    width = params.beam_width if isinstance(params, SamplingParams) else UNSET
-    # SGLang makes one sequence of a beam request.
-    beam = isinstance(width, int) and width > 1
-    if isinstance(n, int) and n < 1 and not beam:
-        raise reject("batch_n_below_one", n=n)
+    if isinstance(params, SamplingParams) and isinstance(params.n, int) and params.n < 1:
+        width = params.beam_width  # SGLang makes one sequence of a beam request
+        if not (isinstance(width, int) and width > 1):
+            raise reject("batch_n_below_one", n=params.n)
     return samples_per_prompt(request)
 
 

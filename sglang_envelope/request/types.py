@@ -1,28 +1,24 @@
 """The client's request: SGLang's native token-input `/generate` body, decoded, checked.
 
 `ClientRequest` mirrors the single-request form of SGLang 0.5.23's
-`GenerateReqInput`, limited to the fields a client may set (see `rules.py` for
-which fields are whose). Types follow SGLang's HTTP contract gate
-(`sglang/api/v1/api_types.py`) where it has the field, and the dataclass where
-it does not. Decoding is one typed msgspec pass; a failure is translated into
-`RequestRejected` by `decode_errors.translate_validation_error`.
+`GenerateReqInput`, limited to the fields a client may set (`fields.py`), typed as
+SGLang's HTTP contract gate types them (`sglang/api/v1/api_types.py`) where it has
+the field, and as the dataclass does where it does not. Decoding is one typed msgspec
+pass; a failure is read as the rule it breaks (`decode_errors`).
 
-Every `ClientRequest` that exists has passed every rule of its `target`, and
-holds nothing but its declared fields (no `__dict__`): one decoded by
-`decode_client_request` is made from the typed decode's values once every rule
-was applied to them (`_from_checked`); one made any other way (by hand, by
-`msgspec.structs.replace`, by a decoder of the caller's) is checked when it is
-made, by encoding it (its passed keys included) and decoding the result as a
-client body for its target, and takes the decoded copy's values. Its
-containers are immutable (tuples, frozen structs, and `msgspec.Raw` for JSON
-objects and free-form values, checked without being built: `limits`), so a
-checked request stays as checked.
+Every `ClientRequest` that exists has passed every rule of its `target`: one
+decoded is made from the typed decode's values once every rule was applied to
+them (`_from_checked`); one made any other way (by hand, by
+`msgspec.structs.replace`, by a decoder of the caller's) is checked when made, as
+the client body it stands for (`_check_made`), and takes the decoded copy's values.
+Its containers are immutable (tuples, frozen structs, `msgspec.Raw`), so a checked
+request stays as checked.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, NamedTuple
 
 import msgspec
@@ -30,7 +26,8 @@ from msgspec import Raw
 
 from sglang_envelope.errors.exceptions import EnvelopeError
 from sglang_envelope.releases.target import Target
-from sglang_envelope.request.body import as_json
+from sglang_envelope.request.body import LARGE_BODY_BYTES, as_json
+from sglang_envelope.request.body import decode_large as _decode_large
 from sglang_envelope.request.checks import is_given
 from sglang_envelope.request.contract import (
     Contract,
@@ -43,6 +40,7 @@ from sglang_envelope.request.decode_errors import (
     translate_validation_error,
 )
 from sglang_envelope.request.fields import (
+    NULL_AS_ABSENT,
     REQUEST_DEFAULTS,
     TEXT_INPUT_FIELDS,
     RequestFields,
@@ -51,8 +49,6 @@ from sglang_envelope.request.fields import (
     Watermark,
     token_input_struct,
 )
-from sglang_envelope.request.large_body import LARGE_BODY_BYTES
-from sglang_envelope.request.large_body import decode_large as _decode_large
 from sglang_envelope.request.limits import (
     DEFAULT_LIMITS,
     DEFAULT_MAX_BODY_BYTES,
@@ -62,16 +58,16 @@ from sglang_envelope.request.limits import (
     Limits,
     make_limits,
 )
-from sglang_envelope.request.owners import NULL_AS_ABSENT
 from sglang_envelope.request.passed import (
     NO_PASSED_FIELDS,
     PassedFields,
     is_passed_fields,
+    raw_value,
     split_unknown,
     with_passed_fields,
+    with_passed_values,
 )
 from sglang_envelope.request.rules import DEFAULT_TARGET, reject
-from sglang_envelope.request.unknown_keys import refuse_unknown
 
 __all__ = [
     "ClientRequest",
@@ -84,7 +80,7 @@ __all__ = [
 
 #: A token-input client body as the typed decode reads it, before any rule (never handed
 #: out): `RequestFields` without `text` and the media fields, which it refuses as unknown
-#: keys (`rules.FIELD_OWNERS`), and with `input_ids` required.
+#: keys (`fields.FIELD_OWNERS`), and with `input_ids` required.
 _Wire = token_input_struct("_Wire", tuple[TokenId, ...])
 
 
@@ -138,7 +134,7 @@ class ClientRequest(RequestFields, frozen=True, forbid_unknown_fields=True):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled as its JSON and target, and decoded again for that target."""
-        return (_decoded, (request_json(self), self.target))
+        return (partial(decode_client_request, target=self.target), (request_json(self),))
 
 
 #: The fields of a client body, in order: `ClientRequest`'s without its own two.
@@ -184,16 +180,6 @@ def request_json(request: ClientRequest) -> bytes:
     return with_passed_fields(_json.encode(members), request.passed_fields)
 
 
-def _raw_to_value(value: Any) -> Any:
-    if isinstance(value, Raw):
-        return msgspec.json.decode(value)
-    raise TypeError(f"cannot encode a {type(value).__name__}")
-
-
-def _decoded(body: bytes, target: Target) -> ClientRequest:
-    return decode_client_request(body, target=target)
-
-
 def _check_made(request: ClientRequest) -> ClientRequest:
     """The request made by hand, checked as the client body it stands for (its passed
     keys included) for its target, and decoded into private copies."""
@@ -203,30 +189,17 @@ def _check_made(request: ClientRequest) -> ClientRequest:
     if not is_passed_fields(passed):
         raise EnvelopeError("passed_fields must be a PassedFields of (str, JSON) pairs")
     try:
-        plain = msgspec.to_builtins(request, enc_hook=_raw_to_value)
+        plain = msgspec.to_builtins(request, enc_hook=raw_value)
         for name in _NOT_JSON:
             plain.pop(name, None)
         if request.input_ids is None and target.input == "tokens":
             # First, as a token-input body refuses a null one.
             plain = {"input_ids": None, **plain}
-        top, sampling = msgspec.to_builtins(passed, enc_hook=_raw_to_value)
-    except (
-        TypeError,
-        ValueError,
-        OverflowError,
-        RecursionError,
-        *DECODE_ERRORS,
-    ) as error:
+        plain = with_passed_values(plain, passed)
+    except (TypeError, ValueError, OverflowError, *DECODE_ERRORS) as error:
         raise reject(
             "not_json", detail=f"a field holds a value JSON cannot carry: {error}"
         ) from None
-    if sampling:
-        inner = plain.get("sampling_params")
-        plain["sampling_params"] = {
-            **(inner if isinstance(inner, dict) else {}),
-            **dict(sampling),
-        }
-    plain.update(top)
     return decode_client_request(plain, target=target)
 
 
@@ -252,18 +225,15 @@ def contract_of(target: object) -> Contract:
 def _check_input_ids(ids: tuple[int, ...], limits: Limits) -> None:
     if len(ids) > limits.max_input_ids:
         raise reject("too_many_input_ids", size=len(ids), limit=limits.max_input_ids)
-    if limits.max_token_id is not None and ids and max(ids) > limits.max_token_id:
-        index = next(
-            i for i, token_id in enumerate(ids) if token_id > limits.max_token_id
-        )
-        raise reject(
-            "token_out_of_vocab", index=index, id=ids[index], limit=limits.max_token_id
-        )
+    limit = limits.max_token_id
+    if limit is not None and ids and max(ids) > limit:
+        index = next(i for i, token_id in enumerate(ids) if token_id > limit)
+        raise reject("token_out_of_vocab", index=index, id=ids[index], limit=limit)
 
 
 def _typed_decode(body: bytes | Raw, contract: Contract, decoder: Any = _decoder) -> Any:
     """The typed decode of a body, its checks left to the caller; a failure as SGLang's
-    refusal (a large token-input body is read by `large_body.decode_large`)."""
+    refusal (a large token-input body is read by `body.decode_large`)."""
     try:
         if len(body) <= LARGE_BODY_BYTES or decoder is not _decoder:
             request = decoder.decode(body)
@@ -273,10 +243,9 @@ def _typed_decode(body: bytes | Raw, contract: Contract, decoder: Any = _decoder
     except DECODE_ERRORS as error:
         without = _without_null_fields(body)
         if without is None:
-            refuse = functools.partial(refuse_unknown, contract)
             known = KNOWN_FIELDS if decoder is _decoder else TEXT_KNOWN_FIELDS
             raise translate_validation_error(
-                error, data=body, refuse_unknown=refuse, known=known
+                error, data=body, refuse_unknown=contract.refuse_unknown, known=known
             ) from None
         return _typed_decode(without, contract, decoder)
     return request

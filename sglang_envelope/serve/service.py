@@ -48,13 +48,12 @@ from sglang_envelope.errors.exceptions import (
 )
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.deployment import Deployment
-from sglang_envelope.request.engine import EngineRequest
+from sglang_envelope.request.engine import EngineRequest, header_overrides
 from sglang_envelope.request.envelope import (
     WorkerEnvelope,
     decode_envelope,
     to_worker_envelope,
 )
-from sglang_envelope.request.overrides import header_overrides
 from sglang_envelope.request.routing import Routing
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.aggregate import DEFAULT_MAX_BYTES

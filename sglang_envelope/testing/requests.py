@@ -28,8 +28,7 @@ import msgspec
 from sglang_envelope.errors.exceptions import EngineError, RequestRejected
 from sglang_envelope.request.deployment import Deployment, check_engine_body
 from sglang_envelope.request.engine import EngineBody
-from sglang_envelope.request.fields import RequestFields
-from sglang_envelope.request.owners import FIELD_OWNERS, ORCHESTRATOR_FIELD
+from sglang_envelope.request.fields import FIELD_OWNERS, ORCHESTRATOR_FIELD, RequestFields
 from sglang_envelope.request.rules import GENERATE_REQ_INPUT_FIELDS, reject
 from sglang_envelope.request.types import ClientRequest, decode_client_request
 from sglang_envelope.testing.answers import text_ids
