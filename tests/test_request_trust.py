@@ -26,6 +26,7 @@ from sglang_envelope import (
     RequestRejected,
     Role,
     Routing,
+    SamplingParams,
     Target,
     WorkerEnvelope,
     build_engine_request,
@@ -821,3 +822,18 @@ def test_a_lying_len_neither_skips_the_rules_nor_the_size_bound() -> None:
     assert decode_client_request(small).input_ids == (1,)  # type: ignore[arg-type]
     assert len(small) == 10  # the lie, told outside any decode
     assert _Lying.made and all(isinstance(made, RequestRejected) for made in _Lying.made)
+
+
+@pytest.mark.parametrize("given", [lambda buffer: buffer, memoryview], ids=["bytearray", "view"])
+def test_an_envelope_decoded_from_a_callers_buffer_does_not_change_with_it(given: Any) -> None:
+    # A request's JSON fields are views of the bytes it was decoded from: an envelope given
+    # in the caller's mutable buffer is copied first, or writing to the buffer later would
+    # change a checked request (here its stop into a number, which the rules refuse).
+    request = decode_client_request(b'{"input_ids":[1,2],"sampling_params":{"stop":["ab"]}}')
+    buffer = bytearray(encode_envelope(to_worker_envelope(request, rid="r1")))
+    envelope = decode_envelope(given(buffer))
+    at = buffer.index(b'"ab"')
+    buffer[at : at + 4] = b"1234"
+    params = envelope.request.sampling_params
+    assert isinstance(params, SamplingParams) and bytes(params.stop) == b'["ab"]'
+    assert envelope == decode_envelope(encode_envelope(envelope))

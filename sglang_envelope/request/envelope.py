@@ -182,7 +182,7 @@ def decode_envelope(
     return WorkerEnvelope(rid=wire.rid, request=request)
 
 
-def _envelope_bytes(data: Any, limit: int) -> bytes | bytearray | memoryview:
+def _envelope_bytes(data: Any, limit: int) -> bytes:
     size = json_size(data)
     if isinstance(data, str):
         if len(data) > limit:  # each character is at least one byte
@@ -197,4 +197,7 @@ def _envelope_bytes(data: Any, limit: int) -> bytes | bytearray | memoryview:
         raise reject("invalid_envelope", detail=detail)
     if size > limit:
         raise reject("body_too_large", size=size, limit=limit)
-    return data  # type: ignore[no-any-return]
+    # The request's JSON fields are held as views of these bytes (`msgspec.Raw`): a
+    # caller's bytearray or memoryview is copied, so that changing it cannot change a
+    # request that was checked.
+    return data if type(data) is bytes else bytes(data)
