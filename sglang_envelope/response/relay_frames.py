@@ -84,7 +84,8 @@ class FrameRelay:
         mode = self._core.incremental
         if mode is None or mode is self._client:
             if self._client:
-                self._count_sent(frame)
+                if mode is None:  # a cut may follow, if the engine proves cumulative
+                    self._count_sent(frame)
                 return frame
             return _as_of_its_count(frame)
         if mode:  # an incremental engine, a cumulative client
