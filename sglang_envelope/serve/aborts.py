@@ -36,25 +36,32 @@ DRAIN_MAX_BYTES = 1 << 26
 class Aborts:
     """The aborts under way, each in its own task."""
 
-    __slots__ = ("_policy", "_report", "_tasks")
+    __slots__ = ("_policy", "_read_elsewhere", "_report", "_tasks")
 
     def __init__(self, policy: AbortPolicy, report: AbortReport | None) -> None:
         self._policy = policy
         self._report = report
         self._tasks: set[asyncio.Task[None]] = set()
+        #: The answers whose abort waits for the caller's `reading`, not its own drain.
+        self._read_elsewhere: set[WatchedReply] = set()
 
     def start(self, leg: Leg, reading: asyncio.Future[Any] | None = None) -> None:
         """Abort `leg` and read its answer to the end (or let `reading` do it), detached.
 
         Never suspends, so it can run in a cancelled task's ``finally``. A leg
-        already being aborted is left to that abort; without `reading` (its reader
-        has stopped), its answer is read to the end for that abort, which waits for it.
+        already being aborted is left to that abort; when that abort waits for a
+        reading of the caller's, a call without `reading` (that reader has stopped)
+        reads the rest of the answer for it.
         """
-        if leg.watched.aborting:
-            if reading is None:
+        watched = leg.watched
+        if watched.aborting:
+            if reading is None and watched in self._read_elsewhere:
+                self._read_elsewhere.discard(watched)
                 self._detach(_drain(leg))
             return
-        leg.watched.aborting = True
+        watched.aborting = True
+        if reading is not None:
+            self._read_elsewhere.add(watched)
         self._detach(self._abort(leg, reading))
 
     def release(self, watched: WatchedReply) -> None:
@@ -120,6 +127,7 @@ class Aborts:
             for task in (reading, leg.sending):  # a send still under way is given up
                 task.cancel()
             await asyncio.gather(reading, leg.sending, return_exceptions=True)
+            self._read_elsewhere.discard(watched)
             await watched.release()
         if self._report is not None:
             self._report(engine, result)

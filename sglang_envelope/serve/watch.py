@@ -162,8 +162,6 @@ class WatchedReply:
         if item is _END or isinstance(item, _Failed):
             self.finished.set()
             self.first_output.set()
-            if self._queue.empty():  # another reader waiting (`drain`) sees the end
-                self._queue.put_nowait(_WAKE)
             if isinstance(item, _Failed):
                 raise item.error
             raise StopAsyncIteration
