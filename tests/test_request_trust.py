@@ -838,3 +838,10 @@ def test_an_envelope_decoded_from_a_callers_buffer_does_not_change_with_it(given
     assert isinstance(params, SamplingParams) and isinstance(params.stop, msgspec.Raw)
     assert bytes(params.stop) == b'["ab"]'
     assert envelope == decode_envelope(encode_envelope(envelope))
+    # A buffer msgspec cannot read stays refused as the malformed envelope it was.
+    doubled = bytearray(2 * len(buffer))
+    doubled[::2] = buffer
+    spread: Any = memoryview(doubled)[::2]
+    with pytest.raises(RequestRejected, match="not C-contiguous") as refused:
+        decode_envelope(spread)
+    assert refused.value.code == "invalid_envelope"

@@ -182,7 +182,7 @@ def decode_envelope(
     return WorkerEnvelope(rid=wire.rid, request=request)
 
 
-def _envelope_bytes(data: Any, limit: int) -> bytes:
+def _envelope_bytes(data: Any, limit: int) -> bytes | memoryview:
     size = json_size(data)
     if isinstance(data, str):
         if len(data) > limit:  # each character is at least one byte
@@ -197,7 +197,10 @@ def _envelope_bytes(data: Any, limit: int) -> bytes:
         raise reject("invalid_envelope", detail=detail)
     if size > limit:
         raise reject("body_too_large", size=size, limit=limit)
+    if type(data) is bytes:
+        return data
     # The request's JSON fields are held as views of these bytes (`msgspec.Raw`): a
     # caller's bytearray or memoryview is copied, so that changing it cannot change a
-    # request that was checked.
-    return data if type(data) is bytes else bytes(data)
+    # request that was checked. A buffer msgspec cannot read is left to its refusal.
+    with memoryview(data) as view:
+        return view.tobytes() if view.c_contiguous else data
