@@ -175,8 +175,22 @@ def start_pair(worker_file: Path | None = None) -> Dynamo:
     return _registered(pair)
 
 
+#: A body the frontend serves once it routes to the workers: one greedy token, streamed.
+PROBE = {
+    "model": MODEL,
+    "input_ids": [5, 6],
+    "stream": True,
+    "sampling_params": {"temperature": 0, "max_new_tokens": 1},
+}
+
+
 def start_frontend(dynamo: Dynamo) -> LiveServer:
-    """Dynamo's HTTP frontend over the worker's discovery folder, once it lists the model."""
+    """Dynamo's HTTP frontend over the worker's discovery folder, once it serves a body.
+
+    Listing the model is not enough: for a pair, the frontend lists it as soon as the
+    decode worker registers, and answers 503 ("Prefill router target is still
+    activating") until its prefill router has found the prefill worker.
+    """
     port = free_port()
     command = (
         _python(), "-m", "dynamo.frontend", "--http-host", "127.0.0.1",
@@ -197,7 +211,8 @@ def start_frontend(dynamo: Dynamo) -> LiveServer:
     while True:
         try:
             models = httpx.get(f"{front.url}/v1/models", timeout=2.0).json()
-            if any(m.get("id") == MODEL for m in models.get("data", [])):
+            listed = any(m.get("id") == MODEL for m in models.get("data", []))
+            if listed and _serves(front):
                 return front
         except (httpx.HTTPError, ValueError):
             pass
@@ -205,6 +220,13 @@ def start_frontend(dynamo: Dynamo) -> LiveServer:
             front.stop()
             raise ServerFailed(f"Dynamo's frontend is not ready:\n{front.tail()}")
         time.sleep(0.5)
+
+
+def _serves(front: LiveServer) -> bool:
+    """Whether the frontend streams `PROBE`'s answer (not its 503 of a router still
+    activating)."""
+    probe = httpx.post(f"{front.url}/generate", json=PROBE, timeout=30.0)
+    return probe.status_code == 200 and b"finish_reason" in probe.content
 
 
 @dataclass
