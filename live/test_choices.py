@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from live.flow import assert_same, client, direct
+from live.record_running_ahead import runs_ahead
 from live.servers import LiveServer
 from sglang_envelope import aggregate_sse, parse_unary, relay_sse
 
@@ -87,3 +88,33 @@ def test_relay_reaggregates(any_server: LiveServer, name: str, client_incrementa
     got = aggregate_sse([relayed], choices=n, incremental=client_incremental)
     want = aggregate_sse([stream], choices=n)
     assert got == want
+
+
+def test_lists_running_ahead_of_their_counts_are_read_and_relayed(server: LiveServer) -> None:
+    """SGLang writes a cumulative middle frame's growing lists when it gets to the frame, so a
+    few streams in a hundred of this body have a frame whose ids and logprobs run past its
+    counts (`live/record_running_ahead.py`). Streamed until one does (at most 400 times),
+    every stream gives the unary answer and relays to a client of either mode."""
+    body, n = BODIES["n4_logprobs"]
+    stream_body = json.dumps({**body, "stream": True}).encode()
+
+    async def until_ahead() -> tuple[list[bytes], bytes]:
+        streams: list[bytes] = []
+        async with client() as http:
+            unary = await direct(http, server.url, json.dumps({**body, "stream": False}).encode())
+            while len(streams) < 400 and not any(map(runs_ahead, streams[-1:])):
+                answer = await direct(http, server.url, stream_body)
+                assert answer.status == 200, answer.body[:300]
+                streams.append(answer.body)
+        return streams, unary.body
+
+    streams, unary = asyncio.run(until_ahead())
+    assert runs_ahead(streams[-1]), f"no stream of {len(streams)} ran ahead of its counts"
+    want = parse_unary(unary, choices=n)
+    for stream in streams:
+        got = aggregate_sse([stream], choices=n)
+        for mine, theirs in zip(got, want, strict=True):
+            assert_same(dict(mine), dict(theirs), tolerance=TOLERANCE)
+        for client_incremental in (False, True):
+            relayed = relay_sse([stream], choices=n, client_incremental=client_incremental)
+            assert aggregate_sse([b"".join(relayed)], choices=n) == got

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +190,48 @@ def test_many_sequences_aggregate_async_as_they_do_sync() -> None:
 
 
 def test_a_cumulative_frame_without_ids_of_its_own_passes_as_it_is() -> None:
-    """Only a frame holding SGLang's growing ``output_ids`` list is cut to its count."""
+    """Only a frame holding SGLang's growing lists is cut to its counts."""
     frames = frames_of(CASES[0]["stream"])
     bare = [{key: value for key, value in frame.items() if key != "output_ids"} for frame in frames]
     assert list(relay_frames(bare, incremental=False)) == bare
+
+
+def growing_engine(steps: int) -> Iterator[dict[str, Any]]:
+    """A cumulative engine as SGLang's ``_handle_batch_output`` is one: every middle frame
+    holds the request's growing lists themselves, which later tokens extend."""
+    ids: list[int] = []
+    logprobs: list[list[Any]] = []
+    tops: list[list[Any]] = []
+    for step in range(1, steps + 1):
+        ids.append(step)
+        logprobs.append([-0.5, step, None])
+        tops.append([[-0.5, step, None]])
+        last = step == steps
+        meta = {
+            "id": "rid",
+            "finish_reason": {"type": "length", "length": steps} if last else None,
+            "completion_tokens": step,
+            "output_token_logprobs": list(logprobs) if last else logprobs,
+            "output_top_logprobs": list(tops) if last else tops,
+            "output_token_logprobs_length": step,
+        }
+        yield {"output_ids": list(ids) if last else ids, "meta_info": meta}
+
+
+@pytest.mark.parametrize("client_incremental", [False, True])
+def test_a_frame_kept_later_says_what_it_said(client_incremental: bool) -> None:
+    """The client's frames are read after the engine went on: each holds its own counts'
+    entries, as SGLang writes them when it keeps up (the frames copied at each step)."""
+    kept = list(relay_frames(growing_engine(6), client_incremental=client_incremental))
+    want = [
+        json.loads(json.dumps(frame))
+        for frame in relay_frames(
+            (json.loads(json.dumps(frame)) for frame in growing_engine(6)),
+            client_incremental=client_incremental,
+        )
+    ]
+    assert kept == want
+    assert [len(frame["output_ids"]) for frame in kept] == (
+        [1] * 6 if client_incremental else [1, 2, 3, 4, 5, 6]
+    )
+    assert all(len(f["meta_info"]["output_top_logprobs"]) == len(f["output_ids"]) for f in kept)

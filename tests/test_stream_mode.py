@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,14 @@ from sglang_envelope import (
     parse_unary,
     relay_sse,
 )
-from sglang_envelope.stream import SSE_DONE, StreamAggregator, aggregate_frames, encode_sse
+from sglang_envelope.response.views import COUNTED_BY
+from sglang_envelope.stream import (
+    SSE_DONE,
+    StreamAggregator,
+    aggregate_frames,
+    encode_sse,
+    relay_frames,
+)
 from tests.strategies import SGLANG_ANSWERS, chunkings, sglang_generations, sse_transcripts
 
 
@@ -200,34 +208,77 @@ def test_every_golden_stream_without_a_mode(case: dict[str, Any]) -> None:
         assert aggregate_sse(chunks) == case["expected"]
 
 
-@given(sglang_generations(), st.data())
-def test_cumulative_ids_running_ahead_of_their_count_read_as_sglangs_answer(
-    generation: dict[str, Any], data: st.DataObject
-) -> None:
-    """SGLang sends a cumulative middle frame's `output_ids` as a reference to the growing
-    list, written when the frame goes out: it may hold ids a later frame counts."""
-    frames = copy.deepcopy(generation["cumulative"])
+def running_ahead(
+    frames: list[dict[str, Any]], data: st.DataObject, *, text: bool
+) -> list[dict[str, Any]]:
+    """`frames` (cumulative) as SGLang may write them: each middle frame's counted lists
+    (`COUNTED_BY`) those of a frame at or after it, and with `text` its text too."""
+    frames = copy.deepcopy(frames)
     last = len(frames) - 1
     at = 0
-    for i in range(last):  # each middle frame holds the ids of a frame at or after it
+    for i in range(last):
         at = data.draw(st.integers(max(at, i), last), label=f"frame {i} holds")
-        frames[i]["output_ids"] = list(frames[at]["output_ids"])
+        ahead = frames[at]
+        for path in COUNTED_BY:
+            key = path.rpartition(".")[2]
+            owner, source = (
+                (frames[i]["meta_info"], ahead["meta_info"]) if "." in path else (frames[i], ahead)
+            )
+            if key in owner:
+                owner[key] = list(source[key])
+        if text and "text" in frames[i]:
+            frames[i]["text"] = ahead["text"]
+    return frames
+
+
+def sse_frames(stream: bytes) -> list[dict[str, Any]]:
+    events = [event[6:] for event in stream.split(b"\n\n") if event.startswith(b"data: {")]
+    return [json.loads(event) for event in events]
+
+
+@given(sglang_generations(), st.booleans(), st.data())
+def test_cumulative_lists_running_ahead_of_their_counts_read_as_sglangs_answer(
+    generation: dict[str, Any], text_ahead: bool, data: st.DataObject
+) -> None:
+    """SGLang puts the request's growing lists into a cumulative middle frame, written when
+    the frame goes out: its ids, logprobs and sampling masks may hold entries a later frame
+    counts (seen live with n = 4 and logprobs). The answer is SGLang's; a relay to a client
+    of either mode sends what SGLang sends in that mode, each frame as of its counts."""
+    frames = running_ahead(generation["cumulative"], data, text=text_ahead)
     expected = generation["unary"]
     assert aggregate_frames(copy.deepcopy(frames)) == expected
     assert aggregate_sse([transcript(frames)]) == expected
+    one_a_chunk = [encode_sse(frame) for frame in frames] + [SSE_DONE]
     for client_incremental in (True, False):
-        relayed = b"".join(relay_sse([transcript(frames)], client_incremental=client_incremental))
+        want = generation["incremental" if client_incremental else "cumulative"]
+        relayed = b"".join(relay_sse(one_a_chunk, client_incremental=client_incremental))
         assert b'"error"' not in relayed
-        assert aggregate_sse([relayed], incremental=client_incremental) == expected
+        assert aggregate_sse([relayed]) == expected  # each frame's counts fit its mode
+        in_process = list(
+            relay_frames(copy.deepcopy(frames), client_incremental=client_incremental)
+        )
+        if client_incremental:
+            assert sse_frames(relayed) == in_process
+        else:
+            assert sse_frames(relayed) == frames  # SGLang's own frames, as they came
+        if not text_ahead:
+            assert in_process == want
+        else:
+            for got, wanted in zip(in_process, want, strict=True):
+                assert {**got, "text": ""} == {**wanted, "text": ""}
 
 
-def test_cumulative_ids_behind_their_count_are_still_refused() -> None:
-    frames = [
-        {
-            "text": "a",
-            "output_ids": [1],
-            "meta_info": {"completion_tokens": 2, "finish_reason": None},
-        },
-    ]
+@pytest.mark.parametrize(
+    ("count_key", "count"),
+    [("completion_tokens", 2), ("completion_tokens", -1), ("output_token_logprobs_length", 2)],
+)
+def test_cumulative_lists_behind_their_count_are_still_refused(count_key: str, count: int) -> None:
+    """A middle frame's list may run ahead of its count, never behind it or below 0."""
+    meta = {"completion_tokens": 1, "output_token_logprobs_length": 1, "finish_reason": None}
+    frame = {
+        "text": "a",
+        "output_ids": [1],
+        "meta_info": {**meta, "output_token_logprobs": [[-1.0, 1, None]], count_key: count},
+    }
     with pytest.raises(ResponseError, match="fits neither stream mode"):
-        aggregate_frames(frames)
+        aggregate_frames([frame])

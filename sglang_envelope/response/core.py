@@ -320,11 +320,11 @@ class StreamCore(Generic[S]):
                 fits[True] = (
                     f"meta_info.{count_key} is {shown} but {path} has {total} entries"
                 )
-            # A cumulative middle frame's output_ids may hold ids past its count: SGLang
-            # hands it over as the request's growing list ("pass reference (no copy)").
-            growing = path == "output_ids" and meta.get("finish_reason") is None
+            # A cumulative middle frame's lists may hold entries past their counts
+            # (`COUNTED_BY`): SGLang hands them over as the request's growing lists.
+            growing = meta.get("finish_reason") is None
             if fits[False] is None and (
-                count > len(array) if growing else count != len(array)
+                not 0 <= count <= len(array) if growing else count != len(array)
             ):
                 fits[False] = (
                     f"meta_info.{count_key} is {show_value(count)} "

@@ -27,7 +27,7 @@ from sglang_envelope.response.sources import (
     relay_chunks_async,
 )
 from sglang_envelope.response.stores import DeltaStore
-from sglang_envelope.response.views import DELTA_ROWS
+from sglang_envelope.response.views import COUNTED_BY, DELTA_ROWS
 
 __all__ = ["FrameRelay", "relay_frames", "relay_frames_async"]
 
@@ -82,25 +82,27 @@ class FrameRelay:
     def _shaped(self, frame: dict[str, Any]) -> dict[str, Any]:
         """`frame` in the client's mode."""
         mode = self._core.incremental
-        if mode is None or mode is self._client:
-            if self._client:
-                if mode is None:  # a cut may follow, if the engine proves cumulative
-                    self._count_sent(frame)
-                return frame
-            return _as_of_its_count(frame)
-        if mode:  # an incremental engine, a cumulative client
-            return self._core.store.assemble(frame, copy=True)
-        return self._cut(frame)
+        if mode:  # an incremental engine: the lists it yields are the frame's own
+            return frame if self._client else self._core.store.assemble(frame, copy=True)
+        # A cumulative engine's frame, or one that reads alike both ways.
+        if mode is False and self._client:
+            return self._cut(frame)
+        frame = _as_of_its_counts(frame)
+        if mode is None and self._client:  # a cut may follow, if the engine is cumulative
+            self._count_sent(frame)
+        return frame
 
     def _cut(self, frame: dict[str, Any]) -> dict[str, Any]:
-        """A cumulative `frame` with each delta field cut to what was not sent yet."""
+        """A cumulative `frame` with each delta field cut to what was not sent yet, of
+        the entries its counts say are its own."""
         out = dict(frame)
         meta = out["meta_info"] = dict(frame["meta_info"])
         for path, key, in_meta, _ in DELTA_ROWS:
             holder = meta if in_meta else out
             if key in holder:
+                value = holder[key]
                 sent = self._sent.get(path, 0)
-                holder[key] = holder[key][sent:]
+                holder[key] = value[sent : _own_length(meta, path, value)]
                 self._sent[path] = sent + len(holder[key])
         return out
 
@@ -114,15 +116,33 @@ class FrameRelay:
                 self._sent[path] = self._sent.get(path, 0) + len(value)
 
 
-def _as_of_its_count(frame: dict[str, Any]) -> dict[str, Any]:
-    """A cumulative frame with its own ``output_ids``: SGLang hands them over as the
-    request's growing list ("pass reference (no copy)"), which later tokens extend after
-    the frame was yielded; the frame's are the first ``completion_tokens``. Other
-    frames as they are."""
-    ids, count = frame.get("output_ids"), frame["meta_info"].get("completion_tokens")
-    if type(ids) is not list or type(count) is not int or count > len(ids):
+def _as_of_its_counts(frame: dict[str, Any]) -> dict[str, Any]:
+    """A cumulative middle frame with copies of its lists of `COUNTED_BY`, of their own
+    entries (`_own_length`), so that it says what it said when read later; the terminal
+    frame (SGLang's carries copies) and a frame without such lists as they are."""
+    meta = frame["meta_info"]
+    if meta.get("finish_reason") is not None:
         return frame
-    return {**frame, "output_ids": ids[:count]}
+    out: dict[str, Any] | None = None
+    for path, key, in_meta, _ in DELTA_ROWS:
+        value = (meta if in_meta else frame).get(key)
+        if path in COUNTED_BY and type(value) is list:
+            if out is None:
+                out = {**frame, "meta_info": dict(meta)}
+            own = value[: _own_length(meta, path, value)]
+            (out["meta_info"] if in_meta else out)[key] = own
+    return frame if out is None else out
+
+
+def _own_length(meta: dict[str, Any], path: str, value: Any) -> int:
+    """How many entries of a cumulative frame's delta field are its own: its count
+    (`COUNTED_BY`), when one within them is given. SGLang hands a middle frame's lists
+    over as the request's growing ones, which later tokens extend after the frame was
+    yielded."""
+    count = meta.get(COUNTED_BY.get(path, ""))
+    if type(count) is int and 0 <= count <= len(value):
+        return count
+    return len(value)
 
 
 def relay_frames(

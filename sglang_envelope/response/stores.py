@@ -24,7 +24,7 @@ from msgspec import UNSET
 from sglang_envelope.errors.exceptions import ResponseError
 from sglang_envelope.response.frames import decode_json
 from sglang_envelope.response.sse import BytesLike
-from sglang_envelope.response.views import DELTA_FIELDS, DELTA_ROWS
+from sglang_envelope.response.views import COUNTED_BY, DELTA_FIELDS, DELTA_ROWS
 
 __all__ = [
     "BufferStore",
@@ -347,9 +347,10 @@ def cut_deltas(
     return what `fields` holds.
 
     What a frame holds is, per delta field, its text's JSON inside the quotes
-    or its list's JSON elements. A list's delta is its elements past those
-    sent; SGLang cuts every list at the ids sent (its output offset), which
-    is the same number for its streams, whose lists grow a token at a time.
+    or its list's JSON elements as of its count (`COUNTED_BY`). A list's delta
+    is its elements past those sent; SGLang cuts every list at the ids sent
+    (its output offset), which is the same number for its streams, whose
+    lists grow a token at a time.
     A frame that does not extend the last one sent has no delta.
     """
     held: dict[str, Any] = {}
@@ -373,12 +374,25 @@ def cut_deltas(
             elements = _ELEMENTS.decode(data)
         except (msgspec.DecodeError, RecursionError) as exc:
             raise ResponseError(f"{path} is not valid JSON: {exc}") from exc
+        elements = _own_entries(meta, path, elements)
         held[path] = elements
         before = sent.get(path, [])
         if not _extends(elements, before):
             raise _no_delta(path, "does not extend the last frame sent")
         deltas[path] = [b"[", b",".join(elements[len(before) :]), b"]"]
     return held
+
+
+def _own_entries(
+    meta: dict[str, Any], path: str, elements: list[msgspec.Raw]
+) -> list[msgspec.Raw]:
+    """A list's JSON elements as of its count (`COUNTED_BY`), which a cumulative middle
+    frame's list may run past; all of them when the count is not a plain integer."""
+    raw = meta.get(COUNTED_BY.get(path, ""))
+    count = b"" if raw is None else bytes(raw)
+    if count.isdigit() and len(count) <= 18 and int(count) < len(elements):
+        return elements[: int(count)]
+    return elements
 
 
 def _text_delta(sent: bytes, text: bytes) -> bytes:

@@ -21,6 +21,7 @@ from msgspec import UNSET, UnsetType
 from sglang_envelope.response.sse import Payload
 
 __all__ = [
+    "COUNTED_BY",
     "DELTA_FIELDS",
     "DELTA_ROWS",
     "MiddleReader",
@@ -48,6 +49,23 @@ is in the result. Every other field, including the ``input_*`` keys,
 unknown keys, takes the terminal frame's value. This mirrors SGLang's
 ``_INCREMENTAL_STREAMING_META_INFO_KEYS`` and its ``text``/``output_ids``
 deltas, and the way its ``_coalesce_streaming_chunks`` merges queued chunks.
+"""
+
+COUNTED_BY: Final[dict[str, str]] = {
+    "output_ids": "completion_tokens",
+    "meta_info.output_token_logprobs": "output_token_logprobs_length",
+    "meta_info.output_top_logprobs": "output_token_logprobs_length",
+    "meta_info.output_token_ids_logprobs": "output_token_logprobs_length",
+    "meta_info.output_token_sampling_mask": "output_token_sampling_mask_length",
+    "meta_info.output_token_sampling_logprobs": "output_token_sampling_mask_length",
+}
+"""The ``meta_info`` count of each delta list's entries: one per output token so far.
+
+SGLang (0.5.21-0.5.23, ``tokenizer_manager._handle_batch_output``) puts the
+request's growing lists into a cumulative middle frame, not copies ("pass
+reference (no copy)"), and the frame is written when the server gets to it: its
+lists may hold entries that a later frame counts. A frame's own entries are the
+first `count` of each; the terminal frame carries copies, its counts exact.
 """
 
 # (dotted path, key in its parent, parent is meta_info, JSON type)
