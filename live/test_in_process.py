@@ -128,7 +128,14 @@ def test_the_in_process_answer_is_sglang_s_own(
         frames = got["frames"]
         counts = [frame["meta_info"]["completion_tokens"] for frame in frames]
         assert counts == sorted(counts) and len(frames) > 1
-        assert all(len(f["output_ids"]) == f["meta_info"]["completion_tokens"] for f in frames)
+        # Each frame holds its own counts' entries, kept until the stream ended: the
+        # engine's growing lists are not the frames' (the ids, the output logprobs).
+        for frame in frames:
+            meta = frame["meta_info"]
+            assert len(frame["output_ids"]) == meta["completion_tokens"]
+            for key in ("output_token_logprobs", "output_top_logprobs"):
+                if key in meta:
+                    assert len(meta[key]) == meta["output_token_logprobs_length"], key
         assert_same(dict(aggregate_frames(frames, incremental=False)), want, tolerance=TOLERANCE)
     elif "answers" in got:  # many sequences, one engine request a sequence
         assert len(got["answers"]) == len(want) == 2
