@@ -29,9 +29,10 @@ class DrainRound(msgspec.Struct, frozen=True, kw_only=True):
     at_s: float
     #: The HTTP status of ``POST /abort_request`` (SGLang answers 200).
     status: int
-    #: Running and waiting requests the loads answer showed (None: not read in time).
-    running: int | None
-    waiting: int | None
+    #: Running and waiting requests the loads answer showed (a round whose answer did
+    #: not come in time is not recorded: the drain ended there).
+    running: int
+    waiting: int
 
 
 class DrainOutcome(msgspec.Struct, frozen=True, kw_only=True):
