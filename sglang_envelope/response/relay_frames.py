@@ -27,7 +27,7 @@ from sglang_envelope.response.sources import (
     relay_chunks_async,
 )
 from sglang_envelope.response.stores import DeltaStore
-from sglang_envelope.response.views import COUNTED_BY, DELTA_ROWS
+from sglang_envelope.response.views import COUNTED_BY, DELTA_ROWS, own_length
 
 __all__ = ["FrameRelay", "relay_frames", "relay_frames_async"]
 
@@ -102,7 +102,8 @@ class FrameRelay:
             if key in holder:
                 value = holder[key]
                 sent = self._sent.get(path, 0)
-                holder[key] = value[sent : _own_length(meta, path, value)]
+                count = meta.get(COUNTED_BY.get(path, ""))  # the text has none
+                holder[key] = value[sent : own_length(count, len(value))]
                 self._sent[path] = sent + len(holder[key])
         return out
 
@@ -118,8 +119,10 @@ class FrameRelay:
 
 def _as_of_its_counts(frame: dict[str, Any]) -> dict[str, Any]:
     """A cumulative middle frame with copies of its lists of `COUNTED_BY`, of their own
-    entries (`_own_length`), so that it says what it said when read later; the terminal
-    frame (SGLang's carries copies) and a frame without such lists as they are."""
+    entries (`own_length`): SGLang hands them over as the request's growing lists, which
+    later tokens extend after the frame was yielded, and the frame must say what it said
+    when read later. The terminal frame (SGLang's carries copies) and a frame without
+    such lists as they are."""
     meta = frame["meta_info"]
     if meta.get("finish_reason") is not None:
         return frame
@@ -129,20 +132,9 @@ def _as_of_its_counts(frame: dict[str, Any]) -> dict[str, Any]:
         if path in COUNTED_BY and type(value) is list:
             if out is None:
                 out = {**frame, "meta_info": dict(meta)}
-            own = value[: _own_length(meta, path, value)]
+            own = value[: own_length(meta.get(COUNTED_BY[path]), len(value))]
             (out["meta_info"] if in_meta else out)[key] = own
     return frame if out is None else out
-
-
-def _own_length(meta: dict[str, Any], path: str, value: Any) -> int:
-    """How many entries of a cumulative frame's delta field are its own: its count
-    (`COUNTED_BY`), when one within them is given. SGLang hands a middle frame's lists
-    over as the request's growing ones, which later tokens extend after the frame was
-    yielded."""
-    count = meta.get(COUNTED_BY.get(path, ""))
-    if type(count) is int and 0 <= count <= len(value):
-        return count
-    return len(value)
 
 
 def relay_frames(

@@ -24,7 +24,12 @@ from msgspec import UNSET
 from sglang_envelope.errors.exceptions import ResponseError
 from sglang_envelope.response.frames import decode_json
 from sglang_envelope.response.sse import BytesLike
-from sglang_envelope.response.views import COUNTED_BY, DELTA_FIELDS, DELTA_ROWS
+from sglang_envelope.response.views import (
+    COUNTED_BY,
+    DELTA_FIELDS,
+    DELTA_ROWS,
+    own_length,
+)
 
 __all__ = [
     "BufferStore",
@@ -374,25 +379,17 @@ def cut_deltas(
             elements = _ELEMENTS.decode(data)
         except (msgspec.DecodeError, RecursionError) as exc:
             raise ResponseError(f"{path} is not valid JSON: {exc}") from exc
-        elements = _own_entries(meta, path, elements)
+        count_key = COUNTED_BY[path]
+        count_json = meta.get(count_key)
+        what = f"meta_info.{count_key}"
+        count = None if count_json is None else decode_json(count_json, what)
+        elements = elements[: own_length(count, len(elements))]
         held[path] = elements
         before = sent.get(path, [])
         if not _extends(elements, before):
             raise _no_delta(path, "does not extend the last frame sent")
         deltas[path] = [b"[", b",".join(elements[len(before) :]), b"]"]
     return held
-
-
-def _own_entries(
-    meta: dict[str, Any], path: str, elements: list[msgspec.Raw]
-) -> list[msgspec.Raw]:
-    """A list's JSON elements as of its count (`COUNTED_BY`), which a cumulative middle
-    frame's list may run past; all of them when the count is not a plain integer."""
-    raw = meta.get(COUNTED_BY.get(path, ""))
-    count = b"" if raw is None else bytes(raw)
-    if count.isdigit() and len(count) <= 18 and int(count) < len(elements):
-        return elements[: int(count)]
-    return elements
 
 
 def _text_delta(sent: bytes, text: bytes) -> bytes:

@@ -27,6 +27,7 @@ __all__ = [
     "MiddleReader",
     "frame_fields",
     "one_line",
+    "own_length",
     "same_json",
     "unparsed_middle",
     "unparsed_middles",
@@ -67,6 +68,13 @@ reference (no copy)"), and the frame is written when the server gets to it: its
 lists may hold entries that a later frame counts. A frame's own entries are the
 first `count` of each; the terminal frame carries copies, its counts exact.
 """
+
+
+def own_length(count: object, length: int) -> int:
+    """How many of the `length` entries a cumulative frame holds in a list are its own:
+    the list's count (`COUNTED_BY`), when an integer within them, else all of them."""
+    return count if type(count) is int and 0 <= count <= length else length
+
 
 # (dotted path, key in its parent, parent is meta_info, JSON type)
 DELTA_ROWS: Final = tuple(
