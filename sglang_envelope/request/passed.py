@@ -41,7 +41,7 @@ NO_PASSED_FIELDS = PassedFields()
 _KNOWN_TOP = frozenset(RequestFields.__struct_fields__) | frozenset(FIELD_OWNERS)
 _KNOWN_SAMPLING = frozenset(SamplingParams.__struct_fields__)
 _raw_members = msgspec.json.Decoder(dict[str, Raw])
-_raw_value = msgspec.json.Decoder()
+_any_json = msgspec.json.Decoder()
 _json = msgspec.json.Encoder()
 
 
@@ -75,7 +75,7 @@ def with_passed_fields(data: bytes, passed: PassedFields) -> bytes:
 def raw_value(value: object) -> Any:
     """`msgspec.to_builtins`' hook: a value held as `Raw` JSON, decoded."""
     if type(value) is Raw:
-        return _raw_value.decode(value)
+        return _any_json.decode(value)
     raise TypeError(f"cannot encode a {type(value).__name__}")
 
 
