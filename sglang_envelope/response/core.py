@@ -308,6 +308,9 @@ class StreamCore(Generic[S]):
         collected, so a frame that fails adds nothing.
         """
         fits = self._fits
+        # A cumulative middle frame's lists may hold entries past their counts
+        # (`COUNTED_BY`): SGLang hands them over as the request's growing lists.
+        growing = meta.get("finish_reason") is None
         for count_key, path, unless in CONSISTENCY:
             count = meta.get(count_key)
             parent, _, key = path.rpartition(".")
@@ -320,9 +323,6 @@ class StreamCore(Generic[S]):
                 fits[True] = (
                     f"meta_info.{count_key} is {shown} but {path} has {total} entries"
                 )
-            # A cumulative middle frame's lists may hold entries past their counts
-            # (`COUNTED_BY`): SGLang hands them over as the request's growing lists.
-            growing = meta.get("finish_reason") is None
             if fits[False] is None and (
                 not 0 <= count <= len(array) if growing else count != len(array)
             ):
