@@ -115,6 +115,34 @@ def test_a_request_built_by_hand_equals_the_decoded_one() -> None:
     assert by_hand.input_ids == (1, 2)
 
 
+@pytest.mark.parametrize(
+    "target",
+    [Target(), Target(input="text"), Target(unknown_fields="pass"), Target(sglang="0.5.22")],
+)
+def test_what_the_library_makes_is_the_public_class_and_checked_when_replaced(
+    target: Target,
+) -> None:
+    """The decode and the build make their results without a second check, then hand out
+    `ClientRequest` and `EngineRequest` themselves: replacing a field of either is
+    checked like construction."""
+    body: dict[str, Any] = {**OUTPUT_FLAT}
+    if target.unknown_fields == "pass":
+        body["carried"] = 1
+    request = decode_client_request(body, target=target)
+    envelope = decode_envelope(
+        encode_envelope(to_worker_envelope(request, rid="r-1")), target=target
+    )
+    engine = _build(envelope, Role.DECODE)
+    assert type(request) is ClientRequest
+    assert type(envelope.request) is ClientRequest
+    assert type(engine) is EngineRequest
+    assert envelope.request == request
+    with pytest.raises(RequestRejected, match="does not support stream=True"):
+        msgspec.structs.replace(envelope.request, stream=True)
+    with pytest.raises(EnvelopeError, match="only by build_engine_request"):
+        msgspec.structs.replace(engine, role=Role.PREFILL)
+
+
 @pytest.mark.parametrize("rid", ["", None, 7, "r-\ud800"])
 def test_a_worker_envelope_built_by_hand_needs_a_rid(rid: Any) -> None:
     with pytest.raises(EnvelopeError, match="rid must be a non-empty UTF-8 string"):

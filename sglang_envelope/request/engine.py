@@ -130,13 +130,6 @@ _force_setattr = msgspec.structs.force_setattr
 _replace = msgspec.structs.replace
 
 
-class _Built(NamedTuple):
-    """What `build_engine_request` hands `EngineRequest` as its `passed` (replaced at
-    once by the keys it holds): the sign that the request was built, not made by hand."""
-
-    passed: PassedFields
-
-
 class EngineRequest(msgspec.Struct, frozen=True):
     """One request for SGLang, built for a role by `build_engine_request` (the only way
     to make one: made otherwise, it raises `EnvelopeError`).
@@ -152,10 +145,7 @@ class EngineRequest(msgspec.Struct, frozen=True):
     passed: PassedFields = NO_PASSED_FIELDS
 
     def __post_init__(self) -> None:
-        built: object = self.passed
-        if type(built) is not _Built:
-            raise EnvelopeError("an EngineRequest is made only by build_engine_request")
-        _force_setattr(self, "passed", built.passed)
+        raise EnvelopeError("an EngineRequest is made only by build_engine_request")
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled and copied as what it is: a request already built."""
@@ -201,16 +191,22 @@ class EngineRequest(msgspec.Struct, frozen=True):
         return with_passed_fields(_encoder.encode(self.body), self.passed)
 
 
-#: The sign of the usual request, which passes no key on: made once, not per request.
-_BUILT = _Built(NO_PASSED_FIELDS)
+class _Built(EngineRequest, frozen=True):
+    """An `EngineRequest` being made by `_made`: it skips the refusal, and is made an
+    `EngineRequest` before it is handed out."""
+
+    def __post_init__(self) -> None:
+        pass
 
 
 def _made(role: Role, body: EngineBody, passed: PassedFields) -> EngineRequest:
     """The `EngineRequest` of `role` holding `body` and the keys `passed` on (none: the
     one `NO_PASSED_FIELDS`, an unpickled copy of it too)."""
-    usual = passed is NO_PASSED_FIELDS or passed == NO_PASSED_FIELDS
-    built = _BUILT if usual else _Built(passed)
-    return EngineRequest(role, body, built)  # type: ignore[arg-type]
+    if passed is not NO_PASSED_FIELDS and passed == NO_PASSED_FIELDS:
+        passed = NO_PASSED_FIELDS
+    request = _Built(role, body, passed)
+    _force_setattr(request, "__class__", EngineRequest)
+    return request
 
 
 def _prefill_sampling(sampling: SamplingParams | Any | None) -> SamplingParams:

@@ -6,20 +6,20 @@ SGLang's HTTP contract gate types them (`sglang/api/v1/api_types.py`) where it h
 the field, and as the dataclass does where it does not. Decoding is one typed msgspec
 pass; a failure is read as the rule it breaks (`decode_errors`).
 
-Every `ClientRequest` that exists has passed every rule of its `target`: one
-decoded is made from the typed decode's values once every rule was applied to
-them (`_from_checked`); one made any other way (by hand, by
-`msgspec.structs.replace`, by a decoder of the caller's) is checked when made, as
-the client body it stands for (`_check_made`), and takes the decoded copy's values.
-Its containers are immutable (tuples, frozen structs, `msgspec.Raw`), so a checked
-request stays as checked.
+Every `ClientRequest` that exists has passed every rule of its `target`. Made
+any way (by hand, by `msgspec.structs.replace`, by a decoder of the caller's), it
+is checked when made, as the client body it stands for (`_check_made`), and takes
+the decoded copy's values. The decode's own request is made from values every
+rule was already applied to, as a `_Decoded` (which skips that check) that becomes
+a `ClientRequest` at once (`_from_checked`). Its containers are immutable (tuples,
+frozen structs, `msgspec.Raw`), so a checked request stays as checked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 from msgspec import Raw
@@ -92,14 +92,6 @@ class _TextWire(RequestFields, frozen=True, kw_only=True, forbid_unknown_fields=
 _NO_TEXT = tuple(REQUEST_DEFAULTS[name] for name in TEXT_INPUT_FIELDS)
 
 
-class _Checked(NamedTuple):
-    """What a decode that applied every rule hands `ClientRequest` (as its
-    `passed_fields`, replaced at once): the target checked and the keys passed."""
-
-    target: Target
-    passed: PassedFields
-
-
 class ClientRequest(RequestFields, frozen=True, forbid_unknown_fields=True):
     """One native `/generate` request with token input, as the client sent it.
 
@@ -117,10 +109,6 @@ class ClientRequest(RequestFields, frozen=True, forbid_unknown_fields=True):
     passed_fields: PassedFields = NO_PASSED_FIELDS
 
     def __post_init__(self) -> None:
-        checked: object = self.passed_fields
-        if type(checked) is _Checked:  # made by _from_checked: the rules were applied
-            msgspec.structs.force_setattr(self, "passed_fields", checked.passed)
-            return
         made = _check_made(self)
         for name in self.__struct_fields__:
             msgspec.structs.force_setattr(self, name, getattr(made, name))
@@ -143,11 +131,18 @@ _NOT_JSON = ("target", "passed_fields")
 assert ClientRequest.__struct_fields__ == (*CLIENT_FIELDS, *_NOT_JSON)
 
 
+class _Decoded(ClientRequest, frozen=True, forbid_unknown_fields=True):
+    """A `ClientRequest` being made by `_from_checked` from values every rule was applied
+    to: it skips the check, and is made a `ClientRequest` before it is handed out."""
+
+    def __post_init__(self) -> None:
+        pass
+
+
 _astuple = msgspec.structs.astuple
-_CHECKED = _Checked(DEFAULT_TARGET, NO_PASSED_FIELDS)
 #: What follows a token-input body's fields in the usual request: the text and media
-#: fields' defaults, the default target and the sign that the rules were applied.
-_USUAL_TAIL = (*_NO_TEXT, DEFAULT_TARGET, _CHECKED)
+#: fields' defaults, the default target and no passed keys.
+_USUAL_TAIL = (*_NO_TEXT, DEFAULT_TARGET, NO_PASSED_FIELDS)
 
 
 def _from_checked(wire: Any, target: Target, passed: PassedFields) -> ClientRequest:
@@ -155,13 +150,15 @@ def _from_checked(wire: Any, target: Target, passed: PassedFields) -> ClientRequ
     applied to."""
     # Positional, as a request is made on every decode (a keyword is looked up among the
     # fields), from one tuple: `*a, *b` would build a list and copy it into a tuple.
-    if type(wire) is _Wire:  # token input: the text and media fields at their defaults
-        if passed is NO_PASSED_FIELDS and target is DEFAULT_TARGET:
-            return ClientRequest(*(_astuple(wire) + _USUAL_TAIL))
-        tail: tuple[Any, ...] = (*_NO_TEXT, target, _Checked(target, passed))
-    else:
-        tail = (target, _Checked(target, passed))
-    return ClientRequest(*(_astuple(wire) + tail))
+    if type(wire) is not _Wire:  # text input: the body has every field
+        tail: tuple[Any, ...] = (target, passed)
+    elif passed is NO_PASSED_FIELDS and target is DEFAULT_TARGET:
+        tail = _USUAL_TAIL
+    else:  # token input: the text and media fields at their defaults
+        tail = (*_NO_TEXT, target, passed)
+    request = _Decoded(*(_astuple(wire) + tail))
+    msgspec.structs.force_setattr(request, "__class__", ClientRequest)
+    return request
 
 
 _raw_members = msgspec.json.Decoder(dict[str, Raw])
