@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from itertools import chain, repeat
+from itertools import chain
 from typing import Any, Final
 
 import msgspec
@@ -110,17 +110,34 @@ def _look(value: Any) -> tuple[list[Any], int] | None:
     of its own keys or items (those inside its containers are theirs).
 
     Each item takes a byte or more and a comma between two; a key its characters,
-    two quotes and a colon.
+    two quotes and a colon. A mapping, a body's few members, is looked at a member at
+    a time; a list, which may hold a prompt's ids, by the set of its items' types.
     """
     count = len(value)
     size = 1 + max(count, 1)  # the brackets, and a comma between two items
+    children: list[Any]
     if type(value) is dict or isinstance(value, Mapping):
-        if not all(map(isinstance, value, repeat(str))):
-            return None
-        size += sum(map(len, value)) + 3 * count
-        items: Any = value.values()
-    else:
-        items = value
+        children = []
+        size += 3 * count
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return None
+            size += len(key)
+            kind = type(item)
+            if kind in _PLAIN_SCALARS:
+                size += 1
+            elif kind in _PLAIN_CONTAINERS or (
+                kind is not float and isinstance(item, _CONTAINERS)
+            ):
+                children.append(item)
+            elif issubclass(kind, _JSON_TYPES) and (
+                not isinstance(item, float) or math.isfinite(item)
+            ):
+                size += 1  # a float, or a subclass of a type JSON carries
+            else:
+                return None
+        return children, size
+    items = value
     kinds = set(map(type, items))
     if kinds <= _PLAIN_SCALARS:  # the usual list of ids, or of strings
         return [], size + count
@@ -177,11 +194,13 @@ def _within(body: Mapping[str, Any], limit: int) -> bool | str | None:
             if children:
                 pending.add(key)
                 stack.append((value, children, size, depth))
-                stack.extend((child, None, 0, depth + 1) for child in children)
+                for child in children:
+                    stack.append((child, None, 0, depth + 1))
                 continue
         else:
             pending.discard(key)
-            size += sum([sizes[id(child)] for child in children])
+            for child in children:
+                size += sizes[id(child)]
         sizes[key] = min(limit + 1, size)
     return sizes[id(body)] <= limit
 
