@@ -110,34 +110,43 @@ def _look(value: Any) -> tuple[list[Any], int] | None:
     of its own keys or items (those inside its containers are theirs).
 
     Each item takes a byte or more and a comma between two; a key its characters,
-    two quotes and a colon. A mapping, a body's few members, is looked at a member at
-    a time; a list, which may hold a prompt's ids, by the set of its items' types.
+    two quotes and a colon.
     """
-    count = len(value)
+    if _is_mapping(value):
+        return _look_at_members(value)
+    return _look_at_items(value)
+
+
+def _look_at_members(mapping: Mapping[Any, Any]) -> tuple[list[Any], int] | None:
+    """`_look` of a mapping: a body's few members, a Python step each."""
+    count = len(mapping)
+    size = 1 + max(count, 1) + 3 * count  # braces, commas, keys' quotes and colons
+    children = []
+    for key, item in mapping.items():
+        if not isinstance(key, str):
+            return None
+        size += len(key)
+        kind = type(item)
+        if kind in _PLAIN_SCALARS:
+            size += 1
+        elif kind in _PLAIN_CONTAINERS or (
+            kind is not float and isinstance(item, _CONTAINERS)
+        ):
+            children.append(item)
+        elif issubclass(kind, _JSON_TYPES) and (
+            not isinstance(item, float) or math.isfinite(item)
+        ):
+            size += 1  # a float, or a subclass of a type JSON carries
+        else:
+            return None
+    return children, size
+
+
+def _look_at_items(items: Any) -> tuple[list[Any], int] | None:
+    """`_look` of a list or tuple: told by the set of its items' types, so that a
+    prompt's ids are looked at without a Python step each."""
+    count = len(items)
     size = 1 + max(count, 1)  # the brackets, and a comma between two items
-    children: list[Any]
-    if type(value) is dict or isinstance(value, Mapping):
-        children = []
-        size += 3 * count
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return None
-            size += len(key)
-            kind = type(item)
-            if kind in _PLAIN_SCALARS:
-                size += 1
-            elif kind in _PLAIN_CONTAINERS or (
-                kind is not float and isinstance(item, _CONTAINERS)
-            ):
-                children.append(item)
-            elif issubclass(kind, _JSON_TYPES) and (
-                not isinstance(item, float) or math.isfinite(item)
-            ):
-                size += 1  # a float, or a subclass of a type JSON carries
-            else:
-                return None
-        return children, size
-    items = value
     kinds = set(map(type, items))
     if kinds <= _PLAIN_SCALARS:  # the usual list of ids, or of strings
         return [], size + count
