@@ -166,12 +166,16 @@ def override_or_encode(ids: int) -> tuple[Callable[[], object], Callable[[], obj
     return (lambda: header_overrides(engine, request)), engine.to_json
 
 
-def no_rules(bodies: list[bytes]) -> Callable[[], None]:
+def path_lower_bound(bodies: list[bytes], checked: bool = False) -> Callable[[], None]:
     """The request path's lower bound: the typed decode, the engine body and its encoding,
-    with no rule checked (not a path anyone may take: it is the floor of the design)."""
+    with no rule checked (not a path anyone may take: it is the floor of the design),
+    or (`checked`) with every rule the path checks, the client's and the deployment's,
+    and none of the glue of its four calls."""
+    from sglang_envelope.request.deployment import check_engine_body
     from sglang_envelope.request.engine import EngineBody
     from sglang_envelope.request.fields import RequestFields
-    from sglang_envelope.request.types import _Wire
+    from sglang_envelope.request.limits import DEFAULT_LIMITS
+    from sglang_envelope.request.types import _DEFAULT_CONTRACT, _Wire
 
     count = len(RequestFields.__struct_fields__)
     decode, encode = msgspec.json.Decoder(_Wire).decode, msgspec.json.Encoder().encode
@@ -182,7 +186,17 @@ def no_rules(bodies: list[bytes]) -> Callable[[], None]:
             fields = astuple(decode(body))[:count]
             encode(replace(EngineBody(*fields), rid="r", stream=True, bootstrap_room=4242))
 
-    return run
+    def run_checked() -> None:
+        for body in bodies:
+            wire: Any = decode(body)
+            _DEFAULT_CONTRACT.check(wire, DEFAULT_LIMITS)
+            engine = replace(
+                EngineBody(*astuple(wire)[:count]), rid="r", stream=True, bootstrap_room=4242
+            )
+            check_engine_body(DEPLOYMENT, engine)
+            encode(engine)
+
+    return run_checked if checked else run
 
 
 def rule_checks(bodies: list[bytes], plain: bool) -> Callable[[], None]:
@@ -744,8 +758,10 @@ def main() -> None:
     bodies = client_bodies(500 if args.quick else 3000, random.Random(7))
     work, floor = alternate(request_path(bodies), json_floor(bodies), rounds)
     row("request path (decode role)", work, floor, "<= 1.5x", work / floor <= 1.5)
-    work, floor = alternate(no_rules(bodies), json_floor(bodies), rounds)
+    work, floor = alternate(path_lower_bound(bodies), json_floor(bodies), rounds)
     row("  lower bound: typed decode + engine body + encode, no rule", work, floor, "(ref)", True)
+    work, floor = alternate(path_lower_bound(bodies, checked=True), json_floor(bodies), rounds)
+    row("  lower bound with every rule, no glue", work, floor, "(reference)", True)
     sglang = sglang_path(bodies)
     if sglang is not None:
         work, floor = alternate(sglang, json_floor(bodies), rounds)
@@ -753,8 +769,10 @@ def main() -> None:
     short = client_bodies(len(bodies), random.Random(8), lengths=(16,))
     work, floor = alternate(request_path(short), json_floor(short), rounds)
     row("  16-token prompts only", work, floor, "<= 4.0x", work / floor <= 4.0)
-    work, floor = alternate(no_rules(short), json_floor(short), rounds)
+    work, floor = alternate(path_lower_bound(short), json_floor(short), rounds)
     row("  lower bound, 16-token prompts", work, floor, "(reference)", True)
+    work, floor = alternate(path_lower_bound(short, checked=True), json_floor(short), rounds)
+    row("  lower bound with every rule, no glue, 16-token", work, floor, "(reference)", True)
     work, floor = alternate(rule_checks(short, False), rule_checks(short, True), rounds)
     row(
         "  the compiled rules vs a plain loop, 16-token",
