@@ -52,15 +52,15 @@ def is_utf8(text: str) -> bool:
     return True
 
 
-def check_rid(rid: object, name: str = "rid") -> None:
-    """Raise `EnvelopeError` unless `rid` is a non-empty UTF-8 string.
+def check_text(value: object, name: str) -> None:
+    """Raise `EnvelopeError` naming `name` unless `value` is a non-empty UTF-8 string.
 
-    SGLang aborts requests by rid prefix, so an empty id would match every
-    request on the server.
+    A rid must not be empty: SGLang aborts requests by rid prefix, so an empty id
+    would match every request on the server.
     """
-    if type(rid) is not str or not rid or not (rid.isascii() or is_utf8(rid)):
+    if type(value) is not str or not value or not (value.isascii() or is_utf8(value)):
         raise EnvelopeError(
-            f"{name} must be a non-empty UTF-8 string, got {show_value(rid)}"
+            f"{name} must be a non-empty UTF-8 string, got {show_value(value)}"
         )
 
 
@@ -82,7 +82,7 @@ class WorkerEnvelope(msgspec.Struct, frozen=True, kw_only=True):
             raise EnvelopeError(f"request must be a ClientRequest, got {got}")
         rid = self.rid
         if type(rid) is not str or not rid or not rid.isascii():  # else nothing to check
-            check_rid(rid)
+            check_text(rid, "rid")
 
     @property
     def stream(self) -> bool:
