@@ -40,20 +40,8 @@ __all__ = [
     "as_json",
     "decode_large",
     "int_chunks",
-    "json_size",
     "mapping_json",
 ]
-
-
-def json_size(data: object) -> int | None:
-    """The size in bytes of JSON text held as bytes, or None for another type: read from
-    its buffer, never from a `__len__` of the caller's."""
-    if type(data) is bytes or type(data) is Raw:
-        return len(data)
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        with memoryview(data) as view:
-            return view.nbytes
-    return None
 
 
 def as_json(body: object, limit: int) -> bytes | Raw:

@@ -14,7 +14,6 @@ import msgspec
 
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.releases.target import Target
-from sglang_envelope.request.body import json_size
 from sglang_envelope.request.decode_errors import (
     DECODE_ERRORS,
     KNOWN_FIELDS,
@@ -182,8 +181,7 @@ def decode_envelope(
     return WorkerEnvelope(rid=wire.rid, request=request)
 
 
-def _envelope_bytes(data: Any, limit: int) -> bytes | memoryview:
-    size = json_size(data)
+def _envelope_bytes(data: object, limit: int) -> bytes | bytearray | memoryview:
     if isinstance(data, str):
         if len(data) > limit:  # each character is at least one byte
             raise reject("body_too_large", size=len(data), limit=limit)
@@ -191,16 +189,18 @@ def _envelope_bytes(data: Any, limit: int) -> bytes | memoryview:
             data = data.encode("utf-8")
         except UnicodeEncodeError as error:
             raise reject("invalid_envelope", detail=f"not valid JSON: {error}") from None
-        size = len(data)
-    elif size is None or isinstance(data, msgspec.Raw):
+    elif not isinstance(data, (bytes, bytearray, memoryview)):
         detail = f"expected bytes or str, got {type(data).__name__}"
         raise reject("invalid_envelope", detail=detail)
-    if size > limit:
-        raise reject("body_too_large", size=size, limit=limit)
-    if type(data) is bytes:
-        return data
-    # The request's JSON fields are held as views of these bytes (`msgspec.Raw`): a
-    # caller's bytearray or memoryview is copied, so that changing it cannot change a
-    # request that was checked. A buffer msgspec cannot read is left to its refusal.
-    with memoryview(data) as view:
-        return view.tobytes() if view.c_contiguous else data
+    elif type(data) is not bytes:
+        # The request's JSON fields are held as views of these bytes (`msgspec.Raw`): a
+        # caller's bytearray or memoryview is copied, so that changing it cannot change
+        # a request that was checked. A buffer msgspec cannot read is left to its
+        # refusal. Its size is read from the buffer, never from a `__len__` of its own.
+        with memoryview(data) as view:
+            if view.nbytes > limit:
+                raise reject("body_too_large", size=view.nbytes, limit=limit)
+            return view.tobytes() if view.c_contiguous else data
+    if len(data) > limit:
+        raise reject("body_too_large", size=len(data), limit=limit)
+    return data
