@@ -125,10 +125,9 @@ class ClientRequest(RequestFields, frozen=True, forbid_unknown_fields=True):
         return (partial(decode_client_request, target=self.target), (request_json(self),))
 
 
-#: The fields of a client body, in order: `ClientRequest`'s without its own two.
-CLIENT_FIELDS = RequestFields.__struct_fields__
+#: `ClientRequest`'s own two fields, after those of a client body: not part of its JSON.
 _NOT_JSON = ("target", "passed_fields")
-assert ClientRequest.__struct_fields__ == (*CLIENT_FIELDS, *_NOT_JSON)
+assert ClientRequest.__struct_fields__ == (*RequestFields.__struct_fields__, *_NOT_JSON)
 
 
 class _Decoded(ClientRequest, frozen=True, forbid_unknown_fields=True):
