@@ -217,7 +217,7 @@ def _fault_in(value: Any) -> tuple[str, str] | None:
             if not isinstance(key, str):
                 return "", f"keys must be strings, got a `{type(key).__name__}` key"
     for step, item in _entries(value):
-        if not issubclass(type(item), _JSON_TYPES):  # as `_containers_in` tests it
+        if not issubclass(type(item), _JSON_TYPES):  # as `_look` tests it
             return step, f"JSON cannot carry a `{type(item).__name__}`"
         if isinstance(item, float) and not math.isfinite(item):
             return step, f"JSON cannot carry {item}"
