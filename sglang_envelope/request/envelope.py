@@ -28,10 +28,7 @@ from sglang_envelope.request.limits import (
     make_limits,
 )
 from sglang_envelope.request.passed import NO_PASSED_FIELDS
-from sglang_envelope.request.rules import (
-    DEFAULT_TARGET,
-    reject,
-)
+from sglang_envelope.request.rules import DEFAULT_TARGET, reject
 from sglang_envelope.request.types import (
     ClientRequest,
     contract_of,

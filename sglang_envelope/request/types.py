@@ -29,10 +29,7 @@ from sglang_envelope.releases.target import Target
 from sglang_envelope.request.body import LARGE_BODY_BYTES, as_json
 from sglang_envelope.request.body import decode_large as _decode_large
 from sglang_envelope.request.checks import is_given
-from sglang_envelope.request.contract import (
-    Contract,
-    contract_for,
-)
+from sglang_envelope.request.contract import Contract, contract_for
 from sglang_envelope.request.decode_errors import (
     DECODE_ERRORS,
     KNOWN_FIELDS,
