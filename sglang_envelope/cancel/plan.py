@@ -23,7 +23,7 @@ import msgspec
 
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.request.engine import EngineRequest, Role
-from sglang_envelope.request.envelope import check_rid
+from sglang_envelope.request.envelope import check_text
 from sglang_envelope.request.sequences import samples_per_prompt
 
 __all__ = [
@@ -141,7 +141,7 @@ class _AbortBody(msgspec.Struct, forbid_unknown_fields=True):
     rid: str
 
     def __post_init__(self) -> None:
-        check_rid(self.rid)
+        check_text(self.rid, "rid")
 
 
 class AbortPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -268,7 +268,7 @@ def plan_abort(
                 "reach: pass each sample's rid (its frames' meta_info.id) as rid="
             )
         rid = engine_request.rid
-    check_rid(rid)
+    check_text(rid, "rid")
     step = ABORT_RULES[(engine_request.stream, engine_request.role, first_token_seen)]
     deadline = float(policy.deadline_s)
     wait = 0.0

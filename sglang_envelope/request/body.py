@@ -40,20 +40,8 @@ __all__ = [
     "as_json",
     "decode_large",
     "int_chunks",
-    "json_size",
     "mapping_json",
 ]
-
-
-def json_size(data: object) -> int | None:
-    """The size in bytes of JSON text held as bytes, or None for another type: read from
-    its buffer, never from a `__len__` of the caller's."""
-    if type(data) is bytes or type(data) is Raw:
-        return len(data)
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        with memoryview(data) as view:
-            return view.nbytes
-    return None
 
 
 def as_json(body: object, limit: int) -> bytes | Raw:
@@ -229,7 +217,7 @@ def _fault_in(value: Any) -> tuple[str, str] | None:
             if not isinstance(key, str):
                 return "", f"keys must be strings, got a `{type(key).__name__}` key"
     for step, item in _entries(value):
-        if not issubclass(type(item), _JSON_TYPES):  # as `_containers_in` tests it
+        if not issubclass(type(item), _JSON_TYPES):  # as `_look` tests it
             return step, f"JSON cannot carry a `{type(item).__name__}`"
         if isinstance(item, float) and not math.isfinite(item):
             return step, f"JSON cannot carry {item}"

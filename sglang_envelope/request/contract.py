@@ -189,12 +189,11 @@ def _compile(
     request: _Checks, sampling: _Checks, label: str, text: bool
 ) -> Callable[[RequestFields, Any], None]:
     """A target's checks as one Python function (`label` in tracebacks), compiled once:
-    the request's fields held as JSON bytes, then its `sampling_params`' (`_RAW_CHECKS`,
+    the request's fields held as JSON bytes, then its `sampling_params`' (`raw_check`,
     bounded by the limits the function is given), then the request's rules, then those
     of its `sampling_params` when it has them."""
     namespace: dict[str, Any] = {"_rejected": refusal, "UNSET": UNSET}
-    raw_request = _RAW_CHECKS[False]
-    raw_sampling = _RAW_CHECKS[True]
+    raw_request = _REQUEST_RAW_CHECKS
     if text:  # a target that takes text also takes the media fields
         raw_request += _TEXT_RAW_CHECKS
     lines = ["def check(v, limits):", "    unset = UNSET", "    if True:"]
@@ -202,13 +201,13 @@ def _compile(
     lines += [
         "    p = v.sampling_params",
         "    sampled = p is not None and p is not unset",
+        "    if sampled:",
     ]
-    lines += ["    if sampled:"]
-    lines += _raw_source(raw_sampling, "p", "s", namespace) or ["        pass"]
+    lines += _raw_source(_SAMPLING_RAW_CHECKS, "p", "s", namespace) or ["        pass"]
     lines += ["    if True:"]
-    lines += _scope_source(request, _DEFAULTS[False], "v", "r", namespace)
+    lines += _scope_source(request, REQUEST_DEFAULTS, "v", "r", namespace)
     lines += ["    if sampled:"]
-    lines += _scope_source(sampling, _DEFAULTS[True], "p", "s", namespace)
+    lines += _scope_source(sampling, SAMPLING_DEFAULTS, "p", "s", namespace)
     return define("\n".join([*lines, "    return None"]), namespace, "check", label)
 
 
@@ -291,16 +290,12 @@ def _close_field(key: str, fields: tuple[str, ...]) -> str | None:
 #: Checks a field held as JSON bytes (its value, the decode's limits);
 #: raises `RequestRejected`.
 RawCheck = Callable[[Any, Any], None]
-#: The typed fields and their defaults, by scope (True: `sampling_params`).
-_DEFAULTS: dict[bool, Mapping[str, Any]] = {
-    False: REQUEST_DEFAULTS,
-    True: SAMPLING_DEFAULTS,
-}
-#: The checks of the fields held as JSON bytes (each defaulting to UNSET), by scope.
-_RAW_CHECKS: dict[bool, tuple[tuple[str, RawCheck], ...]] = {
-    False: tuple((f.path, raw_check(f, "")) for f in REQUEST_RAW_FIELDS),
-    True: tuple((f.path, raw_check(f, "sampling_params.")) for f in SAMPLING_RAW_FIELDS),
-}
+#: The checks of the fields held as JSON bytes (each defaulting to UNSET): the request's,
+#: then its `sampling_params`'.
+_REQUEST_RAW_CHECKS = tuple((f.path, raw_check(f, "")) for f in REQUEST_RAW_FIELDS)
+_SAMPLING_RAW_CHECKS = tuple(
+    (f.path, raw_check(f, "sampling_params.")) for f in SAMPLING_RAW_FIELDS
+)
 _TEXT_FIELDS = frozenset(TEXT_INPUT_FIELDS)
 _TEXT_RAW_CHECKS = tuple((f.path, raw_check(f, "")) for f in TEXT_RAW_FIELDS)
 
@@ -337,7 +332,7 @@ def _sampling_refusal(
         path = f"sampling_params.{key}"
         release = _release(target)
         return _ABSENT, {"key": path, "path": path, "first": first, "release": release}
-    if first is not None or (gate is not None and key in gate.sampling_keys):
+    if first is not None or gate is not None:  # a key the gate lists, as tested above
         return "unsupported_sampling_param", {"key": key}
     return "unexpected_sampling_param", {"key": key}
 
@@ -374,9 +369,9 @@ def contract_for(target: Target) -> Contract:
         sampling_keys = frozenset(tables.sampling_params_fields)
         unknown = ("unexpected_sampling_param", {})
     fields = frozenset(tables.generate_req_input_fields)
-    absent = _absent_fields(target, fields, release)
+    absent = _absent_fields(target, fields, release, text)
     absent_sampling: list[tuple[str, str, dict[str, object]]] = []
-    for key in _DEFAULTS[True]:
+    for key in SAMPLING_DEFAULTS:
         refused = _sampling_refusal(target, key, unknown)
         if refused is not None:
             absent_sampling.append((key, *refused))
@@ -410,7 +405,7 @@ def contract_for(target: Target) -> Contract:
 
 
 def _absent_fields(
-    target: Target, fields: frozenset[str], release: str
+    target: Target, fields: frozenset[str], release: str, text: bool
 ) -> list[tuple[str, Any, str, dict[str, object]]]:
     """(name, default, rule, facts) of each client field the target lacks.
 
@@ -418,8 +413,7 @@ def _absent_fields(
     one refuses them anyway.
     """
     absent: list[tuple[str, Any, str, dict[str, object]]] = []
-    text = target.input == "text"
-    for name, default in _DEFAULTS[False].items():
+    for name, default in REQUEST_DEFAULTS.items():
         if (
             name not in fields
             and name != "input_ids"
@@ -450,7 +444,7 @@ def _passes(target: Target) -> tuple[frozenset[str] | None, frozenset[str] | Non
     installed = target.installed_fields
     if installed is None:
         return frozenset(), frozenset()
-    typed_top = set(_DEFAULTS[False])
-    typed_sampling = set(_DEFAULTS[True])
-    top = frozenset(installed.generate_req_input_fields) - typed_top - set(FIELD_OWNERS)
-    return top, frozenset(installed.sampling_params_fields) - typed_sampling
+    top = frozenset(installed.generate_req_input_fields).difference(
+        REQUEST_DEFAULTS, FIELD_OWNERS
+    )
+    return top, frozenset(installed.sampling_params_fields).difference(SAMPLING_DEFAULTS)

@@ -323,9 +323,8 @@ def _prompt_tokens(d: Deployment, body: Any) -> int | None:
     if d.context_length is None or d.num_reserved_tokens is None:
         return None  # not known: SGLang checks
     if d.allow_auto_truncate is not False:
-        return (
-            None  # SGLang truncates what is too long, or it is not known whether it does
-        )
+        # SGLang truncates what is too long, or it is not known whether it does.
+        return None
     if body.input_ids is None:
         return None  # a text prompt: SGLang counts its tokens once it has tokenized it
     return len(body.input_ids) + d.num_reserved_tokens

@@ -14,7 +14,6 @@ import msgspec
 
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.releases.target import Target
-from sglang_envelope.request.body import json_size
 from sglang_envelope.request.decode_errors import (
     DECODE_ERRORS,
     KNOWN_FIELDS,
@@ -29,10 +28,7 @@ from sglang_envelope.request.limits import (
     make_limits,
 )
 from sglang_envelope.request.passed import NO_PASSED_FIELDS
-from sglang_envelope.request.rules import (
-    DEFAULT_TARGET,
-    reject,
-)
+from sglang_envelope.request.rules import DEFAULT_TARGET, reject
 from sglang_envelope.request.types import (
     ClientRequest,
     contract_of,
@@ -52,15 +48,15 @@ def is_utf8(text: str) -> bool:
     return True
 
 
-def check_rid(rid: object, name: str = "rid") -> None:
-    """Raise `EnvelopeError` unless `rid` is a non-empty UTF-8 string.
+def check_text(value: object, name: str) -> None:
+    """Raise `EnvelopeError` naming `name` unless `value` is a non-empty UTF-8 string.
 
-    SGLang aborts requests by rid prefix, so an empty id would match every
-    request on the server.
+    A rid must not be empty: SGLang aborts requests by rid prefix, so an empty id
+    would match every request on the server.
     """
-    if type(rid) is not str or not rid or not (rid.isascii() or is_utf8(rid)):
+    if type(value) is not str or not value or not (value.isascii() or is_utf8(value)):
         raise EnvelopeError(
-            f"{name} must be a non-empty UTF-8 string, got {show_value(rid)}"
+            f"{name} must be a non-empty UTF-8 string, got {show_value(value)}"
         )
 
 
@@ -82,7 +78,7 @@ class WorkerEnvelope(msgspec.Struct, frozen=True, kw_only=True):
             raise EnvelopeError(f"request must be a ClientRequest, got {got}")
         rid = self.rid
         if type(rid) is not str or not rid or not rid.isascii():  # else nothing to check
-            check_rid(rid)
+            check_text(rid, "rid")
 
     @property
     def stream(self) -> bool:
@@ -182,8 +178,7 @@ def decode_envelope(
     return WorkerEnvelope(rid=wire.rid, request=request)
 
 
-def _envelope_bytes(data: Any, limit: int) -> bytes | memoryview:
-    size = json_size(data)
+def _envelope_bytes(data: object, limit: int) -> bytes | bytearray | memoryview:
     if isinstance(data, str):
         if len(data) > limit:  # each character is at least one byte
             raise reject("body_too_large", size=len(data), limit=limit)
@@ -191,16 +186,18 @@ def _envelope_bytes(data: Any, limit: int) -> bytes | memoryview:
             data = data.encode("utf-8")
         except UnicodeEncodeError as error:
             raise reject("invalid_envelope", detail=f"not valid JSON: {error}") from None
-        size = len(data)
-    elif size is None or isinstance(data, msgspec.Raw):
+    elif not isinstance(data, (bytes, bytearray, memoryview)):
         detail = f"expected bytes or str, got {type(data).__name__}"
         raise reject("invalid_envelope", detail=detail)
-    if size > limit:
-        raise reject("body_too_large", size=size, limit=limit)
-    if type(data) is bytes:
-        return data
-    # The request's JSON fields are held as views of these bytes (`msgspec.Raw`): a
-    # caller's bytearray or memoryview is copied, so that changing it cannot change a
-    # request that was checked. A buffer msgspec cannot read is left to its refusal.
-    with memoryview(data) as view:
-        return view.tobytes() if view.c_contiguous else data
+    elif type(data) is not bytes:
+        # The request's JSON fields are held as views of these bytes (`msgspec.Raw`): a
+        # caller's bytearray or memoryview is copied, so that changing it cannot change
+        # a request that was checked. A buffer msgspec cannot read is left to its
+        # refusal. Its size is read from the buffer, never from a `__len__` of its own.
+        with memoryview(data) as view:
+            if view.nbytes > limit:
+                raise reject("body_too_large", size=view.nbytes, limit=limit)
+            return view.tobytes() if view.c_contiguous else data
+    if len(data) > limit:
+        raise reject("body_too_large", size=len(data), limit=limit)
+    return data

@@ -206,24 +206,10 @@ ORCHESTRATOR_FIELD = "orchestrator_field"
 
 #: `GenerateReqInput` fields a client may not send, by the rule that refuses them.
 FIELD_OWNERS: Mapping[str, str] = {
-    # Input other than one flat list of token ids.
-    "text": NOT_TOKEN_INPUT,
+    # Input other than one flat list of token ids: text and media, or embeddings.
+    **dict.fromkeys(TEXT_INPUT_FIELDS, NOT_TOKEN_INPUT),
     "input_embeds": NOT_TOKEN_INPUT,
     "positional_embed_overrides": NOT_TOKEN_INPUT,
-    "image_data": NOT_TOKEN_INPUT,
-    "video_data": NOT_TOKEN_INPUT,
-    "audio_data": NOT_TOKEN_INPUT,
-    "mm_hashes": NOT_TOKEN_INPUT,
-    "mm_content_hashes": NOT_TOKEN_INPUT,
-    "use_audio_in_video": NOT_TOKEN_INPUT,
-    "video_config": NOT_TOKEN_INPUT,
-    "modalities": NOT_TOKEN_INPUT,
-    "max_dynamic_patch": NOT_TOKEN_INPUT,
-    "min_dynamic_patch": NOT_TOKEN_INPUT,
-    "image_max_dynamic_patch": NOT_TOKEN_INPUT,
-    "video_max_dynamic_patch": NOT_TOKEN_INPUT,
-    "images_config": NOT_TOKEN_INPUT,
-    "mm_processor_kwargs": NOT_TOKEN_INPUT,
     # Disaggregation: where the KV cache goes and who pairs with whom.
     "bootstrap_host": ORCHESTRATOR_FIELD,
     "bootstrap_port": ORCHESTRATOR_FIELD,

@@ -11,7 +11,7 @@ import msgspec
 
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.request.checks import INT64
-from sglang_envelope.request.envelope import is_utf8
+from sglang_envelope.request.envelope import check_text, is_utf8
 
 __all__ = ["Bootstrap", "Routing"]
 
@@ -23,13 +23,6 @@ def _check_int(where: str, value: object, low: int, high: int) -> None:
     if type(value) is not int or not low <= value <= high:
         raise EnvelopeError(
             f"{where} must be an integer in [{low}, {high}], got {show_value(value)}"
-        )
-
-
-def _check_text(where: str, value: object) -> None:
-    if type(value) is not str or not value or not is_utf8(value):
-        raise EnvelopeError(
-            f"{where} must be a non-empty UTF-8 string, got {show_value(value)}"
         )
 
 
@@ -53,7 +46,7 @@ class Bootstrap(msgspec.Struct, frozen=True):
         _check_int("bootstrap.room", self.room, 0, 2**63 - 1)
         if self.prefill_dp_rank is not None:
             _check_int("bootstrap.prefill_dp_rank", self.prefill_dp_rank, *_RANK)
-        _check_text("bootstrap.host", self.host)
+        check_text(self.host, "bootstrap.host")
 
 
 def _frozen_labels(where: str, value: object) -> Mapping[str, str] | None:
@@ -100,7 +93,7 @@ class Routing(msgspec.Struct, frozen=True, kw_only=True):
         if self.priority is not None:
             _check_int("routing.priority", self.priority, *INT64)  # SGLang's bound
         if self.lora_path is not None:
-            _check_text("routing.lora_path", self.lora_path)
+            check_text(self.lora_path, "routing.lora_path")
         for name in ("trace_header", "labels"):
             frozen = _frozen_labels(f"routing.{name}", getattr(self, name))
             msgspec.structs.force_setattr(self, name, frozen)

@@ -29,10 +29,7 @@ from sglang_envelope.releases.target import Target
 from sglang_envelope.request.body import LARGE_BODY_BYTES, as_json
 from sglang_envelope.request.body import decode_large as _decode_large
 from sglang_envelope.request.checks import is_given
-from sglang_envelope.request.contract import (
-    Contract,
-    contract_for,
-)
+from sglang_envelope.request.contract import Contract, contract_for
 from sglang_envelope.request.decode_errors import (
     DECODE_ERRORS,
     KNOWN_FIELDS,
@@ -125,10 +122,9 @@ class ClientRequest(RequestFields, frozen=True, forbid_unknown_fields=True):
         return (partial(decode_client_request, target=self.target), (request_json(self),))
 
 
-#: The fields of a client body, in order: `ClientRequest`'s without its own two.
-CLIENT_FIELDS = RequestFields.__struct_fields__
+#: `ClientRequest`'s own two fields, after those of a client body: not part of its JSON.
 _NOT_JSON = ("target", "passed_fields")
-assert ClientRequest.__struct_fields__ == (*CLIENT_FIELDS, *_NOT_JSON)
+assert ClientRequest.__struct_fields__ == (*RequestFields.__struct_fields__, *_NOT_JSON)
 
 
 class _Decoded(ClientRequest, frozen=True, forbid_unknown_fields=True):

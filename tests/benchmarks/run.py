@@ -204,6 +204,7 @@ def rule_checks(bodies: list[bytes], plain: bool) -> Callable[[], None]:
     runs, or (`plain`) a plain loop over the same table, guards and shortcuts, which
     the compiled check must beat by 10% to be kept."""
     from sglang_envelope.request import contract as compiled
+    from sglang_envelope.request.fields import REQUEST_DEFAULTS, SAMPLING_DEFAULTS
     from sglang_envelope.request.limits import DEFAULT_LIMITS
     from sglang_envelope.request.types import _DEFAULT_CONTRACT, _typed_decode
 
@@ -239,21 +240,22 @@ def rule_checks(bodies: list[bytes], plain: bool) -> Callable[[], None]:
             if facts is not None:
                 raise RequestRejected(code, field, message.format(**facts))
 
-    raw = compiled._RAW_CHECKS
+    request_raw = compiled._REQUEST_RAW_CHECKS
+    sampling_raw = compiled._SAMPLING_RAW_CHECKS
 
     def run() -> None:
         for wire in wires:
-            for name, check in raw[False]:
+            for name, check in request_raw:
                 if getattr(wire, name) is not msgspec.UNSET:
                     check(getattr(wire, name), DEFAULT_LIMITS)
             params = wire.sampling_params
             sampled = params is not None and params is not msgspec.UNSET
-            for name, check in raw[True] if sampled else ():
+            for name, check in sampling_raw if sampled else ():
                 if getattr(params, name) is not msgspec.UNSET:
                     check(getattr(params, name), DEFAULT_LIMITS)
-            scope(contract.request, wire, compiled._DEFAULTS[False])
+            scope(contract.request, wire, REQUEST_DEFAULTS)
             if sampled:
-                scope(contract.sampling, params, compiled._DEFAULTS[True])
+                scope(contract.sampling, params, SAMPLING_DEFAULTS)
 
     return run
 
