@@ -15,7 +15,9 @@ from sglang_envelope.request.envelope import check_text, is_utf8
 
 __all__ = ["Bootstrap", "Routing"]
 
-#: SGLang's ranks are signed 64-bit at its gate; data-parallel ranks start at 0.
+#: A data-parallel rank: SGLang's gate takes any signed 64-bit one, but a rank indexes
+#: the server's data-parallel workers from 0, so one past 2**31 - 1 is the caller's
+#: mistake (Dynamo's legacy in-band "unset", 2**32 - 1, among them).
 _RANK = (0, 2**31 - 1)
 
 
