@@ -27,6 +27,7 @@ exception: the client already has a 200 and maybe frames. docs/responses.md
 
 from __future__ import annotations
 
+import functools
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
@@ -140,10 +141,7 @@ def _make(
 ) -> _Relay | ChoicesRelay:
     """The relay of one sequence, or of `n`, each index's made by the same arguments
     (checked at the call: one is made at once)."""
-
-    def make() -> _Relay:
-        return _Relay(what, engine, client, max_bytes, max_event)
-
+    make = functools.partial(_Relay, what, engine, client, max_bytes, max_event)
     one = make()
     return one if n is None else ChoicesRelay(what, n, make, max_bytes, max_event)
 
