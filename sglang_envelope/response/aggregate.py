@@ -13,7 +13,7 @@ caller's iterator is closed whenever reading stops (`sources`).
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Iterable
-from typing import Any, Final, cast, overload
+from typing import Any, cast, overload
 
 import msgspec
 
@@ -58,8 +58,6 @@ __all__ = [
     "answer_bytes",
     "parse_unary",
 ]
-
-_ENCODE: Final = msgspec.json.Encoder().encode
 
 
 class StreamAggregator:
@@ -305,7 +303,7 @@ def answer_bytes(core: StreamCore[JsonStore], *, said_done: bool) -> bytes:
     """
     terminal = core.checked_terminal(said_done)
     if core.incremental is False:
-        return _ENCODE(terminal)
+        return msgspec.json.encode(terminal)
     values = core.store.take_values()  # the pieces now live only in `values`
     parts = splice(terminal, values, b"", b"")
     values.clear()  # and now only in `parts`

@@ -48,6 +48,7 @@ from sglang_envelope.response.views import (
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "SseBytes",
     "SseReader",
     "StreamCore",
     "answer",
@@ -416,33 +417,18 @@ class FrameSink(Protocol):
     ) -> dict[str, Any] | None: ...
 
 
-class SseReader:
-    """A stream's SSE bytes read within `max_bytes` into its `core`: feed, then close.
+class SseBytes:
+    """A stream's SSE bytes, counted against `max_bytes` (`bounded`) and read by
+    `decoder`, its `SseDecoder`; `close` at the end."""
 
-    `decoder` is the stream's `SseDecoder`, for a relay that reads events
-    itself; every event it reads must then go to `core` or be counted.
-    """
+    __slots__ = ("_max_bytes", "_seen", "_what", "decoder")
 
-    __slots__ = ("_max_bytes", "_seen", "_what", "core", "decoder")
-
-    def __init__(
-        self, what: str, core: FrameSink, max_bytes: int, max_event_bytes: int
-    ) -> None:
+    def __init__(self, what: str, max_bytes: int, max_event_bytes: int) -> None:
         check_bound("max_bytes", max_bytes)
         self.decoder = SseDecoder(max_event_bytes=max_event_bytes)
-        self.core = core
         self._max_bytes = max_bytes
         self._seen = 0
         self._what = what
-
-    def feed(self, chunk: BytesLike) -> None:
-        """Read the next chunk; bytes past `max_bytes` raise `LimitExceeded` unread."""
-        chunk, limit_error = self.bounded(chunk)
-        # The bytes within the bound still count, so that the first fault in the
-        # stream is the one raised, however it was cut into chunks.
-        error = self.admit(chunk)[1] or limit_error
-        if error is not None:
-            raise error
 
     def bounded(self, chunk: BytesLike) -> tuple[BytesLike, LimitExceeded | None]:
         """Count `chunk` against `max_bytes`: the part within the bound, and the error
@@ -456,6 +442,36 @@ class SseReader:
         if over > 0:
             return chunk[: len(chunk) - over], too_big(self._max_bytes, "the stream")
         return chunk, None
+
+    def close(self) -> bool:
+        """Check the stream ended between events; return whether it said ``[DONE]``."""
+        self.decoder.close()
+        return self.decoder.done
+
+
+class SseReader(SseBytes):
+    """A stream's SSE bytes read within `max_bytes` into its `core`: feed, then close.
+
+    A relay that reads events itself through `decoder` must give each one it
+    reads to `core`, or count it.
+    """
+
+    __slots__ = ("core",)
+
+    def __init__(
+        self, what: str, core: FrameSink, max_bytes: int, max_event_bytes: int
+    ) -> None:
+        super().__init__(what, max_bytes, max_event_bytes)
+        self.core = core
+
+    def feed(self, chunk: BytesLike) -> None:
+        """Read the next chunk; bytes past `max_bytes` raise `LimitExceeded` unread."""
+        chunk, limit_error = self.bounded(chunk)
+        # The bytes within the bound still count, so that the first fault in the
+        # stream is the one raised, however it was cut into chunks.
+        error = self.admit(chunk)[1] or limit_error
+        if error is not None:
+            raise error
 
     def admit(self, chunk: BytesLike, *, keep_last: bool = False) -> Admitted:
         """Read `chunk` into the core: what it admitted.
@@ -472,11 +488,6 @@ class SseReader:
         except ResponseError as exc:
             return payloads[: core.frames - before], exc, None
         return payloads, None, kept
-
-    def close(self) -> bool:
-        """Check the stream ended between events; return whether it said ``[DONE]``."""
-        self.decoder.close()
-        return self.decoder.done
 
 
 def too_big(limit: int, what: str) -> LimitExceeded:

@@ -27,6 +27,7 @@ exception: the client already has a 200 and maybe frames. docs/responses.md
 
 from __future__ import annotations
 
+import functools
 from collections.abc import (
     AsyncIterable,
     AsyncIterator,
@@ -42,6 +43,7 @@ from sglang_envelope.errors.exceptions import EngineError, ResponseError
 from sglang_envelope.response.choices import check_choices, choice_index
 from sglang_envelope.response.core import (
     DEFAULT_MAX_BYTES,
+    SseBytes,
     SseReader,
     StreamCore,
     check_modes,
@@ -139,10 +141,7 @@ def _make(
 ) -> _Relay | ChoicesRelay:
     """The relay of one sequence, or of `n`, each index's made by the same arguments
     (checked at the call: one is made at once)."""
-
-    def make() -> _Relay:
-        return _Relay(what, engine, client, max_bytes, max_event)
-
+    make = functools.partial(_Relay, what, engine, client, max_bytes, max_event)
     one = make()
     return one if n is None else ChoicesRelay(what, n, make, max_bytes, max_event)
 
@@ -362,21 +361,6 @@ class _Relay:
         return out
 
 
-class _Count:
-    """The `SseReader` sink of the choices relay: nothing read, only counted."""
-
-    __slots__ = ("frames",)
-
-    def __init__(self) -> None:
-        self.frames = 0
-
-    def add_payloads(
-        self, payloads: list[Payload], *, keep_last: bool = False
-    ) -> dict[str, Any] | None:
-        self.frames += len(payloads)
-        return None
-
-
 class ChoicesRelay:
     """The sans-I/O relay of `choices` sequences: feed engine bytes, get client bytes."""
 
@@ -392,7 +376,7 @@ class ChoicesRelay:
     ) -> None:
         self._choices = check_choices(choices)
         self._make = make  # a new single-sequence relay, in the client's mode
-        self._reader = SseReader(what, _Count(), max_bytes, max_event_bytes)
+        self._reader = SseBytes(what, max_bytes, max_event_bytes)
         self._relays: dict[int, _Relay] = {}
         self._finished: set[int] = set()  # the indices whose terminal frame went out
         self.ended = False

@@ -62,8 +62,8 @@ class DeltaStore:
     __slots__ = ("_pieces", "present")
 
     def __init__(self) -> None:
-        self._pieces: dict[str, list[Any]] = {path: [] for path in _PATHS}
         self.present: set[str] = set()
+        self.forget()
 
     def add_views(self, views: list[Any]) -> None:
         """Add the deltas of middle frames read through the incremental view, in order.
@@ -132,8 +132,9 @@ class DeltaStore:
         """Called once the frames of a chunk of the stream are added."""
 
     def forget(self) -> None:
-        """Drop every delta: a cumulative stream's answer is its terminal frame."""
-        self._pieces = {path: [] for path in _PATHS}
+        """Drop every delta (a cumulative stream's answer is its terminal frame): the
+        store is as made."""
+        self._pieces: dict[str, list[Any]] = {path: [] for path in _PATHS}
         self.present.clear()
 
     def assemble(self, last: dict[str, Any], *, copy: bool) -> dict[str, Any]:
@@ -164,11 +165,6 @@ class JsonStore(DeltaStore):
 
     __slots__ = ("_counts", "_json")
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._json: dict[str, list[BytesLike]] = {path: [] for path in _PATHS}
-        self._counts = dict.fromkeys(_PATHS, 0)
-
     def end_chunk(self) -> None:
         """Move the deltas added since the last call from objects to JSON text."""
         for path, pieces in self._pieces.items():
@@ -190,7 +186,7 @@ class JsonStore(DeltaStore):
 
     def forget(self) -> None:
         super().forget()
-        self._json = {path: [] for path in _PATHS}
+        self._json: dict[str, list[BytesLike]] = {path: [] for path in _PATHS}
         self._counts = dict.fromkeys(_PATHS, 0)
 
     def take_values(self) -> dict[str, list[BytesLike]]:
@@ -228,11 +224,6 @@ class BufferStore(JsonStore):
 
     __slots__ = ("_buffers", "_values")
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._buffers = _open_buffers()
-        self._values: dict[str, list[BytesLike]] = {}
-
     def add_raw(self, view: Any, fields: dict[str, Any]) -> None:
         """Add a middle frame's deltas as their JSON came; call it after `end_chunk`."""
         meta = view.meta_info
@@ -262,8 +253,10 @@ class BufferStore(JsonStore):
 
     def forget(self) -> None:
         super().forget()
-        self._buffers = _open_buffers()
-        self._values = {}
+        self._buffers = {
+            path: bytearray(b'"' if path == _TEXT else b"[") for path in _PATHS
+        }
+        self._values: dict[str, list[BytesLike]] = {}
 
     def values(self) -> dict[str, list[BytesLike]]:
         """Per delta field any frame had, the parts its JSON so far joins to (its buffer
@@ -276,10 +269,6 @@ class BufferStore(JsonStore):
                 if path in present
             }
         return self._values
-
-
-def _open_buffers() -> dict[str, bytearray]:
-    return {path: bytearray(b'"' if path == _TEXT else b"[") for path in _PATHS}
 
 
 def _commas(pieces: list[BytesLike]) -> list[BytesLike]:
