@@ -166,16 +166,21 @@ def override_or_encode(ids: int) -> tuple[Callable[[], object], Callable[[], obj
     return (lambda: header_overrides(engine, request)), engine.to_json
 
 
-def path_lower_bound(bodies: list[bytes], checked: bool = False) -> Callable[[], None]:
+def path_lower_bound(bodies: list[bytes], level: str = "no rule") -> Callable[[], None]:
     """The request path's lower bound: the typed decode, the engine body and its encoding,
-    with no rule checked (not a path anyone may take: it is the floor of the design),
-    or (`checked`) with every rule the path checks, the client's and the deployment's,
-    and none of the glue of its four calls."""
+    with no rule checked (not a path anyone may take: it is the floor of the design);
+    at level "every rule", with every rule the path checks, the client's and the
+    deployment's, and none of the glue of its four calls; at "every rule and object",
+    also the three objects the calls hand back (`ClientRequest`, `WorkerEnvelope`,
+    `EngineRequest`), made without their argument checks."""
     from sglang_envelope.request.deployment import check_engine_body
-    from sglang_envelope.request.engine import EngineBody
+    from sglang_envelope.request.engine import EngineBody, _made
+    from sglang_envelope.request.envelope import WorkerEnvelope
     from sglang_envelope.request.fields import RequestFields
     from sglang_envelope.request.limits import DEFAULT_LIMITS
-    from sglang_envelope.request.types import _DEFAULT_CONTRACT, _Wire
+    from sglang_envelope.request.passed import NO_PASSED_FIELDS
+    from sglang_envelope.request.rules import DEFAULT_TARGET
+    from sglang_envelope.request.types import _DEFAULT_CONTRACT, _from_checked, _Wire
 
     count = len(RequestFields.__struct_fields__)
     decode, encode = msgspec.json.Decoder(_Wire).decode, msgspec.json.Encoder().encode
@@ -196,7 +201,23 @@ def path_lower_bound(bodies: list[bytes], checked: bool = False) -> Callable[[],
             check_engine_body(DEPLOYMENT, engine)
             encode(engine)
 
-    return run_checked if checked else run
+    def run_with_objects() -> None:
+        for body in bodies:
+            wire: Any = decode(body)
+            _DEFAULT_CONTRACT.check(wire, DEFAULT_LIMITS)
+            request = _from_checked(wire, DEFAULT_TARGET, NO_PASSED_FIELDS)
+            WorkerEnvelope(rid="r", request=request)
+            engine = replace(
+                EngineBody(*astuple(request)[:count]),
+                rid="r",
+                stream=True,
+                bootstrap_room=4242,
+            )
+            check_engine_body(DEPLOYMENT, engine)
+            encode(_made(Role.DECODE, engine, NO_PASSED_FIELDS).body)
+
+    levels = {"no rule": run, "every rule": run_checked, "every rule and object": run_with_objects}
+    return levels[level]
 
 
 def rule_checks(bodies: list[bytes], plain: bool) -> Callable[[], None]:
@@ -762,7 +783,7 @@ def main() -> None:
     row("request path (decode role)", work, floor, "<= 1.5x", work / floor <= 1.5)
     work, floor = alternate(path_lower_bound(bodies), json_floor(bodies), rounds)
     row("  lower bound: typed decode + engine body + encode, no rule", work, floor, "(ref)", True)
-    work, floor = alternate(path_lower_bound(bodies, checked=True), json_floor(bodies), rounds)
+    work, floor = alternate(path_lower_bound(bodies, "every rule"), json_floor(bodies), rounds)
     row("  lower bound with every rule, no glue", work, floor, "(reference)", True)
     sglang = sglang_path(bodies)
     if sglang is not None:
@@ -773,8 +794,11 @@ def main() -> None:
     row("  16-token prompts only", work, floor, "<= 4.0x", work / floor <= 4.0)
     work, floor = alternate(path_lower_bound(short), json_floor(short), rounds)
     row("  lower bound, 16-token prompts", work, floor, "(reference)", True)
-    work, floor = alternate(path_lower_bound(short, checked=True), json_floor(short), rounds)
+    work, floor = alternate(path_lower_bound(short, "every rule"), json_floor(short), rounds)
     row("  lower bound with every rule, no glue, 16-token", work, floor, "(reference)", True)
+    objects = path_lower_bound(short, "every rule and object")
+    work, floor = alternate(objects, json_floor(short), rounds)
+    row("    and the three objects the calls hand back", work, floor, "(reference)", True)
     work, floor = alternate(rule_checks(short, False), rule_checks(short, True), rounds)
     row(
         "  the compiled rules vs a plain loop, 16-token",
