@@ -210,14 +210,14 @@ class MiddleReader:
 
     `read` gives a middle frame through a typed view, with the full decoder's
     verdict, or None: the frame must then be decoded in full (it may be the
-    terminal one, or the view cannot read it). The bytes must hold SGLang's
-    ``"finish_reason":null``; the view refuses an error, an ``object``, a finish
-    reason and, for an incremental stream, any key it does not declare; the
-    index must be the first frame's; a cumulative frame's bytes must be
-    `plain` (its view skips what it does not read).
+    terminal one, or the view cannot read it). The view refuses an error, an
+    ``object``, a finish reason and, for an incremental stream, any key it does
+    not declare; the index must be the first frame's; a cumulative frame's bytes
+    must be `plain` (its view skips what it does not read).
 
-    A frame with keys SGLang 0.5.23 does not write (a newer release, a server
-    flag) teaches them to an incremental stream's view, which declares them as
+    A middle frame (its bytes holding SGLang's ``"finish_reason":null``) with
+    keys SGLang 0.5.23 does not write (a newer release, a server flag) teaches
+    them to an incremental stream's view, which declares them as
     any JSON and so still checks every byte. A new key then
     costs a view made once, not the full decode of every frame. `learned`
     holds the keys, at most `MAX_LEARNED_KEYS` plain names of at most
@@ -238,12 +238,17 @@ class MiddleReader:
     def read(self, payload: Payload) -> Any:
         """`payload` as a middle frame's view, or None to decode it in full
         (see the class)."""
-        if payload.find(NOT_TERMINAL) < 0:  # find: cheaper than `in`
-            return None
         try:
             view = self._decode(payload)
         except msgspec.ValidationError:
-            if not self.incremental or not self._learn(payload):
+            # The terminal frame, or a frame with keys the view does not declare: only a
+            # middle frame (SGLang writes its null finish reason as NOT_TERMINAL) may
+            # teach the view its keys.
+            if (
+                not self.incremental
+                or payload.find(NOT_TERMINAL) < 0
+                or not self._learn(payload)
+            ):
                 return None
             try:
                 view = self._decode(payload)
