@@ -136,9 +136,6 @@ class _Decoded(ClientRequest, frozen=True, forbid_unknown_fields=True):
 
 
 _astuple = msgspec.structs.astuple
-#: What follows a token-input body's fields in the usual request: the text and media
-#: fields' defaults, the default target and no passed keys.
-_USUAL_TAIL = (*_NO_TEXT, DEFAULT_TARGET, NO_PASSED_FIELDS)
 
 
 def _from_checked(wire: Any, target: Target, passed: PassedFields) -> ClientRequest:
@@ -146,12 +143,10 @@ def _from_checked(wire: Any, target: Target, passed: PassedFields) -> ClientRequ
     applied to."""
     # Positional, as a request is made on every decode (a keyword is looked up among the
     # fields), from one tuple: `*a, *b` would build a list and copy it into a tuple.
-    if type(wire) is not _Wire:  # text input: the body has every field
-        tail: tuple[Any, ...] = (target, passed)
-    elif passed is NO_PASSED_FIELDS and target is DEFAULT_TARGET:
-        tail = _USUAL_TAIL
-    else:  # token input: the text and media fields at their defaults
-        tail = (*_NO_TEXT, target, passed)
+    if type(wire) is _Wire:  # token input: the text and media fields at their defaults
+        tail: tuple[Any, ...] = (*_NO_TEXT, target, passed)
+    else:  # text input: the body has every field
+        tail = (target, passed)
     request = _Decoded(*(_astuple(wire) + tail))
     msgspec.structs.force_setattr(request, "__class__", ClientRequest)
     return request
