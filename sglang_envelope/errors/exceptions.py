@@ -269,15 +269,8 @@ class UpstreamError(ResponseError):
         self.retry_after_s = retry_after_s
 
     def __reduce__(self) -> tuple[Any, ...]:
-        args = (self.message, self.status, self.retry_after_s)
-        return _upstream_error, args, self.__dict__
-
-
-def _upstream_error(
-    message: str, status: int, retry_after_s: int | None
-) -> UpstreamError:
-    """An `UpstreamError` unpickled (its keyword argument given by name)."""
-    return UpstreamError(message, status, retry_after_s=retry_after_s)
+        # `retry_after_s`, a keyword, comes back with the rest of the state.
+        return type(self), (self.message, self.status), self.__dict__
 
 
 _REPR = reprlib.Repr()
