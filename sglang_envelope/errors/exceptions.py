@@ -150,14 +150,12 @@ class EnvelopeError(ValueError):
     raises it, or turns it into its own framework's error, without parsing
     text: `message`; `status`, the HTTP status SGLang's /generate gives a
     unary client that failed so (`error_response`'s); `error_type`, the
-    ``type`` of SGLang's error object; `retryable`, as SGLang writes it (false).
+    ``type`` of SGLang's error object; `retryable`, whether sending the same
+    request again may succeed, as SGLang writes it (false).
     """
 
-    #: The HTTP status of the answer to a unary client (a class's default).
     status: int = 500
-    #: The ``type`` of the error object in SGLang's error frame.
     error_type: str = "envelope_error"
-    #: Whether sending the same request again may succeed; SGLang writes false.
     retryable: bool = False
 
     def __init__(self, message: object = "") -> None:
