@@ -14,10 +14,7 @@ each with its own answer (recorded live: ``tests/fixtures/live_refusals.jsonl``)
   "retryable": false}}`` and ``data: [DONE]`` (``stream_results``).
 
 The first two answer both modes alike. `REFUSAL_LAYERS` and `FIELD_LAYERS`
-say which layer refuses a body that breaks each rule; a rule the library keeps
-on purpose where SGLang would serve the body (or fail on it) is answered in
-the engine's shape. Every other library exception takes the engine's shape,
-with the `status` and `error_type` it carries (`EnvelopeError`).
+say which layer refuses a body that breaks each rule (`error_response`).
 """
 
 from __future__ import annotations
