@@ -51,6 +51,7 @@ EXAMPLES: list[EnvelopeError] = [
     EngineError("", None),
     UpstreamError("SGLang could not be reached: ConnectError", 502),
     UpstreamError("SGLang did not answer in time", 504),
+    UpstreamError("no connection to SGLang came free in time", 503, retry_after_s=1),
 ]
 
 

@@ -7,15 +7,15 @@ import it.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
 from sglang_envelope.cancel.plan import check_argument
 from sglang_envelope.cancel.rollout import DrainPlan, read_loads
-from sglang_envelope.errors.exceptions import EnvelopeError, show_value
+from sglang_envelope.cancel.run import awaited, sent_status
+from sglang_envelope.errors.exceptions import EnvelopeError
 
 __all__ = ["DrainOutcome", "DrainRound", "run_drain"]
 
@@ -42,17 +42,6 @@ class DrainOutcome(msgspec.Struct, frozen=True, kw_only=True):
     rounds: tuple[DrainRound, ...]
     #: ``"idle"``: the last loads answer showed no request; ``"deadline"``: time ran out.
     stopped: DrainStop
-
-
-async def _bounded(pending: object, name: str, timeout: float) -> Any:
-    """`pending` awaited for at most `timeout` seconds (asyncio.TimeoutError past it)."""
-    import asyncio
-
-    if not inspect.isawaitable(pending):
-        raise EnvelopeError(
-            f"{name} must return an awaitable, got {type(pending).__name__}"
-        )
-    return await asyncio.wait_for(pending, max(timeout, 0.0))
 
 
 async def run_drain(
@@ -90,12 +79,8 @@ async def run_drain(
     while True:
         began = loop.time()
         try:
-            status = await _bounded(send(plan.abort.body), "send", deadline - loop.time())
-            if type(status) is not int:
-                raise EnvelopeError(
-                    f"send must return an HTTP status (an int), got {show_value(status)}"
-                )
-            body = await _bounded(get_loads(), "get_loads", deadline - loop.time())
+            status = await sent_status(send(plan.abort.body), deadline - loop.time())
+            body = await awaited(get_loads(), "get_loads", deadline - loop.time())
         except asyncio.TimeoutError:
             break
         if type(body) is not bytes:

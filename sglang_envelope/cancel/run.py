@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -123,20 +123,10 @@ async def _post_on_schedule(
         if sends and sent_at > deadline:  # the sleep overran
             return tuple(sends), "deadline"
         pending = send(plan.body)
-        if not inspect.isawaitable(pending):
-            raise EnvelopeError(
-                f"send must return an awaitable, got {type(pending).__name__}"
-            )
         try:
-            status = await (
-                asyncio.wait_for(pending, deadline - sent_at) if sends else pending
-            )
+            status = await sent_status(pending, deadline - sent_at if sends else None)
         except asyncio.TimeoutError:
             return tuple(sends), "deadline"
-        if type(status) is not int:
-            raise EnvelopeError(
-                f"send must return an HTTP status (an int), got {show_value(status)}"
-            )
         sends.append(AbortSend(sent_at - start, status))
         if token_seen and 200 <= status < 300:
             return tuple(sends), "first_token"
@@ -147,6 +137,30 @@ async def _post_on_schedule(
             return tuple(sends), "deadline"
         await _wait((finished,), delay)  # a pause the answer's end cuts short
     return tuple(sends), "finished"
+
+
+async def awaited(pending: object, name: str, timeout: float | None) -> Any:
+    """What `name` returned, awaited: for at most `timeout` seconds when not None
+    (asyncio.TimeoutError past it); `EnvelopeError` when it is not awaitable."""
+    import asyncio
+
+    if not inspect.isawaitable(pending):
+        raise EnvelopeError(
+            f"{name} must return an awaitable, got {type(pending).__name__}"
+        )
+    if timeout is None:
+        return await pending
+    return await asyncio.wait_for(pending, max(timeout, 0.0))
+
+
+async def sent_status(pending: object, timeout: float | None) -> int:
+    """The HTTP status `send` returned, `awaited`; `EnvelopeError` unless an int."""
+    status = await awaited(pending, "send", timeout)
+    if type(status) is not int:
+        raise EnvelopeError(
+            f"send must return an HTTP status (an int), got {show_value(status)}"
+        )
+    return status
 
 
 def _check(plan: AbortPlan, send: object, first_token: object, finished: object) -> None:

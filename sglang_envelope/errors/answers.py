@@ -14,10 +14,7 @@ each with its own answer (recorded live: ``tests/fixtures/live_refusals.jsonl``)
   "retryable": false}}`` and ``data: [DONE]`` (``stream_results``).
 
 The first two answer both modes alike. `REFUSAL_LAYERS` and `FIELD_LAYERS`
-say which layer refuses a body that breaks each rule; a rule the library keeps
-on purpose where SGLang would serve the body (or fail on it) is answered in
-the engine's shape. Every other library exception takes the engine's shape,
-with the `status` and `error_type` it carries (`EnvelopeError`).
+say which layer refuses a body that breaks each rule (`error_response`).
 """
 
 from __future__ import annotations
@@ -93,35 +90,29 @@ def refusal_layer(exc: RequestRejected) -> Layer:
     code: object = exc.code
     if type(code) is not str:  # a hand-built rejection
         return "engine"
-    layer = REFUSAL_LAYERS.get(code, "engine")
     field: object = exc.field
     if code in FIELD_RULES and type(field) is str:
         parts = field.split("[", 1)[0].split(".")
-        exact = FIELD_LAYERS.get(".".join(parts))
-        if exact is not None:
-            return exact
-        for end in range(len(parts) - 1, 0, -1):
-            inside = FIELD_LAYERS.get(".".join(parts[:end]) + ".*")
-            if inside is not None:
-                return inside
-    return layer
+        insides = [".".join(parts[:end]) + ".*" for end in range(len(parts) - 1, 0, -1)]
+        for key in (".".join(parts), *insides):  # the longest match first
+            if key in FIELD_LAYERS:
+                return FIELD_LAYERS[key]
+    return REFUSAL_LAYERS.get(code, "engine")
 
 
 def _status_and_error(exc: EnvelopeError, detail: bool) -> tuple[int, dict[str, Any]]:
     """The status, and the error object of SGLang's stream frame (`detail`: with rule)."""
     if not isinstance(exc, EnvelopeError):
         raise EnvelopeError(f"exc must be an EnvelopeError, got {type(exc).__name__}")
-    status, kind = exc.status, exc.error_type
-    rejected = isinstance(exc, RequestRejected)
-    if rejected and detail:
-        kind = _json_text(str(getattr(exc, "code", "")))
+    status = exc.status
     error: dict[str, Any] = {
         "message": _json_text(str(exc)),
-        "type": kind,
+        "type": exc.error_type,
         "code": status,
         "retryable": exc.retryable,
     }
-    if rejected and detail:
+    if detail and isinstance(exc, RequestRejected):
+        error["type"] = _json_text(str(getattr(exc, "code", "")))
         field = getattr(exc, "field", None)
         error["param"] = None if field is None else _json_text(str(field))
     return status, error

@@ -150,14 +150,12 @@ class EnvelopeError(ValueError):
     raises it, or turns it into its own framework's error, without parsing
     text: `message`; `status`, the HTTP status SGLang's /generate gives a
     unary client that failed so (`error_response`'s); `error_type`, the
-    ``type`` of SGLang's error object; `retryable`, as SGLang writes it (false).
+    ``type`` of SGLang's error object; `retryable`, whether sending the same
+    request again may succeed, as SGLang writes it (false).
     """
 
-    #: The HTTP status of the answer to a unary client (a class's default).
     status: int = 500
-    #: The ``type`` of the error object in SGLang's error frame.
     error_type: str = "envelope_error"
-    #: Whether sending the same request again may succeed; SGLang writes false.
     retryable: bool = False
 
     def __init__(self, message: object = "") -> None:
@@ -269,15 +267,8 @@ class UpstreamError(ResponseError):
         self.retry_after_s = retry_after_s
 
     def __reduce__(self) -> tuple[Any, ...]:
-        args = (self.message, self.status, self.retry_after_s)
-        return _upstream_error, args, self.__dict__
-
-
-def _upstream_error(
-    message: str, status: int, retry_after_s: int | None
-) -> UpstreamError:
-    """An `UpstreamError` unpickled (its keyword argument given by name)."""
-    return UpstreamError(message, status, retry_after_s=retry_after_s)
+        # `retry_after_s`, a keyword, comes back with the rest of the state.
+        return type(self), (self.message, self.status), self.__dict__
 
 
 _REPR = reprlib.Repr()

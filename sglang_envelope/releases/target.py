@@ -237,19 +237,15 @@ class Target(msgspec.Struct, frozen=True, kw_only=True):
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
 
 
-def _version_key(version: str) -> tuple[int, int, int]:
-    match = _VERSION.match(version)
-    assert match is not None  # only called on checked versions
-    return int(match[1]), int(match[2]), int(match[3])
-
-
 def _release_for(version: object) -> str:
     """The newest known release not newer than the installed `version`."""
-    if type(version) is not str or not _VERSION.match(version):
+    match = _VERSION.match(version) if type(version) is str else None
+    if match is None:
         got = show_value(version)
         raise EnvelopeError(f"the installed SGLang's __version__ is not a release: {got}")
-    installed = _version_key(version)
-    older = [r for r in KNOWN_RELEASES if _version_key(r) <= installed]
+    installed = tuple(map(int, match.groups()))
+    # A known release is exactly its three numbers.
+    older = [r for r in KNOWN_RELEASES if tuple(map(int, r.split("."))) <= installed]
     if not older:
         raise EnvelopeError(
             f"the installed SGLang {version} is older than every release with tables "
