@@ -2,12 +2,13 @@
 
 Run with the live environment's interpreter and Dynamo on the path (`live/dynamo_host.py`):
 
-    python live/dynamo_call.py BODY [--stop-after S] [--pair HOST:PORT]
+    python live/dynamo_call.py BODY [--stop-after S] [--pair HOST:PORT] [--routing JSON]
 
 The body goes to the endpoint ``dynamo.backend.generate`` as Dynamo's frontend carries
 it: the client's body opaque under ``extra_args.sglang_tito``, its ids as
 ``token_ids``. With ``--stop-after`` the request is stopped then, as the frontend stops
-it when its client goes away (``Context.stop_generating()``).
+it when its client goes away (``Context.stop_generating()``). With ``--routing`` the
+request carries that object as its ``routing``, as a router's caller sets it.
 
 With ``--pair`` (the prefill worker's bootstrap host and port) it goes to a
 prefill/decode pair as Dynamo 1.6.1's frontend routes it: to the prefill worker
@@ -55,7 +56,12 @@ async def drain(stream: AsyncIterator[Any]) -> None:
         print(json.dumps({"prefill": data_of(item)}), flush=True)
 
 
-async def main(body: dict[str, Any], stop_after_s: float | None, pair: str | None) -> None:
+async def main(
+    body: dict[str, Any],
+    stop_after_s: float | None,
+    pair: str | None,
+    routing: dict[str, Any] | None,
+) -> None:
     from dynamo._core import Context, DistributedRuntime
 
     runtime = DistributedRuntime(asyncio.get_running_loop(), "file", "tcp", event_plane="zmq")
@@ -69,6 +75,8 @@ async def main(body: dict[str, Any], stop_after_s: float | None, pair: str | Non
         "output_options": {},
         "extra_args": {"sglang_tito": body},
     }
+    if routing is not None:
+        request["routing"] = routing
     context = Context()
     if stop_after_s is not None:
         asyncio.get_running_loop().call_later(stop_after_s, context.stop_generating)
@@ -98,5 +106,6 @@ if __name__ == "__main__":
     parser.add_argument("body")
     parser.add_argument("--stop-after", type=float)
     parser.add_argument("--pair")
+    parser.add_argument("--routing", type=json.loads)
     args = parser.parse_args()
-    asyncio.run(main(json.loads(args.body), args.stop_after, args.pair))
+    asyncio.run(main(json.loads(args.body), args.stop_after, args.pair, args.routing))

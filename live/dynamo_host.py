@@ -245,11 +245,19 @@ class Call:
         return [item["engine_data"]["sglang_response"] for item in self.items]
 
 
-def call(dynamo: Dynamo, body: dict[str, Any], stop_after_s: float | None = None) -> Call:
-    """`body` sent to the worker over Dynamo's request plane (`live/dynamo_call.py`)."""
+def call(
+    dynamo: Dynamo,
+    body: dict[str, Any],
+    stop_after_s: float | None = None,
+    routing: dict[str, Any] | None = None,
+) -> Call:
+    """`body` sent to the worker over Dynamo's request plane (`live/dynamo_call.py`), with
+    `routing` as the request's ``routing`` when given."""
     command = [_python(), str(HERE / "dynamo_call.py"), json.dumps(body)]
     if stop_after_s is not None:
         command += ["--stop-after", str(stop_after_s)]
+    if routing is not None:
+        command += ["--routing", json.dumps(routing)]
     if dynamo.bootstrap is not None:
         command += ["--pair", dynamo.bootstrap]
     done = subprocess.run(

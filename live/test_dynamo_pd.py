@@ -117,6 +117,17 @@ def test_prompt_logprobs_are_the_decode_leg_s_alone(pair: Dynamo, server: LiveSe
     assert_same(answer, decode_leg, tolerance=TOLERANCE)
 
 
+def test_an_older_caller_s_in_band_unset_rank_is_no_rank(pair: Dynamo, server: LiveServer) -> None:
+    """Older callers say "no rank" with u32::MAX in `routing`, which Dynamo's own prefill
+    handler reads as none: the pair serves the body as it serves it without one."""
+    unset = 2**32 - 1
+    got = call(pair, PLAIN, routing={"dp_rank": unset, "prefill_dp_rank": unset})
+    assert got.error is None, got.error
+    check_prefill(got)
+    (answer,) = got.answers
+    assert_same(answer, sglang(server, PLAIN), tolerance=TOLERANCE)
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_a_request_stopped_after_half_a_second_ends_and_is_aborted(
     pair: Dynamo, stream: bool
