@@ -136,11 +136,6 @@ class Leg:
             return asyncio.CancelledError()
         return self.sending.exception()
 
-    @property
-    def status(self) -> int:
-        """SGLang's HTTP status (once `sending` has ended well)."""
-        return self.watched.status
-
     async def response(self, deployment: Deployment, max_bytes: int) -> dict[str, Any]:
         """SGLang's whole answer, as one response (a prefill leg's stream aggregated).
 
@@ -150,9 +145,9 @@ class Leg:
         """
         watched = self.watched
         try:
-            if self.status != 200 or not self.engine.stream:
+            if watched.status != 200 or not self.engine.stream:
                 body = await read_all(watched, max_bytes)
-                return dict(parse_unary(body, status=self.status))
+                return dict(parse_unary(body, status=watched.status))
             incremental = deployment.incremental_streaming_output
             response = await aggregate_sse_async(
                 watched, incremental=incremental, max_bytes=max_bytes

@@ -376,7 +376,7 @@ class Service:
             return legs
         main = legs[-1]
         prefill = self._read_prefill(legs[0], main) if len(legs) == 2 else None
-        if main.status != 200:
+        if main.watched.status != 200:
             return await self._refused_by_engine(main, prefill, envelope.stream)
         if envelope.stream:
             relayed = self._relayed(main, client_rid, prefill)
@@ -481,7 +481,7 @@ class Service:
         """SGLang's error answer (not 200) in the client's mode; the other leg aborted."""
         try:
             await main.response(self._deployment, self.max_bytes)  # raises SGLang's error
-            error: EnvelopeError = ResponseError(f"SGLang answered {main.status}")
+            error: EnvelopeError = ResponseError(f"SGLang answered {main.watched.status}")
         except EnvelopeError as exc:
             error = exc
         finally:
