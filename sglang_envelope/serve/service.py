@@ -463,8 +463,6 @@ class Service:
         prefill = PrefillLeg(leg, reading, self._deployment.routed_experts_shape)
 
         def ended(task: asyncio.Future[Any]) -> None:
-            import asyncio
-
             failed = not task.cancelled() and task.exception() is not None
             # Its reader reads it to the end.
             if failed and not main.watched.finished.is_set():
@@ -542,11 +540,9 @@ class Service:
                     out = await with_prefill_side(out, merging)
                 yield out.replace(engine_id, client_id)
             await read_past_done(main.watched)
-        except UpstreamError as error:  # the connection broke mid-answer
-            yield error_event(error) + SSE_DONE
         except transport_failures() as error:
             yield error_event(as_upstream_error(error)) + SSE_DONE
-        except EnvelopeError as error:  # the prefill's failure
+        except EnvelopeError as error:  # a broken connection, or the prefill's failure
             yield error_event(error) + SSE_DONE
         finally:
             self._settle(main, prefill=prefill)
@@ -564,10 +560,8 @@ class Service:
         reading = asyncio.ensure_future(self._whole(main, prefill))
         try:
             gone = await until_done_or_gone(reading, disconnected, self._poll_s)
-        except BaseException:  # cancelled (aiohttp cancels a handler whose client left)
+        finally:  # also when cancelled (aiohttp cancels a handler whose client left)
             self._settle(main, None if reading.done() else reading, prefill)
-            raise
-        self._settle(main, None if reading.done() else reading, prefill)
         if gone:
             return whole_answer(CLIENT_GONE, JSON, b"")
         try:
