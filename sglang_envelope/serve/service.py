@@ -390,11 +390,16 @@ class Service:
         body: bytes | None,
         disconnected: Disconnected | None,
     ) -> list[Leg] | Answer:
-        """The legs of `engines`, every one sent; or, when the client left first or a
-        leg could not be sent, the answer to give, the other legs aborted."""
+        """The legs of `engines`, sent at once and kept in flight (`_open`) until settled,
+        once every one is sent; or, when the client left first or a leg could not be
+        sent, the answer to give, the other legs aborted."""
         import asyncio
 
-        legs = self._sent(engines, envelope.request, body)
+        legs = [
+            Leg(e, to, self._wire(e, envelope.request, body), self._idle_s)
+            for e, to in engines
+        ]
+        self._open.update(legs)
         sent = asyncio.gather(*(leg.sent for leg in legs), return_exceptions=True)
         try:
             gone = await until_done_or_gone(sent, disconnected, self._poll_s)
@@ -429,20 +434,6 @@ class Service:
             )
 
         return await fan_out(one, samples, self._new_rid)
-
-    def _sent(
-        self,
-        engines: list[tuple[EngineRequest, Transport]],
-        request: ClientRequest,
-        body: bytes | None,
-    ) -> list[Leg]:
-        """A leg for each engine request, sent at once, and kept among the legs in flight
-        until it is settled (`_settle`): those `aclose` stops."""
-        legs = [
-            Leg(e, to, self._wire(e, request, body), self._idle_s) for e, to in engines
-        ]
-        self._open.update(legs)
-        return legs
 
     def _wire(
         self, engine: EngineRequest, request: ClientRequest, body: bytes | None
