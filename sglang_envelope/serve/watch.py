@@ -146,8 +146,7 @@ class WatchedReply:
             timer.cancel()
 
     def _idled(self) -> None:
-        seconds = f"{self._idle_s:g}"
-        self.stop(UpstreamError(f"SGLang sent nothing for {seconds} s", 504))
+        self.stop(UpstreamError(f"SGLang sent nothing for {self._idle_s:g} s", 504))
 
     def _chunk(self, item: object) -> bytes:
         """The chunk `item` is; at the answer's end, StopAsyncIteration or its failure."""
