@@ -66,8 +66,7 @@ class Leg:
         #: has not reached SGLang, and never will once cancelled.
         self.dispatched = False
         body, headers = wire or (engine.to_json(), engine.headers)
-        #: Done once `sending` is or the leg is stopped, whichever comes first; then
-        #: `failure()` says why the answer cannot be read (None: it can).
+        #: Once it is done, `failure()` says why the answer cannot be read (None: it can).
         self.sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.sending: asyncio.Future[None] = asyncio.ensure_future(
             self._send(body, headers, idle_s)
