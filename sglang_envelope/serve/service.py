@@ -123,9 +123,6 @@ def _shutting_down() -> UpstreamError:
     return UpstreamError("the service is shutting down", 503)
 
 
-_encode = msgspec.json.encode
-
-
 class Service:
     """One SGLang server (or prefill/decode pair), served to clients."""
 
@@ -560,7 +557,7 @@ class Service:
         except EnvelopeError as exc:
             return refused(exc, False)
         finished = finalize_response(response, engine=main.engine, client_rid=client_rid)
-        return whole_answer(200, JSON, _encode(finished))
+        return whole_answer(200, JSON, msgspec.json.encode(finished))
 
     async def _whole(self, main: Leg, prefill: PrefillLeg | None) -> dict[str, Any]:
         """The decode (or aggregated) answer, with the prefill's prompt side."""
