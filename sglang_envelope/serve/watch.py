@@ -73,9 +73,9 @@ class WatchedReply:
     )
 
     def __init__(self, *, streamed: bool, idle_s: float | None = None) -> None:
-        #: SGLang's answer, once its head has arrived (`attach`).
         import asyncio
 
+        #: SGLang's answer, once its head has arrived (`attach`).
         self.reply: EngineReply | None = None
         self.attached = asyncio.Event()
         self.first_output = asyncio.Event()
