@@ -130,18 +130,12 @@ class HttpxTransport:
         )
 
     async def abort(self, body: bytes) -> int:
-        try:
-            response = await self._lane.request("POST", "/abort_request", body)
-        except httpx.HTTPError as error:
-            raise _upstream(error) from error
+        response = await self._lane.request("POST", "/abort_request", body)
         return response.status_code
 
     async def get(self, path: str) -> tuple[int, bytes]:
         """GET `path` (``/get_server_info``, ``/v1/loads``): the status and the body."""
-        try:
-            response = await self._lane.request("GET", path)
-        except httpx.HTTPError as error:
-            raise _upstream(error) from error
+        response = await self._lane.request("GET", path)
         return response.status_code, response.content
 
     async def aclose(self) -> None:
@@ -160,7 +154,8 @@ class HttpxTransport:
 class _Lane:
     """Aborts and GETs over `client`: the transport's own (sync), each in a thread, at
     most `threads` at once, begun as needed; or the caller's (async), on the serving
-    loop. `aclose` waits for the threads, then closes the transport's own client."""
+    loop; httpx's failures as `UpstreamError`. `aclose` waits for the threads, then
+    closes the transport's own client."""
 
     __slots__ = ("_client", "_threads")
 
@@ -177,12 +172,15 @@ class _Lane:
     ) -> httpx.Response:
         headers = None if body is None else json_headers({})
         client = self._client
-        if isinstance(client, httpx.AsyncClient):
-            return await client.request(method, path, content=body, headers=headers)
-        sent = functools.partial(
-            client.request, method, path, content=body, headers=headers
-        )
-        return await asyncio.get_running_loop().run_in_executor(self._threads, sent)
+        try:
+            if isinstance(client, httpx.AsyncClient):
+                return await client.request(method, path, content=body, headers=headers)
+            sent = functools.partial(
+                client.request, method, path, content=body, headers=headers
+            )
+            return await asyncio.get_running_loop().run_in_executor(self._threads, sent)
+        except httpx.HTTPError as error:
+            raise _upstream(error) from error
 
     async def aclose(self) -> None:
         client = self._client

@@ -81,16 +81,16 @@ class Aborts:
         """How many aborts and releases are still under way."""
         return len(self._tasks)
 
-    async def wait(self, timeout_s: float | None = None) -> None:
+    async def wait(self, timeout_s: float) -> None:
         """Until every abort under way has ended (each bounded by its plan's deadline);
         past `timeout_s`, those left are cancelled, their connections released."""
         import asyncio
 
         loop = asyncio.get_running_loop()
-        end = None if timeout_s is None else loop.time() + timeout_s
+        end = loop.time() + timeout_s
         while self._tasks:
-            left = None if end is None else end - loop.time()
-            if left is not None and left <= 0:
+            left = end - loop.time()
+            if left <= 0:
                 for task in self._tasks:
                     task.cancel()
                 await asyncio.gather(*self._tasks, return_exceptions=True)

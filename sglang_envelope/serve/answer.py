@@ -9,10 +9,7 @@ from typing import NamedTuple
 import msgspec
 
 from sglang_envelope.errors.answers import error_response, stream_requested
-from sglang_envelope.errors.exceptions import (
-    EnvelopeError,
-    UpstreamError,
-)
+from sglang_envelope.errors.exceptions import EnvelopeError, UpstreamError
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.engine import EngineRequest
 from sglang_envelope.request.sequences import decode_sequences
@@ -59,12 +56,10 @@ def refused(exc: EnvelopeError, stream: bool) -> Answer:
     """The client's answer to `exc`, in its mode: with ``Retry-After`` when `exc` says
     when to try again (an `UpstreamError` of the service's own 503)."""
     status, media_type, body = error_response(exc, stream=stream)
-    retry = exc.retry_after_s if isinstance(exc, UpstreamError) else None
-    if retry is None:
-        return whole_answer(status, media_type, body)
-    return Answer(
-        status, {"content-type": media_type, "retry-after": str(retry)}, _one(body)
-    )
+    headers = {"content-type": media_type}
+    if isinstance(exc, UpstreamError) and exc.retry_after_s is not None:
+        headers["retry-after"] = str(exc.retry_after_s)
+    return Answer(status, headers, _one(body))
 
 
 def refused_unread(exc: EnvelopeError) -> Answer:
@@ -127,19 +122,15 @@ class _EnvelopeRequest(msgspec.Struct):
 
 def envelope_stream_requested(wire: object) -> bool:
     """The client's mode, read from an envelope that did not decode (never raises)."""
-    try:
-        raw = msgspec.json.decode(  # type: ignore[call-overload]
-            wire, type=_EnvelopeRequest
-        )
-    except (msgspec.DecodeError, TypeError, ValueError):
-        return False
-    return stream_requested(bytes(raw.request))
+    request = request_bytes(wire)
+    return request is not None and stream_requested(request)
 
 
-def request_bytes(wire: bytes) -> bytes | None:
-    """The client's body inside a worker envelope that decoded (``"request"``'s bytes)."""
+def request_bytes(wire: object) -> bytes | None:
+    """The client's body inside a worker envelope (``"request"``'s bytes; None when the
+    envelope is not a JSON object, never raises)."""
     try:
-        raw = msgspec.json.decode(wire, type=_EnvelopeRequest)
+        raw = msgspec.json.decode(wire, type=_EnvelopeRequest)  # type: ignore[call-overload]
     except (msgspec.DecodeError, TypeError, ValueError):
         return None
     return bytes(raw.request)

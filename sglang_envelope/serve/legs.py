@@ -66,8 +66,7 @@ class Leg:
         #: has not reached SGLang, and never will once cancelled.
         self.dispatched = False
         body, headers = wire or (engine.to_json(), engine.headers)
-        #: Done once `sending` is or the leg is stopped, whichever comes first; then
-        #: `failure()` says why the answer cannot be read (None: it can).
+        #: Once it is done, `failure()` says why the answer cannot be read (None: it can).
         self.sent: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.sending: asyncio.Future[None] = asyncio.ensure_future(
             self._send(body, headers, idle_s)
@@ -136,11 +135,6 @@ class Leg:
             return asyncio.CancelledError()
         return self.sending.exception()
 
-    @property
-    def status(self) -> int:
-        """SGLang's HTTP status (once `sending` has ended well)."""
-        return self.watched.status
-
     async def response(self, deployment: Deployment, max_bytes: int) -> dict[str, Any]:
         """SGLang's whole answer, as one response (a prefill leg's stream aggregated).
 
@@ -150,9 +144,9 @@ class Leg:
         """
         watched = self.watched
         try:
-            if self.status != 200 or not self.engine.stream:
+            if watched.status != 200 or not self.engine.stream:
                 body = await read_all(watched, max_bytes)
-                return dict(parse_unary(body, status=self.status))
+                return dict(parse_unary(body, status=watched.status))
             incremental = deployment.incremental_streaming_output
             response = await aggregate_sse_async(
                 watched, incremental=incremental, max_bytes=max_bytes

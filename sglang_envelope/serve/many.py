@@ -109,14 +109,18 @@ async def answer_many(answers: Sequence[Awaitable[Answer]], *, stream: bool) -> 
 async def _stop_all(
     tasks: Sequence[asyncio.Future[Answer]], keep: asyncio.Future[Answer] | None = None
 ) -> None:
-    """Cancel the answers still being made, and close those made (but `keep`)."""
+    """Cancel the answers still being made, and close those made (but `keep`), each
+    started first, so that its own cleanup (the abort) runs."""
     import asyncio
 
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     made = [task for task in tasks if not task.cancelled() and task.exception() is None]
-    await _close([task.result().body for task in made if task is not keep])
+    bodies = [task.result().body for task in made if task is not keep]
+    reads = [asyncio.ensure_future(anext(body)) for body in bodies]
+    await asyncio.sleep(0)  # each body runs to its first wait, inside its cleanup's reach
+    await _stop(reads, bodies)
 
 
 def _failed(task: asyncio.Future[Answer]) -> bool:
@@ -177,15 +181,6 @@ async def _merged(
         yield SSE_DONE
     finally:
         await _stop(list(reads.values()), bodies)
-
-
-async def _close(bodies: list[AsyncGenerator[bytes, None]]) -> None:
-    """Close answers not read: each is started, so its own cleanup (the abort) runs."""
-    import asyncio
-
-    reads = [asyncio.ensure_future(anext(body)) for body in bodies]
-    await asyncio.sleep(0)  # each body runs to its first wait, inside its cleanup's reach
-    await _stop(reads, bodies)
 
 
 async def _stop(

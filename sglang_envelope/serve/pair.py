@@ -115,17 +115,13 @@ class PrefillLeg:
             return None
         return self.reading.exception()
 
-    async def response(self) -> dict[str, Any]:
-        """The prefill's answer; raises its failure
-        (`EngineError`, `UpstreamError`, ...)."""
+    async def merged(self, decode_response: dict[str, Any]) -> dict[str, Any]:
+        """A decode frame or answer with the prefill's prompt side (`merge_prefill`);
+        raises the prefill's failure (`EngineError`, `UpstreamError`, ...)."""
         import asyncio
 
-        return await asyncio.shield(self.reading)
-
-    async def merged(self, decode_response: dict[str, Any]) -> dict[str, Any]:
-        """A decode frame or answer with the prefill's prompt side (`merge_prefill`)."""
         return merge_prefill(
-            await self.response(),
+            await asyncio.shield(self.reading),
             decode_response,
             routed_experts_start_len=self.leg.engine.body.routed_experts_start_len,
             routed_experts_shape=self.routed_experts_shape,

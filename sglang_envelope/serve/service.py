@@ -123,9 +123,6 @@ def _shutting_down() -> UpstreamError:
     return UpstreamError("the service is shutting down", 503)
 
 
-_encode = msgspec.json.encode
-
-
 class Service:
     """One SGLang server (or prefill/decode pair), served to clients."""
 
@@ -376,7 +373,7 @@ class Service:
             return legs
         main = legs[-1]
         prefill = self._read_prefill(legs[0], main) if len(legs) == 2 else None
-        if main.status != 200:
+        if main.watched.status != 200:
             return await self._refused_by_engine(main, prefill, envelope.stream)
         if envelope.stream:
             relayed = self._relayed(main, client_rid, prefill)
@@ -390,11 +387,16 @@ class Service:
         body: bytes | None,
         disconnected: Disconnected | None,
     ) -> list[Leg] | Answer:
-        """The legs of `engines`, every one sent; or, when the client left first or a
-        leg could not be sent, the answer to give, the other legs aborted."""
+        """The legs of `engines`, sent at once and kept in flight (`_open`) until settled,
+        once every one is sent; or, when the client left first or a leg could not be
+        sent, the answer to give, the other legs aborted."""
         import asyncio
 
-        legs = self._sent(engines, envelope.request, body)
+        legs = [
+            Leg(e, to, self._wire(e, envelope.request, body), self._idle_s)
+            for e, to in engines
+        ]
+        self._open.update(legs)
         sent = asyncio.gather(*(leg.sent for leg in legs), return_exceptions=True)
         try:
             gone = await until_done_or_gone(sent, disconnected, self._poll_s)
@@ -430,20 +432,6 @@ class Service:
 
         return await fan_out(one, samples, self._new_rid)
 
-    def _sent(
-        self,
-        engines: list[tuple[EngineRequest, Transport]],
-        request: ClientRequest,
-        body: bytes | None,
-    ) -> list[Leg]:
-        """A leg for each engine request, sent at once, and kept among the legs in flight
-        until it is settled (`_settle`): those `aclose` stops."""
-        legs = [
-            Leg(e, to, self._wire(e, request, body), self._idle_s) for e, to in engines
-        ]
-        self._open.update(legs)
-        return legs
-
     def _wire(
         self, engine: EngineRequest, request: ClientRequest, body: bytes | None
     ) -> tuple[bytes, Mapping[str, str]] | None:
@@ -463,8 +451,6 @@ class Service:
         prefill = PrefillLeg(leg, reading, self._deployment.routed_experts_shape)
 
         def ended(task: asyncio.Future[Any]) -> None:
-            import asyncio
-
             failed = not task.cancelled() and task.exception() is not None
             # Its reader reads it to the end.
             if failed and not main.watched.finished.is_set():
@@ -481,7 +467,7 @@ class Service:
         """SGLang's error answer (not 200) in the client's mode; the other leg aborted."""
         try:
             await main.response(self._deployment, self.max_bytes)  # raises SGLang's error
-            error: EnvelopeError = ResponseError(f"SGLang answered {main.status}")
+            error: EnvelopeError = ResponseError(f"SGLang answered {main.watched.status}")
         except EnvelopeError as exc:
             error = exc
         finally:
@@ -542,11 +528,9 @@ class Service:
                     out = await with_prefill_side(out, merging)
                 yield out.replace(engine_id, client_id)
             await read_past_done(main.watched)
-        except UpstreamError as error:  # the connection broke mid-answer
-            yield error_event(error) + SSE_DONE
         except transport_failures() as error:
             yield error_event(as_upstream_error(error)) + SSE_DONE
-        except EnvelopeError as error:  # the prefill's failure
+        except EnvelopeError as error:  # a broken connection, or the prefill's failure
             yield error_event(error) + SSE_DONE
         finally:
             self._settle(main, prefill=prefill)
@@ -564,10 +548,8 @@ class Service:
         reading = asyncio.ensure_future(self._whole(main, prefill))
         try:
             gone = await until_done_or_gone(reading, disconnected, self._poll_s)
-        except BaseException:  # cancelled (aiohttp cancels a handler whose client left)
+        finally:  # also when cancelled (aiohttp cancels a handler whose client left)
             self._settle(main, None if reading.done() else reading, prefill)
-            raise
-        self._settle(main, None if reading.done() else reading, prefill)
         if gone:
             return whole_answer(CLIENT_GONE, JSON, b"")
         try:
@@ -575,7 +557,7 @@ class Service:
         except EnvelopeError as exc:
             return refused(exc, False)
         finished = finalize_response(response, engine=main.engine, client_rid=client_rid)
-        return whole_answer(200, JSON, _encode(finished))
+        return whole_answer(200, JSON, msgspec.json.encode(finished))
 
     async def _whole(self, main: Leg, prefill: PrefillLeg | None) -> dict[str, Any]:
         """The decode (or aggregated) answer, with the prefill's prompt side."""

@@ -1,9 +1,4 @@
-"""A callback on a process's signals, chained to the handlers they had.
-
-`Service.close_on` stops serving at SIGTERM through it, then lets the server's own
-handler (uvicorn's) run: the server stops taking requests and waits for those in
-flight, which the service has already ended.
-"""
+"""A callback on a process's signals, chained to their handlers (`Service.close_on`)."""
 
 from __future__ import annotations
 

@@ -42,15 +42,7 @@ def is_output(frame: dict[str, Any]) -> bool:
     return bool(frame.get("output_ids")) or bool(frame.get("text"))
 
 
-class _Failed:
-    """The read of the answer failed with `error`."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-
+#: The answer's end; its failure is put in the queue as the exception itself.
 _END: Final = object()
 #: Put in the queue to wake a reader waiting on it (`WatchedReply.stop`).
 _WAKE: Final = object()
@@ -81,9 +73,9 @@ class WatchedReply:
     )
 
     def __init__(self, *, streamed: bool, idle_s: float | None = None) -> None:
-        #: SGLang's answer, once its head has arrived (`attach`).
         import asyncio
 
+        #: SGLang's answer, once its head has arrived (`attach`).
         self.reply: EngineReply | None = None
         self.attached = asyncio.Event()
         self.first_output = asyncio.Event()
@@ -117,7 +109,7 @@ class WatchedReply:
             async for chunk in reply.chunks:
                 await self._queue.put(chunk)
         except Exception as error:  # the reader gets it, in order
-            await self._queue.put(_Failed(error))
+            await self._queue.put(error)
         else:
             await self._queue.put(_END)
 
@@ -154,16 +146,15 @@ class WatchedReply:
             timer.cancel()
 
     def _idled(self) -> None:
-        seconds = f"{self._idle_s:g}"
-        self.stop(UpstreamError(f"SGLang sent nothing for {seconds} s", 504))
+        self.stop(UpstreamError(f"SGLang sent nothing for {self._idle_s:g} s", 504))
 
     def _chunk(self, item: object) -> bytes:
         """The chunk `item` is; at the answer's end, StopAsyncIteration or its failure."""
-        if item is _END or isinstance(item, _Failed):
+        if item is _END or isinstance(item, Exception):
             self.finished.set()
             self.first_output.set()
-            if isinstance(item, _Failed):
-                raise item.error
+            if isinstance(item, Exception):
+                raise item
             raise StopAsyncIteration
         chunk: bytes = item  # type: ignore[assignment]
         if self._decoder is not None:
@@ -211,7 +202,7 @@ class WatchedReply:
             # A reader still waiting is told the answer ended.
             while not self._queue.empty():
                 self._queue.get_nowait()
-            self._queue.put_nowait(_Failed(ResponseError("SGLang's answer was given up")))
+            self._queue.put_nowait(ResponseError("SGLang's answer was given up"))
             await self.reply.close()
 
 
@@ -302,9 +293,7 @@ async def until_done_or_gone(
         return not reading.done()
     while not reading.done():
         await asyncio.wait([reading], timeout=poll_s)
-        if reading.done():
-            break
-        if await is_gone(disconnected):
+        if not reading.done() and await is_gone(disconnected):
             return True
     return False
 
