@@ -169,8 +169,7 @@ def plan_answer(
     given = prompt_ids(request)
     room = max(0, context_length - len(given))
     count = room if limit is None else min(limit, room)
-    # Each id is a function of the sequence before it (its sum and length), as a model's
-    # next token is: a continuation (the prompt with the output so far) goes on alike.
+    # Each id is a function of the sequence before it: its sum and its length.
     total = sum(given)
     length = len(given)
     span = vocab_size - FIRST_ID
