@@ -227,7 +227,6 @@ def cmd_normalize(args: argparse.Namespace) -> int:
 
 
 def add_normalize(commands: Commands[Parser]) -> None:
-    """The `normalize` subcommand and its options."""
     normalize = add_command(
         commands,
         "normalize",
@@ -335,7 +334,6 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 
 
 def add_aggregate(commands: Commands[Parser]) -> None:
-    """The `aggregate` subcommand and its options."""
     aggregate = add_command(
         commands,
         "aggregate",
@@ -394,7 +392,6 @@ def cmd_flat(args: argparse.Namespace) -> int:
 
 
 def add_flat(commands: Commands[Parser]) -> None:
-    """The `flat` subcommand and its options."""
     flat = add_command(
         commands,
         "flat",

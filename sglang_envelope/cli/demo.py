@@ -128,7 +128,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def add_demo(commands: Commands[Parser]) -> None:
-    """The `demo` subcommand."""
     demo = add_command(
         commands,
         "demo",

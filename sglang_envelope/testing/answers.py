@@ -112,9 +112,8 @@ class AnswerPlan(NamedTuple):
 
 
 class Span(NamedTuple):
-    """What one answer object covers: output ids ``[start, end)`` of the plan
-    (``start`` is
-    0 for a cumulative frame and a unary body), and the finish reason once finished."""
+    """What one answer object covers: output ids ``[start, end)`` of the plan (``start``
+    is 0 for a cumulative frame and a unary body), and the finish reason once finished."""
 
     start: int
     end: int
@@ -141,13 +140,10 @@ def _sampling(request: ClientRequest, name: str) -> Any:
     return getattr(params, name)
 
 
-def _stop_ids(request: ClientRequest) -> frozenset[int]:
-    raw = _sampling(request, "stop_token_ids")
-    if raw is UNSET:
-        return frozenset()
-    value = _decode(raw)  # checked and bounded when the request was decoded
-    items = value if isinstance(value, list) else [value]
-    return frozenset(item for item in items if type(item) is int)
+def _ids(raw: msgspec.Raw) -> list[int]:
+    """The ids of a field of token ids (``null``: none), checked and bounded when the
+    request was decoded."""
+    return [item for item in _decode(raw) or () if type(item) is int]
 
 
 def plan_answer(
@@ -173,12 +169,12 @@ def plan_answer(
     given = prompt_ids(request)
     room = max(0, context_length - len(given))
     count = room if limit is None else min(limit, room)
-    # Each id is a function of the sequence before it (its sum and length), as a model's
-    # next token is: a continuation (the prompt with the output so far) goes on alike.
+    # Each id is a function of the sequence before it: its sum and its length.
     total = sum(given)
     length = len(given)
     span = vocab_size - FIRST_ID
-    stops = _stop_ids(request)
+    raw_stops = _sampling(request, "stop_token_ids")
+    stops = frozenset() if raw_stops is UNSET else frozenset(_ids(raw_stops))
     ids: list[int] = []
     finish: dict[str, Any] = {"type": "length", "length": count}
     for _ in range(count):
@@ -258,14 +254,7 @@ def prompt_ids(request: ClientRequest) -> tuple[int, ...]:
 
 def _rows(request: ClientRequest, vocab_size: int) -> _Rows:
     raw = request.token_ids_logprob
-    asked = None
-    if raw is not UNSET:
-        value = _decode(raw)  # checked and bounded when the request was decoded
-        asked = (
-            [item for item in value if type(item) is int]
-            if isinstance(value, list)
-            else []
-        )
+    asked = None if raw is UNSET else _ids(raw)
     k = min(request.top_logprobs_num or 0, vocab_size)
     return _Rows(bool(request.return_text_in_logprobs), vocab_size, k, asked)
 

@@ -103,13 +103,6 @@ class Generation:
             self.stopped.set()
 
 
-def span_ending(span: Span) -> Ending:
-    """How the generation of a finished `span` ended: its finish reason's type."""
-    assert span.finish is not None
-    kind: Ending = span.finish["type"]
-    return kind
-
-
 def _sampled(request: ClientRequest) -> bool:
     """Whether samples of the request differ:
     SGLang samples above its smallest temperature."""
@@ -119,20 +112,23 @@ def _sampled(request: ClientRequest) -> bool:
     return effective_temperature(params) >= SAMPLING_EPS
 
 
+#: The integer options, in the order they are checked, and the least each may be.
+_INT_OPTIONS: Final = {
+    "default_max_new_tokens": 0,
+    "tokens_per_frame": 1,
+    "vocab_size": 4,
+    "context_length": 1,
+    "max_body_bytes": 1,
+    "dp_size": 1,
+    "max_recorded": 1,
+}
+
+
 def _check_options(options: dict[str, Any]) -> None:
-    for name in (
-        "default_max_new_tokens",
-        "tokens_per_frame",
-        "vocab_size",
-        "context_length",
-    ):
+    for name, low in _INT_OPTIONS.items():
         value = options[name]
-        low = 4 if name == "vocab_size" else 0 if name == "default_max_new_tokens" else 1
         if type(value) is not int or value < low:
             raise EnvelopeError(f"{name} must be an int >= {low}, got {value!r}")
-    for name in ("max_body_bytes", "dp_size", "max_recorded"):
-        if type(options[name]) is not int or options[name] < 1:
-            raise EnvelopeError(f"{name} must be an int >= 1, got {options[name]!r}")
     delay = options["frame_delay"]
     if type(delay) not in (int, float) or not 0 <= delay <= 60:
         raise EnvelopeError(
@@ -338,9 +334,7 @@ class FakeEngine:
             self.requests.append(body)
             if not json_content(headers):
                 raise RequestRejected("not_object", None, NOT_JSON_MESSAGE)
-            many = split_many(body, self.vocab_size)
-            if many is None:  # one token-input sequence
-                many = Sequences([body], 1, [], False)
+            many = split_many(body, self.vocab_size) or Sequences([body], 1, [], False)
             generations = [Generation(plan) for plan in self._plan(many)]
         except (RequestRejected, EngineError) as error:
             await answer(send, *error_response(error, stream=stream))
@@ -461,7 +455,7 @@ class FakeEngine:
                 if step.finish is None:
                     going.append((index, generation))
                 else:
-                    self._record(generation, span_ending(step))
+                    self._record(generation, step.finish["type"])
             if gone:  # the client went away: nothing more is sent
                 for _, generation in going:
                     self._record(generation, "disconnect")
@@ -485,7 +479,7 @@ class FakeEngine:
                 return step
             frames += 1
             if step.finish is not None:
-                self._record(generation, span_ending(step))
+                self._record(generation, step.finish["type"])
                 return step
 
     async def _unary(

@@ -72,8 +72,7 @@ class _Orchestration(msgspec.Struct):
 
 def json_content(headers: list[tuple[bytes, bytes]]) -> bool:
     """True when ``Content-Type`` is JSON (``application/json`` or
-    ``application/*+json``),
-    which FastAPI requires before it parses a body."""
+    ``application/*+json``), which FastAPI requires before it parses a body."""
     for name, value in headers:
         if name.lower() == b"content-type":
             kind = value.split(b";", 1)[0].strip().lower()
