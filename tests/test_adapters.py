@@ -108,6 +108,38 @@ def test_an_unreachable_sglang_is_an_upstream_error(make: Make) -> None:
     assert [error.status for error in errors] == [502, 502, 502]
 
 
+def test_aclose_leaves_the_caller_s_sessions_open() -> None:
+    """A session or client the caller passes, for generation, aborts or both, is still
+    open after `aclose`, once each lane has been used."""
+
+    async def used(transport: Any) -> None:
+        async with transport:
+            for name, args in (("generate", (b"{}", {})), ("get", ("/",))):
+                with pytest.raises(UpstreamError):
+                    await getattr(transport, name)(*args)
+
+    async def main(down: str) -> list[str]:
+        left_closed = []
+        session = aiohttp.ClientSession()
+        client = httpx.AsyncClient()
+        for given in ("session", "abort_session"), ("session",), ("abort_session",):
+            sessions: dict[str, Any] = dict.fromkeys(given, session)
+            await used(AiohttpTransport(down, **sessions))
+            if session.closed:
+                left_closed.append(f"aiohttp {given}")
+            names = tuple(name.replace("session", "client") for name in given)
+            clients: dict[str, Any] = dict.fromkeys(names, client)
+            await used(HttpxTransport(down, **clients))
+            if client.is_closed:
+                left_closed.append(f"httpx {names}")
+        await session.close()
+        await client.aclose()
+        return left_closed
+
+    with closed_port() as port:  # nothing listens there
+        assert asyncio.run(main(f"http://127.0.0.1:{port}")) == []
+
+
 def test_a_timeout_is_an_upstream_error_504() -> None:
     async def main(transport: Any) -> UpstreamError:
         async with transport:

@@ -56,7 +56,15 @@ class AiohttpTransport:
     its connector beyond `connections`, or pass `abort_session`).
     """
 
-    __slots__ = ("_base_url", "_connections", "_control", "_owned", "_session", "slots")
+    __slots__ = (
+        "_base_url",
+        "_connections",
+        "_control",
+        "_owned",
+        "_owned_control",
+        "_session",
+        "slots",
+    )
 
     def __init__(
         self,
@@ -72,6 +80,7 @@ class AiohttpTransport:
         self.slots = Slots(connections, pool_wait_s)
         self._connections = connections
         self._owned = session is None
+        self._owned_control = session is None and abort_session is None
         self._session = session
         self._control = abort_session or session
 
@@ -128,7 +137,7 @@ class AiohttpTransport:
         """Close the sessions the transport made."""
         if self._owned and self._session is not None:
             await self._session.close()
-        if self._owned and self._control is not None:
+        if self._owned_control and self._control is not None:
             await self._control.close()
 
     async def __aenter__(self) -> AiohttpTransport:
