@@ -23,6 +23,7 @@ from tests.serve_fakes import (
 
 FLAT = b'{"input_ids": [5, 6], "return_flat_raw_output_top_logprobs": true}'
 STREAM = b'{"input_ids": [5, 6], "stream": true}'
+JSON = {"content-type": "application/json"}
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 
@@ -57,7 +58,7 @@ def test_a_unary_client_heard_leaving_is_answered_and_aborted_at_once() -> None:
         gone = asyncio.Event()
         loop = asyncio.get_running_loop()
         async with service(transport, disconnect_poll_s=60, abort_policy=QUICK_DRAIN) as svc:
-            asking = svc.generate_request({}, body_of(FLAT), receive=receiving(gone, []))
+            asking = svc.generate_request(JSON, body_of(FLAT), receive=receiving(gone, []))
             answering = asyncio.ensure_future(asking)
             await asyncio.sleep(0.2)
             left = loop.time()
@@ -76,7 +77,7 @@ def test_a_client_gone_before_dispatch_is_never_dispatched() -> None:
         gone = asyncio.Event()
         gone.set()  # the server knows already: its receive answers at once
         async with service(transport) as svc:
-            answer = await svc.generate_request({}, body_of(FLAT), receive=receiving(gone, []))
+            answer = await svc.generate_request(JSON, body_of(FLAT), receive=receiving(gone, []))
             return answer.status, transport
 
     status, transport = run(main())
@@ -89,7 +90,7 @@ def test_a_stream_stops_listening_once_answered_and_is_relayed() -> None:
         calls: list[str] = []
         async with service(transport) as svc:
             receive = receiving(asyncio.Event(), calls)
-            answer = await svc.generate_request({}, body_of(STREAM), receive=receive)
+            answer = await svc.generate_request(JSON, body_of(STREAM), receive=receive)
             await asyncio.sleep(0)
             return answer.status, await read(answer), calls
 
@@ -107,7 +108,7 @@ def test_a_receive_that_fails_is_a_client_gone() -> None:
             raise OSError("the connection broke")
 
         async with service(transport, abort_policy=QUICK_DRAIN) as svc:
-            answer = await svc.generate_request({}, body_of(FLAT), receive=broken)
+            answer = await svc.generate_request(JSON, body_of(FLAT), receive=broken)
             return answer.status, transport
 
     status, transport = run(main())
@@ -118,7 +119,7 @@ def test_disconnected_and_receive_together_are_the_caller_s_mistake() -> None:
     async def main() -> None:
         async with service(FakeTransport(slow_unary)) as svc:
             await svc.generate_request(
-                {},
+                JSON,
                 body_of(FLAT),
                 disconnected=lambda: False,
                 receive=receiving(asyncio.Event(), []),

@@ -1,9 +1,10 @@
 """A client's HTTP request, read as SGLang's server reads it: its type, its body bounded.
 
 SGLang's ``/generate`` is a FastAPI route, which parses a body as JSON when it
-comes without ``Content-Type`` or as ``application/json`` or
-``application/*+json``; any other type (``text/plain``, a form) reaches
-pydantic as bytes, which answers 400 in its shape (`json_content_type`). The
+comes as ``application/json`` or ``application/*+json``; a body of any other
+type (``text/plain``, a form) or of none (FastAPI 0.132 and later, which SGLang
+installs) reaches pydantic as bytes, which answers 400 in its shape
+(`json_content_type`). The
 body is then read within the library's bound (`DEFAULT_MAX_BODY_BYTES`, 16
 MiB): a ``Content-Length`` over it is refused before a byte is read, and a body
 without one (chunked) is refused as soon as it passes it, read no further
@@ -27,11 +28,12 @@ _MAX_LENGTH_DIGITS = 20
 
 
 def json_content_type(value: str | None) -> bool:
-    """Whether FastAPI parses a body sent with ``Content-Type: value`` as JSON: no type
-    (None or empty), ``application/json`` or ``application/*+json``, parameters aside
-    (as Python's `email.message.Message` reads the header for FastAPI)."""
+    """Whether FastAPI parses a body sent with ``Content-Type: value`` as JSON:
+    ``application/json`` or ``application/*+json``, parameters aside (as Python's
+    `email.message.Message` reads the header for FastAPI); no type (None or empty)
+    is not, as FastAPI 0.132 and later read it."""
     if not value:
-        return True
+        return False
     kind = value.split(";", 1)[0].strip().lower()
     if kind.count("/") != 1:
         return False
@@ -76,7 +78,10 @@ async def read_client_body(
         )
     content_type, length = _declared(headers)
     if not json_content_type(content_type):
-        raise reject("not_object", got=f"a body sent as Content-Type: {content_type}")
+        sent = "with no Content-Type"
+        if content_type:
+            sent = f"as Content-Type: {content_type}"
+        raise reject("not_object", got=f"a body sent {sent}")
     if length is not None and length > max_body_bytes:
         raise reject("body_too_large", size=length, limit=max_body_bytes)
     body = bytearray()
