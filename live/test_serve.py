@@ -90,6 +90,14 @@ def test_the_apps_answer_as_sglang_does(server: LiveServer, tmp_path: Path, name
         refused = client.post(url + "/generate", json={**flat, "stream": True})
         sglang = client.post(server.url + "/generate", json={**flat, "stream": True})
         assert (refused.status_code, refused.content) == (sglang.status_code, sglang.content)
+        # Neither a body of no type nor a text one is JSON to SGLang's FastAPI.
+        raw = json.dumps(body).encode()
+        for headers in ({}, {"content-type": "text/plain"}):
+            mine = client.post(url + "/generate", content=raw, headers=headers)
+            theirs = client.post(server.url + "/generate", content=raw, headers=headers)
+            assert theirs.status_code == mine.status_code == 400, (headers, mine.text)
+            assert mine.headers["content-type"] == theirs.headers["content-type"]
+            assert list(mine.json()) == list(theirs.json())
 
 
 class Recording(HttpxTransport):
