@@ -18,6 +18,7 @@ from sglang_envelope import (
     build_engine_request,
     decode_client_request,
     decode_sequences,
+    error_response,
     to_worker_envelope,
 )
 from sglang_envelope.request.types import request_json
@@ -116,7 +117,7 @@ def test_a_batch_without_rid_leaves_every_rid_to_the_caller() -> None:
         ({"input_ids": [[1], None]}, "wrong_type", "input_ids[1]", "got null"),
         ({"input_ids": [[1], []]}, "empty_input_ids", "input_ids[1]", "input_ids[1] cannot be"),
         ({"input_ids": [[1], [2, -1]]}, "token_id_out_of_range", "input_ids[1][1]", "[0, 2^32)"),
-        ({"input_ids": [[1], [[2]]]}, "batched_input", "input_ids[1]", "one flat list"),
+        ({"input_ids": [[1], [[2]]]}, "wrong_type", "input_ids[1]", "expected array of int"),
         ({"input_ids": [[1], [2]], "sampling_params": [{}, {}]}, "per_item_list",
          "sampling_params", "one request a prompt"),
         ({"input_ids": [[1], [2]], "return_logprob": [True, False]}, "per_item_list",
@@ -301,3 +302,20 @@ def test_any_value_in_a_batch_field_is_refused_cleanly(value: Any, key: str) -> 
         decode_sequences(body)
     except RequestRejected as rejected:
         assert rejected.code and rejected.field
+
+
+@pytest.mark.parametrize("ids", [[[[5]]], [[5], [6, [7]]]])
+def test_a_row_holding_a_list_is_a_wrong_type_as_sglang_s_validator_refuses_it(
+    ids: list[Any],
+) -> None:
+    """SGLang's validator refuses such a row with pydantic's 400 in either mode ("row 1:
+    elements must be int"); it is not a batch of its own."""
+    body = json.dumps({"input_ids": ids, "stream": True}).encode()
+    with pytest.raises(RequestRejected) as caught:
+        decode_sequences(body)
+    row = len(ids) - 1
+    assert (caught.value.code, caught.value.field) == ("wrong_type", f"input_ids[{row}]")
+    words = f"input_ids[{row}]: expected array of int, got array holding an array"
+    assert str(caught.value) == words
+    status, media_type, _ = error_response(caught.value, stream=True)
+    assert (status, media_type) == (400, "application/json")

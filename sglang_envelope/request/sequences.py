@@ -371,10 +371,15 @@ class _Prompt(NamedTuple):
 
 
 def _of_prompt(error: RequestRejected, key: str, index: int) -> RequestRejected:
+    """A prompt's refusal, naming the prompt. A prompt whose items are lists is not
+    a batch of its own: SGLang's validator refuses the row (``elements must be int``)."""
     field = error.field
     if field is None or not (field == key or field.startswith(key + "[")):
         return error
     named = f"{key}[{index}]"
+    if error.code == "batched_input":
+        got = "array holding an array"
+        return reject("wrong_type", path=named, expected="array of int", got=got)
     return RequestRejected(
         error.code, named + field[len(key) :], error.message.replace(key, named, 1)
     )
