@@ -193,3 +193,27 @@ def test_a_lifespan_message_the_fake_does_not_know_is_ignored() -> None:
     asyncio.run(asyncio.wait_for(engine({"type": "lifespan"}, receive, send), 5))
     assert sent == [{"type": "lifespan.startup.complete"}, {"type": "lifespan.shutdown.complete"}]
     assert incoming == []
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/abort_request", b'{"abort_all": true}'),
+        ("/pause_generation", b'{"mode": "in_place"}'),
+        ("/continue_generation", b"{}"),
+    ],
+)
+@pytest.mark.parametrize("content_type", [None, b"text/plain"])
+def test_a_control_body_sent_as_no_json_is_refused_as_fastapi_refuses_it(
+    path: str, body: bytes, content_type: bytes | None
+) -> None:
+    engine = FakeEngine()
+    if path == "/continue_generation":  # a paused engine, to see it stays paused
+        assert post(engine, "/pause_generation", [chunk(b"{}")]).status == 200
+    headers = [] if content_type is None else [(b"content-type", content_type)]
+    exchange = post(engine, path, [chunk(body)], headers)
+    assert exchange.status == 400
+    message = f"{path[1:]} body must be sent as Content-Type: application/json"
+    assert json.loads(exchange.body) == pydantic_refusal(message)
+    assert engine.paused == (path == "/continue_generation"), "nothing paused or continued"
+    assert list(engine.aborts) == []

@@ -21,6 +21,9 @@ The rollout controls are SGLang 0.5.23's (`entrypoints/v1_loads.py`,
   generation; in every mode no generation makes a token until
   ``POST /continue_generation``, which reads ``{"torch_empty_cache": bool}``.
   Both answer 200 with SGLang's ``{"message": ..., "status": "ok"}``.
+
+A control's body not sent as JSON (``application/json`` or ``application/*+json``)
+is refused as FastAPI refuses it: 400 in pydantic's shape, nothing done.
 """
 
 from __future__ import annotations
@@ -161,12 +164,8 @@ def pydantic_error(message: str) -> tuple[int, str, bytes]:
     return 400, JSON, _ENCODE({**body, "code": 400})
 
 
-def parse_abort(body: bytes, is_json: bool) -> AbortBody | ValueError:
+def parse_abort(body: bytes) -> AbortBody | ValueError:
     """The abort `body` asks for, or why SGLang's parse refuses it."""
-    if not is_json:
-        return ValueError(
-            "abort_request body must be sent as Content-Type: application/json"
-        )
     try:
         value = msgspec.json.decode(body)
         read = msgspec.convert(value, _AbortReq)
@@ -287,8 +286,12 @@ async def serve_control(
     path = scope["path"]
     if isinstance(body, Exception):
         read: Any = body
+    elif not json_content(scope["headers"]):  # FastAPI parses only a JSON body
+        read = ValueError(
+            f"{path[1:]} body must be sent as Content-Type: application/json"
+        )
     elif path == "/abort_request":
-        read = parse_abort(body, json_content(scope["headers"]))
+        read = parse_abort(body)
     else:
         read = _read(body, _PauseReq if path == "/pause_generation" else _ContinueReq)
     if isinstance(read, Exception):
