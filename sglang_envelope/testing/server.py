@@ -8,7 +8,9 @@ ignored (the tokenizer manager knows only exact rids); a rid already aborted
 once is ignored; otherwise the scheduler aborts every running request whose
 rid starts with it (``req.rid.startswith(recv_req.rid)``), so an abort of
 ``"a"`` also ends ``"ab"`` while ``"a"`` runs. ``abort_all`` aborts them all.
-Every one answers 200 with an empty body.
+Every one answers 200 with an empty body. A control's body is read as SGLang's
+pydantic parse (lax mode) reads it: ``"yes"``, ``"on"`` or ``1`` is a true
+``abort_all``, and a field of ``AbortReq`` of another type (``rid: 5``) is refused.
 
 The rollout controls are SGLang 0.5.23's (`entrypoints/v1_loads.py`,
 `http_server.py`, `TokenizerManager.pause_generation`):
@@ -31,7 +33,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator, Mapping, MutableSequence
 from datetime import datetime, timezone
-from typing import Any, Final, Literal, NamedTuple, Protocol
+from typing import Any, Final, Literal, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
@@ -144,13 +146,6 @@ async def not_found(send: Send, path: str) -> None:
         await answer(send, 404, JSON, b'{"detail":"Not Found"}')
 
 
-class _AbortReq(msgspec.Struct):
-    """The fields of SGLang's `AbortReq` that ``/abort_request`` reads."""
-
-    rid: str | None = ""
-    abort_all: bool = False
-
-
 class AbortBody(NamedTuple):
     """One ``/abort_request`` body: as sent (decoded JSON), and read."""
 
@@ -164,14 +159,77 @@ def pydantic_error(message: str) -> tuple[int, str, bytes]:
     return 400, JSON, _ENCODE({**body, "code": 400})
 
 
-def parse_abort(body: bytes) -> AbortBody | ValueError:
-    """The abort `body` asks for, or why SGLang's parse refuses it."""
+class _Control(msgspec.Struct):
+    """The fields of SGLang's ``BaseReq``, which every control body may carry."""
+
+    rid: str | None = None
+    http_worker_ipc: str | None = None
+
+
+class _Span(msgspec.Struct):
+    """SGLang's ``WeightVersionSpan``."""
+
+    version: str
+    start: int
+    end: int
+
+
+class _AbortReq(_Control):
+    """SGLang's ``AbortReq``, as ``/abort_request`` parses it."""
+
+    abort_all: bool = False
+    finished_reason: dict[str, str | int | list[int] | None] | None = None
+    abort_message: str | None = None
+    weight_versions: list[_Span] | None = None
+
+
+class _PauseReq(_Control):
+    mode: Literal["abort", "retract", "in_place"] = "abort"
+
+
+class _ContinueReq(_Control):
+    torch_empty_cache: bool = True
+
+
+#: The words pydantic's lax mode reads as a bool, in any case (SGLang parses a control
+#: body with it); it reads the numbers 0 and 1 as one too.
+_LAX_BOOLS: Final = {
+    **dict.fromkeys(("1", "on", "t", "true", "y", "yes"), True),
+    **dict.fromkeys(("0", "off", "f", "false", "n", "no"), False),
+}
+_BOOL_FIELDS: Final = frozenset(("abort_all", "torch_empty_cache"))
+_C = TypeVar("_C", bound=_Control)
+
+
+def _lax_bool(value: Any) -> Any:
+    """A bool field's value as pydantic's lax mode reads it (else as it is: refused)."""
+    if isinstance(value, str):
+        return _LAX_BOOLS.get(value.lower(), value)
+    if type(value) in (int, float) and value in (0, 1):
+        return bool(value)
+    return value
+
+
+def _read(body: bytes, kind: type[_C], name: str) -> tuple[Any, _C] | ValueError:
+    """`body` decoded, and read as SGLang's parse (pydantic, lax) reads a `kind`; or
+    why it refuses it."""
     try:
         value = msgspec.json.decode(body)
-        read = msgspec.convert(value, _AbortReq)
+        lax = value
+        if isinstance(value, dict):
+            lax = {k: _lax_bool(v) if k in _BOOL_FIELDS else v for k, v in value.items()}
+        return value, msgspec.convert(lax, kind, strict=False)
     except (msgspec.DecodeError, RecursionError) as error:
-        return ValueError(f"abort_request body: {error}")
-    return AbortBody(value, read.rid or "", read.abort_all)
+        return ValueError(f"{name} body: {error}")
+
+
+def parse_abort(body: bytes) -> AbortBody | ValueError:
+    """The abort `body` asks for, or why SGLang's parse refuses it."""
+    read = _read(body, _AbortReq, "abort_request")
+    if isinstance(read, ValueError):
+        return read
+    value, abort = read
+    return AbortBody(value, abort.rid or "", abort.abort_all)
 
 
 class _Running(Protocol):
@@ -197,21 +255,6 @@ def abort_order(running: Mapping[str, _Running], abort: AbortBody) -> Iterator[_
 
 PAUSED: Final = b'{"message":"Generation paused successfully.","status":"ok"}'
 CONTINUED: Final = b'{"message":"Generation continued successfully.","status":"ok"}'
-
-
-class _PauseReq(msgspec.Struct):
-    mode: Literal["abort", "retract", "in_place"] = "abort"
-
-
-class _ContinueReq(msgspec.Struct):
-    torch_empty_cache: bool = True
-
-
-def _read(body: bytes, kind: type[msgspec.Struct]) -> Any:
-    try:
-        return msgspec.json.decode(body, type=kind)
-    except (msgspec.DecodeError, RecursionError) as error:
-        return ValueError(f"{kind.__name__.strip('_')} body: {error}")
 
 
 _CORE: Final[dict[str, Any]] = {
@@ -293,7 +336,9 @@ async def serve_control(
     elif path == "/abort_request":
         read = parse_abort(body)
     else:
-        read = _read(body, _PauseReq if path == "/pause_generation" else _ContinueReq)
+        kind: type[_Control] = _PauseReq if path == "/pause_generation" else _ContinueReq
+        parsed = _read(body, kind, kind.__name__.strip("_"))
+        read = parsed if isinstance(parsed, ValueError) else parsed[1]
     if isinstance(read, Exception):
         await answer(send, *pydantic_error(str(read)))
     elif isinstance(read, AbortBody):
