@@ -204,3 +204,64 @@ def test_a_continuation_after_an_abort_completes_the_generation() -> None:
     assert then.sampling_params.max_new_tokens == 40 - len(part["output_ids"])  # type: ignore[union-attr]
     assert rest["meta_info"]["finish_reason"]["type"] == "length"
     assert part["output_ids"] + rest["output_ids"] == whole["output_ids"]
+
+
+#: A load's keys as a live SGLang 0.5.23 server writes them (`LoadSnapshot.to_dict`).
+CORE_KEYS = [
+    "timestamp", "dp_rank", "num_running_reqs", "num_waiting_reqs",
+    "num_waiting_uncached_tokens", "num_used_tokens", "num_total_tokens",
+    "num_active_tokens", "num_prealloc_ready_tokens", "max_total_num_tokens",
+    "max_running_requests", "token_usage", "gen_throughput", "cache_hit_rate",
+    "utilization", "total_prefill_uncached_tokens", "total_prefill_busy_us", "decode_moments",
+]  # fmt: skip
+SECTIONS = {
+    "memory": ["weight_gb", "kv_cache_gb", "graph_gb", "token_capacity"],
+    "disaggregation": [
+        "mode", "prefill_bootstrap_queue_reqs", "prefill_inflight_queue_reqs",
+        "decode_prealloc_queue_reqs", "decode_transfer_queue_reqs",
+        "decode_retracted_queue_reqs", "kv_transfer_speed_gb_s", "kv_transfer_latency_ms",
+    ],
+    "queues": ["waiting", "grammar", "paused", "retracted", "prealloc_ready"],
+}  # fmt: skip
+
+
+def test_the_fakes_loads_answer_has_sglangs_sections_and_reads_its_query() -> None:
+    engine = FakeEngine(dp_size=2, disaggregation_mode="decode")
+    queries = [
+        "", "?include=all", "?include=", "?include=core,queues", "?include=memory",
+        "?include=disagg&include=queues", "?include=spec", "?dp_rank=1", "?dp_rank=2",
+        "?include=bogus", "?include=bogus&dp_rank=9", "?dp_rank=x",
+        "?format=prometheus&include=core,queues&dp_rank=0",
+    ]  # fmt: skip
+
+    async def main() -> list[httpx.Response]:
+        async with client_of(engine) as client:
+            return [await client.get(f"/v1/loads{query}") for query in queries]
+
+    full, every, empty, queues, memory, last, spec, one, none, bogus, unread, rank, metrics = run(
+        main
+    )
+    for answer in (full, every, empty):
+        loads = answer.json()["loads"]
+        assert [list(load) for load in loads] == [[*CORE_KEYS, *SECTIONS]] * 2
+        assert all(list(load[name]) == keys for load in loads for name, keys in SECTIONS.items())
+        assert loads[1]["disaggregation"]["mode"] == "decode"
+    assert list(queues.json()["loads"][0]) == [*CORE_KEYS, "queues"]
+    assert list(memory.json()["loads"][0]) == [*CORE_KEYS, "memory"]
+    assert list(last.json()["loads"][0]) == [*CORE_KEYS, "queues"], "the last value is read"
+    assert list(spec.json()["loads"][0]) == CORE_KEYS, "no speculative decoding: no section"
+    assert [load["dp_rank"] for load in one.json()["loads"]] == [1]
+    assert none.json()["loads"] == [] and unread.json()["loads"] == []
+    # SGLang's LoadSnapshot.to_dict raises for an unknown section, and FastAPI answers 500.
+    assert (bogus.status_code, bogus.headers["content-type"]) == (500, "text/plain; charset=utf-8")
+    assert bogus.content == b"Internal Server Error"
+    assert rank.status_code == 400 and rank.json()["object"] == "error"
+    assert metrics.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    lines = metrics.text.splitlines()
+    assert lines[2:4] == [
+        "# TYPE sglang_num_running_reqs gauge",
+        'sglang_num_running_reqs{dp_rank="0"} 0',
+    ]
+    assert 'sglang_queues_waiting{dp_rank="0"} 0' in lines
+    assert not any("dp_rank gauge" in line or "decode_moments" in line for line in lines)
+    assert metrics.text.endswith("\n")

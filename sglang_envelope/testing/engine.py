@@ -62,7 +62,7 @@ from sglang_envelope.testing.server import (
     answer,
     body_chunk,
     lifespan,
-    loads_body,
+    loads_answer,
     not_found,
     serve_control,
     stream_start,
@@ -308,12 +308,13 @@ class FakeEngine:
         elif path == "/health":
             await answer(send, 200, None, b"")
         elif path == "/v1/loads":
-            body = loads_body(
+            loads = loads_answer(
                 running=self.running,
                 dp_size=self.dp_size,
+                mode=self.disaggregation_mode,
                 query=scope.get("query_string", b""),
             )
-            await answer(send, 200, JSON, body)
+            await answer(send, *loads)
         else:  # /abort_request, /pause_generation, /continue_generation
             await serve_control(
                 scope, receive, send, self._running, self._resumed, self.aborts

@@ -17,7 +17,9 @@ The rollout controls are SGLang 0.5.23's (`entrypoints/v1_loads.py`,
 
 - ``GET /v1/loads`` answers one load per DP rank in SGLang's shape, every
   generation counted as running on rank 0 (a paused one too: the fake has no
-  waiting queue), with only the core keys when ``include=core`` is asked;
+  waiting queue), with the sections a live server writes (``memory``,
+  ``disaggregation``, ``queues``), reading ``include``, ``dp_rank`` and
+  ``format=prometheus`` as ``v1_loads.py`` and ``LoadSnapshot.to_dict`` do;
 - ``POST /pause_generation`` reads ``{"mode": "abort" | "retract" |
   "in_place"}`` (default ``"abort"``): ``"abort"`` aborts every running
   generation; in every mode no generation makes a token until
@@ -31,9 +33,12 @@ is refused as FastAPI refuses it: 400 in pydantic's shape, nothing done.
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 from collections.abc import Iterator, Mapping, MutableSequence
 from datetime import datetime, timezone
 from typing import Any, Final, Literal, NamedTuple, Protocol, TypeVar
+from urllib.parse import parse_qsl
 
 import msgspec
 
@@ -55,7 +60,7 @@ __all__ = [
     "answer",
     "body_chunk",
     "lifespan",
-    "loads_body",
+    "loads_answer",
     "not_found",
     "serve_control",
     "stream_start",
@@ -279,36 +284,134 @@ _CORE: Final[dict[str, Any]] = {
 }
 
 
-def loads_body(*, running: int, dp_size: int, query: bytes) -> bytes:
-    """The ``/v1/loads`` answer: `running` generations on rank 0 of `dp_size`."""
-    core_only = b"include=core" in query
-    now = datetime.now(timezone.utc)
-    loads = []
-    for rank in range(dp_size):
-        load = {
-            **_CORE,
-            "timestamp": now.timestamp(),
-            "dp_rank": rank,
-            "num_running_reqs": running if rank == 0 else 0,
-        }
-        if not core_only:
-            load["queues"] = {
-                "waiting": 0,
-                "grammar": 0,
-                "paused": 0,
-                "retracted": 0,
-                "prealloc_ready": 0,
-            }
-        loads.append(load)
-    return _ENCODE(
+#: Each section of a load SGLang writes on the fake's server: its key, its name in
+#: ``include``, and its fields (``mode`` is the server's disaggregation mode). The fake
+#: has no speculative decoding or LoRA, whose sections SGLang then leaves out.
+_SECTIONS: Final[tuple[tuple[str, str, dict[str, Any]], ...]] = (
+    (
+        "memory",
+        "memory",
         {
-            "timestamp": now.isoformat(),
-            "version": "0.5.23",
-            "accelerator": None,
-            "num_accelerators": 1,
-            "loads": loads,
-        }
+            "weight_gb": 0.0,
+            "kv_cache_gb": 0.0,
+            "graph_gb": 0.0,
+            "token_capacity": 4096,
+        },
+    ),
+    (
+        "disaggregation",
+        "disagg",
+        {
+            "mode": "null",
+            "prefill_bootstrap_queue_reqs": 0,
+            "prefill_inflight_queue_reqs": 0,
+            "decode_prealloc_queue_reqs": 0,
+            "decode_transfer_queue_reqs": 0,
+            "decode_retracted_queue_reqs": 0,
+            "kv_transfer_speed_gb_s": 0.0,
+            "kv_transfer_latency_ms": 0.0,
+        },
+    ),
+    (
+        "queues",
+        "queues",
+        {
+            "waiting": 0,
+            "grammar": 0,
+            "paused": 0,
+            "retracted": 0,
+            "prealloc_ready": 0,
+        },
+    ),
+)
+#: The ``include`` names SGLang knows (``LoadSnapshot.VALID_SECTIONS``).
+_INCLUDES: Final = frozenset(
+    ("core", "memory", "spec", "lora", "disagg", "queues", "all")
+)
+#: A section's metric prefix in the Prometheus format, where not its key.
+_PROMETHEUS_PREFIX: Final = {"speculative": "spec", "disaggregation": "disagg"}
+PROMETHEUS: Final = "text/plain; version=0.0.4; charset=utf-8"
+#: Starlette's answer to an exception no handler takes.
+INTERNAL_ERROR: Final = (500, "text/plain; charset=utf-8", b"Internal Server Error")
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
+class _LoadsQuery(NamedTuple):
+    """What a ``/v1/loads`` query asks for: sections (None: all), a rank, a format."""
+
+    include: frozenset[str] | None
+    dp_rank: int | None
+    prometheus: bool
+
+
+def _loads_query(query: bytes) -> _LoadsQuery | ValueError:
+    """The query as FastAPI reads it (a key's last value), or why it refuses it."""
+    params = dict(parse_qsl(query.decode("latin-1"), keep_blank_values=True))
+    include, rank = params.get("include"), params.get("dp_rank")
+    if rank is not None and not _INTEGER.fullmatch(rank):
+        return ValueError(f"dp_rank: Input should be a valid integer, got {rank!r}")
+    return _LoadsQuery(
+        frozenset(name.strip() for name in include.split(",")) if include else None,
+        None if rank is None else int(rank),
+        params.get("format") == "prometheus",
     )
+
+
+def _load(
+    rank: int, running: int, mode: str, include: frozenset[str] | None
+) -> dict[str, Any]:
+    """One rank's load, with the sections `include` asks for."""
+    load = {**_CORE, "timestamp": time.time(), "dp_rank": rank}
+    load["num_running_reqs"] = running
+    for key, name, fields in _SECTIONS:
+        if include is None or "all" in include or name in include:
+            load[key] = {k: mode if k == "mode" else v for k, v in fields.items()}
+    return load
+
+
+def _prometheus(loads: list[dict[str, Any]]) -> bytes:
+    """The loads in Prometheus' text format, as SGLang writes them."""
+    samples: dict[str, list[tuple[int, Any]]] = {}
+    for load in loads:
+        rank = load["dp_rank"]
+        for key, value in load.items():
+            prefix = _PROMETHEUS_PREFIX.get(key, key)
+            pairs = value.items() if isinstance(value, dict) else [("", value)]
+            for sub_key, sub_value in pairs:
+                if key != "dp_rank" and isinstance(sub_value, (int, float)):
+                    name = f"sglang_{prefix}_{sub_key}" if sub_key else f"sglang_{key}"
+                    samples.setdefault(name, []).append((rank, sub_value))
+    lines = []
+    for name, found in samples.items():
+        lines.append(f"# TYPE {name} gauge")
+        lines.extend(f'{name}{{dp_rank="{rank}"}} {value}' for rank, value in found)
+    return ("\n".join(lines) + "\n").encode()
+
+
+def loads_answer(
+    *, running: int, dp_size: int, mode: str, query: bytes
+) -> tuple[int, str, bytes]:
+    """The ``/v1/loads`` answer to `query`: `running` generations on rank 0 of
+    `dp_size`, on a server of disaggregation `mode`."""
+    read = _loads_query(query)
+    if isinstance(read, ValueError):
+        return pydantic_error(str(read))
+    ranks = [rank for rank in range(dp_size) if read.dp_rank in (None, rank)]
+    include = read.include
+    known = include is None or "all" in include or include <= _INCLUDES
+    if ranks and not known:  # LoadSnapshot.to_dict raises
+        return INTERNAL_ERROR
+    loads = [_load(rank, running if rank == 0 else 0, mode, include) for rank in ranks]
+    if read.prometheus:
+        return 200, PROMETHEUS, _prometheus(loads)
+    answer = {
+        "timestamp": datetime.now(timezone.utc).isoformat(),
+        "version": "0.5.23",
+        "accelerator": None,
+        "num_accelerators": 1,
+        "loads": loads,
+    }
+    return 200, JSON, _ENCODE(answer)
 
 
 async def serve_control(
