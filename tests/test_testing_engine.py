@@ -431,3 +431,26 @@ def test_nothing_in_the_package_but_the_demo_imports_testing() -> None:
         and "sglang_envelope.testing" in path.read_text(encoding="utf-8")
     ]
     assert importers == ["cli/demo.py"]
+
+
+def test_the_routes_answer_as_sglang_s_fastapi_app_does() -> None:
+    body = {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 2}}
+
+    async def answers() -> list[httpx.Response]:
+        async with in_process(FakeEngine()) as client:
+            return [
+                await client.put("/generate", json=body),
+                await client.get("/health_generate"),
+                await client.get("/ready"),
+                await client.get("/generate"),
+                await client.put("/abort_request", json={}),
+                await client.post("/health"),
+            ]
+
+    put, health, ready, *refused = run(answers)
+    assert put.status_code == 200 and len(put.json()["output_ids"]) == 2
+    assert [(r.status_code, r.content) for r in (health, ready)] == [(200, b"")] * 2
+    # Starlette's 405 says which methods the route takes.
+    allowed = [set(r.headers["allow"].split(", ")) for r in refused]
+    assert [r.status_code for r in refused] == [405] * 3
+    assert allowed == [{"POST", "PUT"}, {"POST"}, {"GET"}]

@@ -1,8 +1,9 @@
 """`FakeEngine`: a fake SGLang 0.5.23 HTTP server, as a plain ASGI 3 app, for tests.
 
-It answers ``POST /generate`` (both stream modes, unary, logprobs, flat
-fields, refusals, many sequences and text), ``POST /abort_request``,
-``GET /get_server_info``, ``GET /health``, and the rollout controls
+It answers ``POST /generate`` (or ``PUT``; both stream modes, unary, logprobs,
+flat fields, refusals, many sequences and text), ``POST /abort_request``,
+``GET /get_server_info``, ``GET /health`` (``/health_generate``, ``/ready``), and
+the rollout controls
 ``GET /v1/loads``, ``POST /pause_generation`` and ``POST /continue_generation``
 as SGLang's own server does, and counts what it saw. Run it under any ASGI
 server (uvicorn) or call it in process (``httpx.ASGITransport``).
@@ -299,13 +300,13 @@ class FakeEngine:
         if kind != "http":
             return
         path = scope["path"]
-        if ROUTES.get(path) != scope["method"]:
+        if scope["method"] not in ROUTES.get(path, ()):
             await not_found(send, path)
         elif path == "/generate":
             await self._generate(scope, receive, send)
         elif path in ("/get_server_info", "/server_info"):
             await answer(send, 200, JSON, _ENCODE(self.server_info()))
-        elif path == "/health":
+        elif path in ("/health", "/health_generate", "/ready"):
             await answer(send, 200, None, b"")
         elif path == "/v1/loads":
             loads = loads_answer(

@@ -99,9 +99,16 @@ SERVER_INFO: Final[Mapping[str, Any]] = {
 }
 
 
-async def answer(send: Send, status: int, content_type: str | None, body: bytes) -> None:
-    """A whole response, as Starlette's `Response` sends it."""
-    headers = [(b"content-length", str(len(body)).encode())]
+async def answer(
+    send: Send,
+    status: int,
+    content_type: str | None,
+    body: bytes,
+    head: tuple[tuple[bytes, bytes], ...] = (),
+) -> None:
+    """A whole response, as Starlette's `Response` sends it (`head`: headers before
+    its own)."""
+    headers = [*head, (b"content-length", str(len(body)).encode())]
     if content_type is not None:
         headers.append((b"content-type", content_type.encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -130,23 +137,27 @@ async def stream_start(send: Send) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": headers})
 
 
-#: The fake's routes: each path, and the one method it serves.
+#: The fake's routes: each path, and the methods SGLang serves it by.
 ROUTES: Final = {
-    "/generate": "POST",
-    "/abort_request": "POST",
-    "/get_server_info": "GET",
-    "/server_info": "GET",
-    "/health": "GET",
-    "/v1/loads": "GET",
-    "/pause_generation": "POST",
-    "/continue_generation": "POST",
+    "/generate": ("POST", "PUT"),
+    "/abort_request": ("POST",),
+    "/get_server_info": ("GET",),
+    "/server_info": ("GET",),
+    "/health": ("GET",),
+    "/health_generate": ("GET",),
+    "/ready": ("GET",),
+    "/v1/loads": ("GET",),
+    "/pause_generation": ("POST",),
+    "/continue_generation": ("POST",),
 }
 
 
 async def not_found(send: Send, path: str) -> None:
-    """FastAPI's 404, or its 405 for a route the fake serves by another method."""
+    """FastAPI's 404, or its 405 (with ``Allow``) for a route the fake serves by
+    another method."""
     if path in ROUTES:
-        await answer(send, 405, JSON, b'{"detail":"Method Not Allowed"}')
+        allow = ((b"allow", ", ".join(ROUTES[path]).encode()),)
+        await answer(send, 405, JSON, b'{"detail":"Method Not Allowed"}', allow)
     else:
         await answer(send, 404, JSON, b'{"detail":"Not Found"}')
 
