@@ -344,7 +344,7 @@ class FakeEngine:
         self._running.update((g.plan.rid, g) for g in generations)
         watcher = asyncio.ensure_future(self._end_on_disconnect(generations, receive))
         try:
-            if generations[0].plan.request.stream:
+            if stream:
                 await self._stream(generations, many.array, send)
             else:
                 await self._unary(generations, many.array, send)
@@ -362,7 +362,7 @@ class FakeEngine:
             check_generate(body, self.deployment, self.max_body_bytes)
             for body in many.prompts
         ]
-        rids = many.rids or [requests[0].rid or uuid.uuid4().hex]
+        rids = many.rids if many.array else [requests[0].rid or uuid.uuid4().hex]
         for rid in rids:
             if rid in self._running:
                 raise EngineError(f"Duplicate request ID detected: {rid}", 400)
@@ -430,6 +430,9 @@ class FakeEngine:
     ) -> None:
         """The sequences' frames, round by round (with ``index`` when `array`)."""
         await stream_start(send)
+        if not generations:  # an empty batch: SGLang's stream ends at once
+            await body_chunk(send, SSE_DONE, more=False)
+            return
         live = list(enumerate(generations))
         frames = 0
         while live:
