@@ -454,3 +454,20 @@ def test_the_routes_answer_as_sglang_s_fastapi_app_does() -> None:
     allowed = [set(r.headers["allow"].split(", ")) for r in refused]
     assert [r.status_code for r in refused] == [405] * 3
     assert allowed == [{"POST", "PUT"}, {"POST"}, {"GET"}]
+
+
+def test_a_stream_s_refusal_is_sent_as_sglang_s_streaming_response_sends_it() -> None:
+    # The live SGLang 0.5.23 sends a streaming client's refusal through its
+    # StreamingResponse: chunked, with no Content-Length; a unary one whole.
+    body = {"input_ids": [5, 6], "sampling_params": {"temperature": -1}}
+
+    async def answers() -> list[httpx.Response]:
+        async with in_process(FakeEngine()) as client:
+            return [await post(client, {**body, "stream": stream}) for stream in (True, False)]
+
+    stream, unary = run(answers)
+    assert stream.status_code == 200 and stream.content.startswith(b'data: {"error"')
+    assert stream.headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert "content-length" not in stream.headers
+    assert unary.status_code == 400
+    assert unary.headers["content-length"] == str(len(unary.content))

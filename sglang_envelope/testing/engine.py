@@ -65,6 +65,7 @@ from sglang_envelope.testing.server import (
     lifespan,
     loads_answer,
     not_found,
+    refuse,
     serve_control,
     stream_start,
 )
@@ -339,7 +340,7 @@ class FakeEngine:
             many = split_many(body, self.vocab_size) or Sequences([body], 1, [], False)
             generations = [Generation(plan) for plan in self._plan(many)]
         except (RequestRejected, EngineError) as error:
-            await answer(send, *error_response(error, stream=stream))
+            await refuse(send, *error_response(error, stream=stream))
             return
         self._running.update((g.plan.rid, g) for g in generations)
         watcher = asyncio.ensure_future(self._end_on_disconnect(generations, receive))

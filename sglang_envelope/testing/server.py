@@ -62,6 +62,7 @@ __all__ = [
     "lifespan",
     "loads_answer",
     "not_found",
+    "refuse",
     "serve_control",
     "stream_start",
 ]
@@ -118,6 +119,17 @@ async def answer(
 async def body_chunk(send: Send, data: bytes, *, more: bool) -> None:
     """One part of a response's body (`more`: another follows)."""
     await send({"type": "http.response.body", "body": data, "more_body": more})
+
+
+async def refuse(send: Send, status: int, content_type: str, body: bytes) -> None:
+    """A refusal as SGLang sends it: a streaming client's (``text/event-stream``)
+    through Starlette's `StreamingResponse`, with no ``Content-Length``; another
+    whole."""
+    if content_type == EVENT_STREAM and status == 200:
+        await stream_start(send)
+        await body_chunk(send, body, more=False)
+    else:
+        await answer(send, status, content_type, body)
 
 
 async def lifespan(receive: Receive, send: Send) -> None:
