@@ -265,3 +265,42 @@ def test_the_fakes_loads_answer_has_sglangs_sections_and_reads_its_query() -> No
     assert 'sglang_queues_waiting{dp_rank="0"} 0' in lines
     assert not any("dp_rank gauge" in line or "decode_moments" in line for line in lines)
     assert metrics.text.endswith("\n")
+
+
+def test_a_request_that_arrives_while_paused_loses_its_aborts_as_in_sglang() -> None:
+    """As on a live SGLang 0.5.23 (docs/cancellation.md, "Registered is not dispatched";
+    live/test_abort.py): a request that arrives while generation is paused is registered
+    but not yet dispatched, so the loads do not count it; an abort of it by rid is lost
+    and marks it, so a later one after the continue is ignored too; `abort_all` and a
+    pause in abort mode are lost as well, and do not mark it."""
+    engine = FakeEngine(frame_delay=0.001)
+
+    async def held(client: httpx.AsyncClient, rid: str, *aborts: Any) -> tuple[Any, int]:
+        """`rid`'s finish reason when `aborts` (bodies, or a pause mode) come while it
+        is held, and a rid abort after the continue; and the loads' running count then."""
+        await client.post("/pause_generation", json={"mode": "in_place"})
+        answer = asyncio.ensure_future(client.post("/generate", json=body(rid, 100, stream=True)))
+        await until(lambda: engine.running == 1)
+        counted = (await client.get("/v1/loads?include=core")).json()["loads"][0]
+        for abort in aborts:
+            if isinstance(abort, str):
+                await client.post("/pause_generation", json={"mode": abort})
+            else:
+                await client.post("/abort_request", json=abort)
+        await client.post("/continue_generation", json={})
+        await client.post("/abort_request", json={"rid": rid})
+        finish = aggregate_sse([(await answer).content])["meta_info"]["finish_reason"]
+        return finish, counted["num_running_reqs"]
+
+    async def main() -> list[tuple[Any, int]]:
+        async with client_of(engine) as client:
+            return [
+                await held(client, "a", {"rid": "a"}),
+                await held(client, "b", {"abort_all": True}),
+                await held(client, "c", "abort"),
+            ]
+
+    (by_rid, running), (by_all, _), (by_pause, _) = run(main)
+    assert running == 0, "not dispatched: not counted"
+    assert by_rid == {"type": "length", "length": 100}, "both rid aborts lost"
+    assert by_all["type"] == "abort" and by_pause["type"] == "abort", "the later rid abort ends it"

@@ -88,14 +88,17 @@ class Outcome(NamedTuple):
 
 
 class Generation:
-    """One sequence being answered (a request for one sequence is one)."""
+    """One sequence being answered (a request for one sequence is one); `dispatched`:
+    whether SGLang's scheduler holds it (one that arrives while generation is paused
+    waits for the continue in the tokenizer manager)."""
 
-    __slots__ = ("abort_sent", "made", "plan", "stop", "stopped")
+    __slots__ = ("abort_sent", "dispatched", "made", "plan", "stop", "stopped")
 
-    def __init__(self, plan: AnswerPlan) -> None:
+    def __init__(self, plan: AnswerPlan, *, dispatched: bool) -> None:
         self.plan = plan
         self.made = 0
         self.abort_sent = False
+        self.dispatched = dispatched
         self.stop: Literal["abort", "disconnect"] | None = None
         self.stopped = asyncio.Event()
 
@@ -311,7 +314,7 @@ class FakeEngine:
             await answer(send, 200, None, b"")
         elif path == "/v1/loads":
             loads = loads_answer(
-                running=self.running,
+                running=sum(g.dispatched for g in self._running.values()),
                 dp_size=self.dp_size,
                 mode=self.disaggregation_mode,
                 query=scope.get("query_string", b""),
@@ -338,7 +341,9 @@ class FakeEngine:
             if not json_content(headers):
                 raise RequestRejected("not_object", None, NOT_JSON_MESSAGE)
             many = split_many(body, self.vocab_size) or Sequences([body], 1, [], False)
-            generations = [Generation(plan) for plan in self._plan(many)]
+            generations = [
+                Generation(plan, dispatched=not self.paused) for plan in self._plan(many)
+            ]
         except (RequestRejected, EngineError) as error:
             await refuse(send, *error_response(error, stream=stream))
             return

@@ -8,6 +8,9 @@ ignored (the tokenizer manager knows only exact rids); a rid already aborted
 once is ignored; otherwise the scheduler aborts every running request whose
 rid starts with it (``req.rid.startswith(recv_req.rid)``), so an abort of
 ``"a"`` also ends ``"ab"`` while ``"a"`` runs. ``abort_all`` aborts them all.
+The scheduler ends only the requests dispatched to it: one that arrived while
+generation was paused waits in the tokenizer manager until it is continued, so an
+abort meanwhile is lost (one by rid still marks the rid, so later ones are ignored).
 Every one answers 200 with an empty body. A control's body is read as SGLang's
 pydantic parse (lax mode) reads it: ``"yes"``, ``"on"`` or ``1`` is a true
 ``abort_all``, and a field of ``AbortReq`` of another type (``rid: 5``) is refused.
@@ -16,8 +19,8 @@ The rollout controls are SGLang 0.5.23's (`entrypoints/v1_loads.py`,
 `http_server.py`, `TokenizerManager.pause_generation`):
 
 - ``GET /v1/loads`` answers one load per DP rank in SGLang's shape, every
-  generation counted as running on rank 0 (a paused one too: the fake has no
-  waiting queue), with the sections a live server writes (``memory``,
+  dispatched generation counted as running on rank 0 (a paused one too: the fake
+  has no waiting queue), with the sections a live server writes (``memory``,
   ``disaggregation``, ``queues``), reading ``include``, ``dp_rank`` and
   ``format=prometheus`` as ``v1_loads.py`` and ``LoadSnapshot.to_dict`` do;
 - ``POST /pause_generation`` reads ``{"mode": "abort" | "retract" |
@@ -264,21 +267,23 @@ class _Running(Protocol):
     """A running generation, as the controls that end it see it."""
 
     abort_sent: bool
+    dispatched: bool
 
     def halt(self, why: Literal["abort", "disconnect"]) -> None: ...
 
 
 def abort_order(running: Mapping[str, _Running], abort: AbortBody) -> Iterator[_Running]:
     """The running generations an abort ends, by SGLang's rules
-    (`running`: rid -> generation)."""
+    (`running`: rid -> generation): the scheduler ends only those dispatched to it."""
+    held = [(rid, gen) for rid, gen in running.items() if gen.dispatched]
     if abort.abort_all:
-        yield from list(running.values())
+        yield from [gen for _, gen in held]
         return
     exact = running.get(abort.rid) if abort.rid else None
     if exact is None or exact.abort_sent:
         return
-    exact.abort_sent = True
-    yield from [gen for rid, gen in running.items() if rid.startswith(abort.rid)]
+    exact.abort_sent = True  # by the tokenizer manager, dispatched or not
+    yield from [gen for rid, gen in held if rid.startswith(abort.rid)]
 
 
 PAUSED: Final = b'{"message":"Generation paused successfully.","status":"ok"}'
@@ -474,10 +479,12 @@ async def serve_control(
         await answer(send, 200, None, b"")
     elif isinstance(read, _PauseReq):
         if read.mode == "abort":
-            for generation in list(running.values()):
+            for generation in abort_order(running, AbortBody(None, "", True)):
                 generation.halt("abort")
         resumed.clear()
         await answer(send, 200, JSON, PAUSED)
     else:
+        for generation in running.values():  # the held ones go to the scheduler
+            generation.dispatched = True
         resumed.set()
         await answer(send, 200, JSON, CONTINUED)
