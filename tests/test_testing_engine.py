@@ -471,3 +471,22 @@ def test_a_stream_s_refusal_is_sent_as_sglang_s_streaming_response_sends_it() ->
     assert "content-length" not in stream.headers
     assert unary.status_code == 400
     assert unary.headers["content-length"] == str(len(unary.content))
+
+
+def test_a_path_with_a_trailing_slash_is_redirected_as_starlette_redirects_it() -> None:
+    # The live SGLang 0.5.23 answers POST /generate/ with 307 and the path without the
+    # slash, on the host the client asked (Starlette's redirect_slashes).
+    async def answers() -> list[httpx.Response]:
+        async with in_process(FakeEngine()) as client:
+            return [
+                await client.post("/generate/?x=1", json={"input_ids": [5]}),
+                await client.get("/health/"),
+                await client.get("/nowhere/"),
+                await client.get("//generate"),
+            ]
+
+    generate, health, nowhere, doubled = run(answers)
+    assert (generate.status_code, generate.content) == (307, b"")
+    assert generate.headers["location"] == "http://fake/generate?x=1"
+    assert (health.status_code, health.headers["location"]) == (307, "http://fake/health")
+    assert nowhere.status_code == 404 and doubled.status_code == 404

@@ -305,7 +305,7 @@ class FakeEngine:
             return
         path = scope["path"]
         if scope["method"] not in ROUTES.get(path, ()):
-            await not_found(send, path)
+            await not_found(send, scope)
         elif path == "/generate":
             await self._generate(scope, receive, send)
         elif path in ("/get_server_info", "/server_info"):

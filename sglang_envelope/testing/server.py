@@ -167,12 +167,31 @@ ROUTES: Final = {
 }
 
 
-async def not_found(send: Send, path: str) -> None:
-    """FastAPI's 404, or its 405 (with ``Allow``) for a route the fake serves by
-    another method."""
+def _redirect(scope: Message, path: str) -> bytes:
+    """The URL Starlette redirects to: `path` on the host the client asked, with the
+    query (``starlette.datastructures.URL``)."""
+    scheme = scope.get("scheme", "http")
+    host = next((v for k, v in scope["headers"] if k.lower() == b"host"), None)
+    if host is None:
+        name, port = scope.get("server") or ("localhost", None)
+        default = port in (None, 443 if scheme == "https" else 80)
+        host = (name if default else f"{name}:{port}").encode()
+    query = scope.get("query_string", b"")
+    url = b"%s://%s%s" % (scheme.encode(), host, path.encode())
+    return url + b"?" + query if query else url
+
+
+async def not_found(send: Send, scope: Message) -> None:
+    """FastAPI's 404, its 405 (with ``Allow``) for a route the fake serves by another
+    method, or Starlette's 307 to a route's path for it with a trailing slash."""
+    path = scope["path"]
+    bare = path.rstrip("/")
     if path in ROUTES:
         allow = ((b"allow", ", ".join(ROUTES[path]).encode()),)
         await answer(send, 405, JSON, b'{"detail":"Method Not Allowed"}', allow)
+    elif path != bare and bare in ROUTES:
+        location = ((b"location", _redirect(scope, bare)),)
+        await answer(send, 307, None, b"", location)
     else:
         await answer(send, 404, JSON, b'{"detail":"Not Found"}')
 
