@@ -304,3 +304,75 @@ def test_a_request_that_arrives_while_paused_loses_its_aborts_as_in_sglang() -> 
     assert running == 0, "not dispatched: not counted"
     assert by_rid == {"type": "length", "length": 100}, "both rid aborts lost"
     assert by_all["type"] == "abort" and by_pause["type"] == "abort", "the later rid abort ends it"
+
+
+#: The meta_info keys of SGLang 0.5.23's answer to a request aborted in the waiting queue
+#: (`TokenizerManager._handle_abort_req`), seen on a live server: a request retracted by
+#: a pause in "retract" mode, then aborted; with logprobs the block goes before
+#: completion_tokens; a unary answer adds response_sent_to_client_ts.
+QUEUE_ABORT_KEYS = ["id", "finish_reason", "weight_version", "e2e_latency", "weight_versions"]
+LOGPROB_KEYS = [
+    "input_token_logprobs", "output_token_logprobs", "output_token_logprobs_length",
+    "input_top_logprobs", "output_top_logprobs",
+]  # fmt: skip
+
+
+def test_a_retracted_request_aborted_while_paused_ends_as_sglang_s_waiting_queue_abort() -> None:
+    async def aborted(incremental: bool, stream: bool, **more: Any) -> tuple[list[Any], int]:
+        engine = FakeEngine(frame_delay=0.002, incremental=incremental)
+        async with client_of(engine) as client:
+            answer = asyncio.ensure_future(
+                client.post("/generate", json=body("r", 500, stream=stream, **more))
+            )
+            await until(lambda: engine.running == 1)
+            await asyncio.sleep(0.02)
+            await client.post("/pause_generation", json={"mode": "retract"})
+            await client.post("/abort_request", json={"rid": "r"})
+            reply = await answer  # answered while paused, as SGLang's scheduler does
+            assert engine.paused
+            made = [outcome.completion_tokens for outcome in engine.outcomes]
+        if stream:
+            return [
+                json.loads(e[6:]) for e in reply.text.split("\n\n") if e[:7] == "data: {"
+            ], made[0]
+        return [reply.json()], made[0]
+
+    logprobs = {"return_logprob": True, "top_logprobs_num": 2}
+    for incremental in (False, True):
+        for more in ({}, logprobs):
+            frames, made = run(lambda: aborted(incremental, True, **more))  # noqa: B023
+            last, before = frames[-1], frames[-2]
+            meta = last["meta_info"]
+            assert list(last) == ["text", "output_ids", "meta_info"]
+            keys = [*QUEUE_ABORT_KEYS, *(LOGPROB_KEYS if more else []), "completion_tokens"]
+            assert list(meta) == keys
+            assert meta["finish_reason"] == {"type": "abort", "message": "Abort in waiting queue"}
+            assert meta["completion_tokens"] == made == before["meta_info"]["completion_tokens"]
+            # The whole text and every id (in an incremental stream the last id alone).
+            shown = frames[:-1] if incremental else frames[-2:-1]
+            text = "".join(frame["text"] for frame in shown)
+            ids = [i for frame in shown for i in frame["output_ids"]]
+            assert last["text"] == text and len(ids) == made
+            assert last["output_ids"] == (ids[-1:] if incremental else ids)
+            if more:
+                assert len(meta["output_token_logprobs"]) == made
+    unary, made = run(lambda: aborted(False, False, **logprobs))
+    meta = unary[0]["meta_info"]
+    last_keys = ["completion_tokens", "response_sent_to_client_ts"]
+    assert list(meta) == [*QUEUE_ABORT_KEYS, *LOGPROB_KEYS, *last_keys]
+    assert len(unary[0]["output_ids"]) == made == meta["completion_tokens"]
+
+
+def test_a_request_retracted_by_a_pause_counts_the_retraction() -> None:
+    engine = FakeEngine(frame_delay=0.002)
+
+    async def main() -> Any:
+        async with client_of(engine) as client:
+            answer = asyncio.ensure_future(client.post("/generate", json=body("r", 40)))
+            await until(lambda: engine.running == 1)
+            await client.post("/pause_generation", json={"mode": "retract"})
+            await client.post("/continue_generation", json={})
+            return (await answer).json()
+
+    meta = run(main)["meta_info"]
+    assert meta["finish_reason"]["type"] == "length" and meta["num_retractions"] == 1

@@ -38,6 +38,7 @@ from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.sse import SSE_DONE
 from sglang_envelope.testing.answers import (
     ABORTED,
+    WAITING_ABORT,
     AnswerPlan,
     Role,
     Span,
@@ -92,13 +93,26 @@ class Generation:
     whether SGLang's scheduler holds it (one that arrives while generation is paused
     waits for the continue in the tokenizer manager)."""
 
-    __slots__ = ("abort_sent", "dispatched", "made", "plan", "stop", "stopped")
+    __slots__ = (
+        "abort_sent",
+        "dispatched",
+        "made",
+        "plan",
+        "retracted",
+        "retractions",
+        "stop",
+        "stopped",
+    )
 
     def __init__(self, plan: AnswerPlan, *, dispatched: bool) -> None:
         self.plan = plan
         self.made = 0
         self.abort_sent = False
         self.dispatched = dispatched
+        #: Whether a pause in "retract" mode holds it in the scheduler's waiting queue,
+        #: and how many such pauses did.
+        self.retracted = False
+        self.retractions = 0
         self.stop: Literal["abort", "disconnect"] | None = None
         self.stopped = asyncio.Event()
 
@@ -106,6 +120,17 @@ class Generation:
         if self.stop is None:
             self.stop = why
             self.stopped.set()
+
+    def retract(self) -> None:
+        """A pause in "retract" mode moves it to the scheduler's waiting queue."""
+        if self.dispatched:
+            self.retracted = True
+            self.retractions += 1
+
+    def resume(self) -> None:
+        """Generation continues: it is (or goes on) in the scheduler."""
+        self.dispatched = True
+        self.retracted = False
 
 
 def _sampled(request: ClientRequest) -> bool:
@@ -421,6 +446,8 @@ class FakeEngine:
         if generation.stop == "disconnect":
             return "disconnect"
         total = len(plan.output_ids)
+        if generation.stop == "abort" and generation.retracted:
+            return Span(start, start, WAITING_ABORT, start == 0)  # no token more
         if generation.stop == "abort":
             generation.made = min(start + 1, total)  # SGLang runs one more decode step
             return Span(start, generation.made, ABORTED, start == 0)
@@ -459,7 +486,12 @@ class FakeEngine:
                     gone = True
                     continue
                 shown = step if self.incremental else step._replace(start=0)
-                frame = answer_object(generation.plan, shown, unary=False)
+                frame = answer_object(
+                    generation.plan,
+                    shown,
+                    unary=False,
+                    retractions=generation.retractions,
+                )
                 if array:
                     frame["index"] = index  # SGLang adds it last
                 chunks.append(b"data: " + _ENCODE(frame) + b"\n\n")
@@ -505,7 +537,12 @@ class FakeEngine:
         if "disconnect" in ends:
             return
         bodies = [
-            answer_object(generation.plan, end._replace(start=0), unary=True)
+            answer_object(
+                generation.plan,
+                end._replace(start=0),
+                unary=True,
+                retractions=generation.retractions,
+            )
             for generation, end in zip(generations, ends, strict=True)
             if isinstance(end, Span)
         ]

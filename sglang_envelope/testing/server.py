@@ -25,7 +25,9 @@ The rollout controls are SGLang 0.5.23's (`entrypoints/v1_loads.py`,
   ``format=prometheus`` as ``v1_loads.py`` and ``LoadSnapshot.to_dict`` do;
 - ``POST /pause_generation`` reads ``{"mode": "abort" | "retract" |
   "in_place"}`` (default ``"abort"``): ``"abort"`` aborts every running
-  generation; in every mode no generation makes a token until
+  generation, ``"retract"`` moves the dispatched ones to the waiting queue (an
+  abort there is answered at once, by ``_handle_abort_req``); in every mode no
+  generation makes a token until
   ``POST /continue_generation``, which reads ``{"torch_empty_cache": bool}``.
   Both answer 200 with SGLang's ``{"message": ..., "status": "ok"}``.
 
@@ -290,6 +292,10 @@ class _Running(Protocol):
 
     def halt(self, why: Literal["abort", "disconnect"]) -> None: ...
 
+    def retract(self) -> None: ...
+
+    def resume(self) -> None: ...
+
 
 def abort_order(running: Mapping[str, _Running], abort: AbortBody) -> Iterator[_Running]:
     """The running generations an abort ends, by SGLang's rules
@@ -497,6 +503,9 @@ async def serve_control(
             generation.halt("abort")
         await answer(send, 200, None, b"")
     elif isinstance(read, _PauseReq):
+        for generation in list(running.values()):
+            if read.mode == "retract":
+                generation.retract()
         if read.mode == "abort":
             for generation in abort_order(running, AbortBody(None, "", True)):
                 generation.halt("abort")
@@ -504,6 +513,6 @@ async def serve_control(
         await answer(send, 200, JSON, PAUSED)
     else:
         for generation in running.values():  # the held ones go to the scheduler
-            generation.dispatched = True
+            generation.resume()
         resumed.set()
         await answer(send, 200, JSON, CONTINUED)
