@@ -376,3 +376,26 @@ def test_a_request_retracted_by_a_pause_counts_the_retraction() -> None:
 
     meta = run(main)["meta_info"]
     assert meta["finish_reason"]["type"] == "length" and meta["num_retractions"] == 1
+
+
+def test_an_abort_while_paused_in_place_ends_the_generation_once_continued() -> None:
+    """On a live SGLang 0.5.23 a pause in "in_place" mode stops the scheduler with the
+    running batch in place: an abort of a request in it is answered only once generation
+    continues (with one token more, as any abort); one in "retract" mode at once."""
+    engine = FakeEngine(frame_delay=0.002)
+
+    async def main() -> tuple[bool, Any, int]:
+        async with client_of(engine) as client:
+            answer = asyncio.ensure_future(client.post("/generate", json=body("r", 500)))
+            await until(lambda: engine.running == 1)
+            await client.post("/pause_generation", json={"mode": "in_place"})
+            await client.post("/abort_request", json={"rid": "r"})
+            await asyncio.sleep(0.1)
+            answered_while_paused = answer.done()
+            await client.post("/continue_generation", json={})
+            meta = (await answer).json()["meta_info"]
+            return answered_while_paused, meta["finish_reason"], meta["completion_tokens"]
+
+    answered_while_paused, finish, tokens = run(main)
+    assert not answered_while_paused
+    assert finish["message"] == "Aborted" and 0 < tokens < 500

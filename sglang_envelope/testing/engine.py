@@ -96,9 +96,9 @@ class Generation:
     __slots__ = (
         "abort_sent",
         "dispatched",
+        "held_in",
         "made",
         "plan",
-        "retracted",
         "retractions",
         "stop",
         "stopped",
@@ -109,9 +109,9 @@ class Generation:
         self.made = 0
         self.abort_sent = False
         self.dispatched = dispatched
-        #: Whether a pause in "retract" mode holds it in the scheduler's waiting queue,
-        #: and how many such pauses did.
-        self.retracted = False
+        #: Where a pause holds it in the paused scheduler: the waiting queue ("retract")
+        #: or the running batch ("in_place"); and how often it was retracted.
+        self.held_in: Literal["retract", "in_place"] | None = None
         self.retractions = 0
         self.stop: Literal["abort", "disconnect"] | None = None
         self.stopped = asyncio.Event()
@@ -121,16 +121,17 @@ class Generation:
             self.stop = why
             self.stopped.set()
 
-    def retract(self) -> None:
-        """A pause in "retract" mode moves it to the scheduler's waiting queue."""
-        if self.dispatched:
-            self.retracted = True
-            self.retractions += 1
+    def pause(self, mode: Literal["abort", "retract", "in_place"]) -> None:
+        """A pause in `mode`: "retract" moves it to the scheduler's waiting queue,
+        "in_place" keeps it in the running batch ("abort" leaves the scheduler be)."""
+        if self.dispatched and mode != "abort":
+            self.held_in = mode
+            self.retractions += mode == "retract"
 
     def resume(self) -> None:
         """Generation continues: it is (or goes on) in the scheduler."""
         self.dispatched = True
-        self.retracted = False
+        self.held_in = None
 
 
 def _sampled(request: ClientRequest) -> bool:
@@ -432,9 +433,11 @@ class FakeEngine:
                 await asyncio.wait_for(generation.stopped.wait(), self.frame_delay)
         else:
             await asyncio.sleep(0)
-        if generation.stop is None and not self._resumed.is_set():
-            # Held while paused, until continued or stopped.
-            events = (self._resumed, generation.stopped)
+        # An abort of one paused in the running batch waits for the scheduler too.
+        frozen = generation.stop == "abort" and generation.held_in == "in_place"
+        if (generation.stop is None or frozen) and not self._resumed.is_set():
+            # Held while paused, until continued (or stopped, if it can be).
+            events = (self._resumed,) if frozen else (self._resumed, generation.stopped)
             waiters = [asyncio.ensure_future(event.wait()) for event in events]
             try:
                 await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -446,7 +449,7 @@ class FakeEngine:
         if generation.stop == "disconnect":
             return "disconnect"
         total = len(plan.output_ids)
-        if generation.stop == "abort" and generation.retracted:
+        if generation.stop == "abort" and generation.held_in == "retract":
             return Span(start, start, WAITING_ABORT, start == 0)  # no token more
         if generation.stop == "abort":
             generation.made = min(start + 1, total)  # SGLang runs one more decode step

@@ -26,9 +26,10 @@ The rollout controls are SGLang 0.5.23's (`entrypoints/v1_loads.py`,
 - ``POST /pause_generation`` reads ``{"mode": "abort" | "retract" |
   "in_place"}`` (default ``"abort"``): ``"abort"`` aborts every running
   generation, ``"retract"`` moves the dispatched ones to the waiting queue (an
-  abort there is answered at once, by ``_handle_abort_req``); in every mode no
-  generation makes a token until
-  ``POST /continue_generation``, which reads ``{"torch_empty_cache": bool}``.
+  abort there is answered at once, by ``_handle_abort_req``), ``"in_place"`` keeps
+  them in the running batch (an abort there is answered once continued); in every
+  mode no generation makes a token until ``POST /continue_generation``, which
+  reads ``{"torch_empty_cache": bool}``.
   Both answer 200 with SGLang's ``{"message": ..., "status": "ok"}``.
 
 A control's body not sent as JSON (``application/json`` or ``application/*+json``)
@@ -292,7 +293,7 @@ class _Running(Protocol):
 
     def halt(self, why: Literal["abort", "disconnect"]) -> None: ...
 
-    def retract(self) -> None: ...
+    def pause(self, mode: Literal["abort", "retract", "in_place"]) -> None: ...
 
     def resume(self) -> None: ...
 
@@ -300,15 +301,15 @@ class _Running(Protocol):
 def abort_order(running: Mapping[str, _Running], abort: AbortBody) -> Iterator[_Running]:
     """The running generations an abort ends, by SGLang's rules
     (`running`: rid -> generation): the scheduler ends only those dispatched to it."""
-    held = [(rid, gen) for rid, gen in running.items() if gen.dispatched]
+    scheduled = [(rid, gen) for rid, gen in running.items() if gen.dispatched]
     if abort.abort_all:
-        yield from [gen for _, gen in held]
+        yield from [gen for _, gen in scheduled]
         return
     exact = running.get(abort.rid) if abort.rid else None
     if exact is None or exact.abort_sent:
         return
     exact.abort_sent = True  # by the tokenizer manager, dispatched or not
-    yield from [gen for rid, gen in held if rid.startswith(abort.rid)]
+    yield from [gen for rid, gen in scheduled if rid.startswith(abort.rid)]
 
 
 PAUSED: Final = b'{"message":"Generation paused successfully.","status":"ok"}'
@@ -504,8 +505,7 @@ async def serve_control(
         await answer(send, 200, None, b"")
     elif isinstance(read, _PauseReq):
         for generation in list(running.values()):
-            if read.mode == "retract":
-                generation.retract()
+            generation.pause(read.mode)
         if read.mode == "abort":
             for generation in abort_order(running, AbortBody(None, "", True)):
                 generation.halt("abort")
