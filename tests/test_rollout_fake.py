@@ -204,3 +204,198 @@ def test_a_continuation_after_an_abort_completes_the_generation() -> None:
     assert then.sampling_params.max_new_tokens == 40 - len(part["output_ids"])  # type: ignore[union-attr]
     assert rest["meta_info"]["finish_reason"]["type"] == "length"
     assert part["output_ids"] + rest["output_ids"] == whole["output_ids"]
+
+
+#: A load's keys as a live SGLang 0.5.23 server writes them (`LoadSnapshot.to_dict`).
+CORE_KEYS = [
+    "timestamp", "dp_rank", "num_running_reqs", "num_waiting_reqs",
+    "num_waiting_uncached_tokens", "num_used_tokens", "num_total_tokens",
+    "num_active_tokens", "num_prealloc_ready_tokens", "max_total_num_tokens",
+    "max_running_requests", "token_usage", "gen_throughput", "cache_hit_rate",
+    "utilization", "total_prefill_uncached_tokens", "total_prefill_busy_us", "decode_moments",
+]  # fmt: skip
+SECTIONS = {
+    "memory": ["weight_gb", "kv_cache_gb", "graph_gb", "token_capacity"],
+    "disaggregation": [
+        "mode", "prefill_bootstrap_queue_reqs", "prefill_inflight_queue_reqs",
+        "decode_prealloc_queue_reqs", "decode_transfer_queue_reqs",
+        "decode_retracted_queue_reqs", "kv_transfer_speed_gb_s", "kv_transfer_latency_ms",
+    ],
+    "queues": ["waiting", "grammar", "paused", "retracted", "prealloc_ready"],
+}  # fmt: skip
+
+
+def test_the_fakes_loads_answer_has_sglangs_sections_and_reads_its_query() -> None:
+    engine = FakeEngine(dp_size=2, disaggregation_mode="decode")
+    queries = [
+        "", "?include=all", "?include=", "?include=core,queues", "?include=memory",
+        "?include=disagg&include=queues", "?include=spec", "?dp_rank=1", "?dp_rank=2",
+        "?include=bogus", "?include=bogus&dp_rank=9", "?dp_rank=x",
+        "?format=prometheus&include=core,queues&dp_rank=0",
+    ]  # fmt: skip
+
+    async def main() -> list[httpx.Response]:
+        async with client_of(engine) as client:
+            return [await client.get(f"/v1/loads{query}") for query in queries]
+
+    full, every, empty, queues, memory, last, spec, one, none, bogus, unread, rank, metrics = run(
+        main
+    )
+    for answer in (full, every, empty):
+        loads = answer.json()["loads"]
+        assert [list(load) for load in loads] == [[*CORE_KEYS, *SECTIONS]] * 2
+        assert all(list(load[name]) == keys for load in loads for name, keys in SECTIONS.items())
+        assert loads[1]["disaggregation"]["mode"] == "decode"
+    assert list(queues.json()["loads"][0]) == [*CORE_KEYS, "queues"]
+    assert list(memory.json()["loads"][0]) == [*CORE_KEYS, "memory"]
+    assert list(last.json()["loads"][0]) == [*CORE_KEYS, "queues"], "the last value is read"
+    assert list(spec.json()["loads"][0]) == CORE_KEYS, "no speculative decoding: no section"
+    assert [load["dp_rank"] for load in one.json()["loads"]] == [1]
+    assert none.json()["loads"] == [] and unread.json()["loads"] == []
+    # SGLang's LoadSnapshot.to_dict raises for an unknown section, and FastAPI answers 500.
+    assert (bogus.status_code, bogus.headers["content-type"]) == (500, "text/plain; charset=utf-8")
+    assert bogus.content == b"Internal Server Error"
+    assert rank.status_code == 400 and rank.json()["object"] == "error"
+    assert metrics.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    lines = metrics.text.splitlines()
+    assert lines[2:4] == [
+        "# TYPE sglang_num_running_reqs gauge",
+        'sglang_num_running_reqs{dp_rank="0"} 0',
+    ]
+    assert 'sglang_queues_waiting{dp_rank="0"} 0' in lines
+    assert not any("dp_rank gauge" in line or "decode_moments" in line for line in lines)
+    assert metrics.text.endswith("\n")
+
+
+def test_a_request_that_arrives_while_paused_loses_its_aborts_as_in_sglang() -> None:
+    """As on a live SGLang 0.5.23 (docs/cancellation.md, "Registered is not dispatched";
+    live/test_abort.py): a request that arrives while generation is paused is registered
+    but not yet dispatched, so the loads do not count it; an abort of it by rid is lost
+    and marks it, so a later one after the continue is ignored too; `abort_all` and a
+    pause in abort mode are lost as well, and do not mark it."""
+    engine = FakeEngine(frame_delay=0.001)
+
+    async def held(client: httpx.AsyncClient, rid: str, *aborts: Any) -> tuple[Any, int]:
+        """`rid`'s finish reason when `aborts` (bodies, or a pause mode) come while it
+        is held, and a rid abort after the continue; and the loads' running count then."""
+        await client.post("/pause_generation", json={"mode": "in_place"})
+        answer = asyncio.ensure_future(client.post("/generate", json=body(rid, 100, stream=True)))
+        await until(lambda: engine.running == 1)
+        counted = (await client.get("/v1/loads?include=core")).json()["loads"][0]
+        for abort in aborts:
+            if isinstance(abort, str):
+                await client.post("/pause_generation", json={"mode": abort})
+            else:
+                await client.post("/abort_request", json=abort)
+        await client.post("/continue_generation", json={})
+        await client.post("/abort_request", json={"rid": rid})
+        finish = aggregate_sse([(await answer).content])["meta_info"]["finish_reason"]
+        return finish, counted["num_running_reqs"]
+
+    async def main() -> list[tuple[Any, int]]:
+        async with client_of(engine) as client:
+            return [
+                await held(client, "a", {"rid": "a"}),
+                await held(client, "b", {"abort_all": True}),
+                await held(client, "c", "abort"),
+            ]
+
+    (by_rid, running), (by_all, _), (by_pause, _) = run(main)
+    assert running == 0, "not dispatched: not counted"
+    assert by_rid == {"type": "length", "length": 100}, "both rid aborts lost"
+    assert by_all["type"] == "abort" and by_pause["type"] == "abort", "the later rid abort ends it"
+
+
+#: The meta_info keys of SGLang 0.5.23's answer to a request aborted in the waiting queue
+#: (`TokenizerManager._handle_abort_req`), seen on a live server: a request retracted by
+#: a pause in "retract" mode, then aborted; with logprobs the block goes before
+#: completion_tokens; a unary answer adds response_sent_to_client_ts.
+QUEUE_ABORT_KEYS = ["id", "finish_reason", "weight_version", "e2e_latency", "weight_versions"]
+LOGPROB_KEYS = [
+    "input_token_logprobs", "output_token_logprobs", "output_token_logprobs_length",
+    "input_top_logprobs", "output_top_logprobs",
+]  # fmt: skip
+
+
+def test_a_retracted_request_aborted_while_paused_ends_as_sglang_s_waiting_queue_abort() -> None:
+    async def aborted(incremental: bool, stream: bool, **more: Any) -> tuple[list[Any], int]:
+        engine = FakeEngine(frame_delay=0.002, incremental=incremental)
+        async with client_of(engine) as client:
+            answer = asyncio.ensure_future(
+                client.post("/generate", json=body("r", 500, stream=stream, **more))
+            )
+            await until(lambda: engine.running == 1)
+            await asyncio.sleep(0.02)
+            await client.post("/pause_generation", json={"mode": "retract"})
+            await client.post("/abort_request", json={"rid": "r"})
+            reply = await answer  # answered while paused, as SGLang's scheduler does
+            assert engine.paused
+            made = [outcome.completion_tokens for outcome in engine.outcomes]
+        if stream:
+            return [
+                json.loads(e[6:]) for e in reply.text.split("\n\n") if e[:7] == "data: {"
+            ], made[0]
+        return [reply.json()], made[0]
+
+    logprobs = {"return_logprob": True, "top_logprobs_num": 2}
+    for incremental in (False, True):
+        for more in ({}, logprobs):
+            frames, made = run(lambda: aborted(incremental, True, **more))  # noqa: B023
+            last, before = frames[-1], frames[-2]
+            meta = last["meta_info"]
+            assert list(last) == ["text", "output_ids", "meta_info"]
+            keys = [*QUEUE_ABORT_KEYS, *(LOGPROB_KEYS if more else []), "completion_tokens"]
+            assert list(meta) == keys
+            assert meta["finish_reason"] == {"type": "abort", "message": "Abort in waiting queue"}
+            assert meta["completion_tokens"] == made == before["meta_info"]["completion_tokens"]
+            # The whole text and every id (in an incremental stream the last id alone).
+            shown = frames[:-1] if incremental else frames[-2:-1]
+            text = "".join(frame["text"] for frame in shown)
+            ids = [i for frame in shown for i in frame["output_ids"]]
+            assert last["text"] == text and len(ids) == made
+            assert last["output_ids"] == (ids[-1:] if incremental else ids)
+            if more:
+                assert len(meta["output_token_logprobs"]) == made
+    unary, made = run(lambda: aborted(False, False, **logprobs))
+    meta = unary[0]["meta_info"]
+    last_keys = ["completion_tokens", "response_sent_to_client_ts"]
+    assert list(meta) == [*QUEUE_ABORT_KEYS, *LOGPROB_KEYS, *last_keys]
+    assert len(unary[0]["output_ids"]) == made == meta["completion_tokens"]
+
+
+def test_a_request_retracted_by_a_pause_counts_the_retraction() -> None:
+    engine = FakeEngine(frame_delay=0.002)
+
+    async def main() -> Any:
+        async with client_of(engine) as client:
+            answer = asyncio.ensure_future(client.post("/generate", json=body("r", 40)))
+            await until(lambda: engine.running == 1)
+            await client.post("/pause_generation", json={"mode": "retract"})
+            await client.post("/continue_generation", json={})
+            return (await answer).json()
+
+    meta = run(main)["meta_info"]
+    assert meta["finish_reason"]["type"] == "length" and meta["num_retractions"] == 1
+
+
+def test_an_abort_while_paused_in_place_ends_the_generation_once_continued() -> None:
+    """On a live SGLang 0.5.23 a pause in "in_place" mode stops the scheduler with the
+    running batch in place: an abort of a request in it is answered only once generation
+    continues (with one token more, as any abort); one in "retract" mode at once."""
+    engine = FakeEngine(frame_delay=0.002)
+
+    async def main() -> tuple[bool, Any, int]:
+        async with client_of(engine) as client:
+            answer = asyncio.ensure_future(client.post("/generate", json=body("r", 500)))
+            await until(lambda: engine.running == 1)
+            await client.post("/pause_generation", json={"mode": "in_place"})
+            await client.post("/abort_request", json={"rid": "r"})
+            await asyncio.sleep(0.1)
+            answered_while_paused = answer.done()
+            await client.post("/continue_generation", json={})
+            meta = (await answer).json()["meta_info"]
+            return answered_while_paused, meta["finish_reason"], meta["completion_tokens"]
+
+    answered_while_paused, finish, tokens = run(main)
+    assert not answered_while_paused
+    assert finish["message"] == "Aborted" and 0 < tokens < 500

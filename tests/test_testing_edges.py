@@ -162,7 +162,25 @@ def test_an_abort_body_over_its_bound_is_refused_as_pydantic_refuses_it() -> Non
     [
         (b"{rid", "JSON is malformed: object keys must be strings (byte 1)"),
         (b'{"rid": 5}', "Expected `str | null`, got `int` - at `$.rid`"),
-        (b'{"abort_all": "yes"}', "Expected `bool`, got `str` - at `$.abort_all`"),
+        (b'{"abort_all": 2}', "Expected `bool`, got `int` - at `$.abort_all`"),
+        (b'{"abort_all": " yes"}', "Expected `bool`, got `str` - at `$.abort_all`"),
+        (b'{"abort_all": null}', "Expected `bool`, got `null` - at `$.abort_all`"),
+        (
+            b'{"rid": "a", "abort_message": 5}',
+            "Expected `str | null`, got `int` - at `$.abort_message`",
+        ),
+        (
+            b'{"rid": "a", "http_worker_ipc": 5}',
+            "Expected `str | null`, got `int` - at `$.http_worker_ipc`",
+        ),
+        (
+            b'{"rid": "a", "finished_reason": 5}',
+            "Expected `object | null`, got `int` - at `$.finished_reason`",
+        ),
+        (
+            b'{"rid": "a", "weight_versions": [1]}',
+            "Expected `object`, got `int` - at `$.weight_versions[0]`",
+        ),
     ],
 )
 def test_an_abort_body_sglang_cannot_parse_is_refused_as_pydantic_refuses_it(
@@ -193,3 +211,76 @@ def test_a_lifespan_message_the_fake_does_not_know_is_ignored() -> None:
     asyncio.run(asyncio.wait_for(engine({"type": "lifespan"}, receive, send), 5))
     assert sent == [{"type": "lifespan.startup.complete"}, {"type": "lifespan.shutdown.complete"}]
     assert incoming == []
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/abort_request", b'{"abort_all": true}'),
+        ("/pause_generation", b'{"mode": "in_place"}'),
+        ("/continue_generation", b"{}"),
+    ],
+)
+@pytest.mark.parametrize("content_type", [None, b"text/plain"])
+def test_a_control_body_sent_as_no_json_is_refused_as_fastapi_refuses_it(
+    path: str, body: bytes, content_type: bytes | None
+) -> None:
+    engine = FakeEngine()
+    if path == "/continue_generation":  # a paused engine, to see it stays paused
+        assert post(engine, "/pause_generation", [chunk(b"{}")]).status == 200
+    headers = [] if content_type is None else [(b"content-type", content_type)]
+    exchange = post(engine, path, [chunk(body)], headers)
+    assert exchange.status == 400
+    message = f"{path[1:]} body must be sent as Content-Type: application/json"
+    assert json.loads(exchange.body) == pydantic_refusal(message)
+    assert engine.paused == (path == "/continue_generation"), "nothing paused or continued"
+    assert list(engine.aborts) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "aborts"),
+    [
+        ("yes", True),
+        ("On", True),
+        ("t", True),
+        ("1", True),
+        (1, True),
+        (1.0, True),
+        ("no", False),
+        ("OFF", False),
+        ("f", False),
+        (0, False),
+        (0.0, False),
+    ],
+)
+def test_abort_all_is_read_as_pydantic_s_lax_mode_reads_a_bool(value: Any, aborts: bool) -> None:
+    engine = FakeEngine(frame_delay=0.01)
+    generate = b'{"input_ids": [5], "rid": "r", "sampling_params": {"max_new_tokens": 500}}'
+    abort = json.dumps({"abort_all": value}).encode()
+
+    async def main() -> tuple[Exchange, Exchange]:
+        running = Exchange([chunk(generate)])
+        scope = {"type": "http", "method": "POST", "path": "/generate", "headers": [JSON_TYPE]}
+        task = asyncio.ensure_future(engine(scope, running.receive, running.send))
+        while engine.running == 0:
+            await asyncio.sleep(0.005)
+        sent = Exchange([chunk(abort)])
+        await engine({**scope, "path": "/abort_request"}, sent.receive, sent.send)
+        await asyncio.sleep(0.05)
+        task.cancel()
+        return running, sent
+
+    running, sent = asyncio.run(asyncio.wait_for(main(), 5))
+    assert sent.status == 200 and list(engine.aborts) == [{"abort_all": value}]
+    assert (running.status == 200) == aborts, "an abort ends the generation at once"
+
+
+def test_a_continue_body_reads_torch_empty_cache_as_pydantic_s_lax_mode_does() -> None:
+    engine = FakeEngine()
+    assert post(engine, "/pause_generation", [chunk(b'{"mode": "retract"}')]).status == 200
+    refused = post(engine, "/continue_generation", [chunk(b'{"torch_empty_cache": 2}')])
+    assert refused.status == 400 and engine.paused
+    message = "ContinueReq body: Expected `bool`, got `int` - at `$.torch_empty_cache`"
+    assert json.loads(refused.body) == pydantic_refusal(message)
+    served = post(engine, "/continue_generation", [chunk(b'{"torch_empty_cache": "no"}')])
+    assert served.status == 200 and not engine.paused

@@ -431,3 +431,62 @@ def test_nothing_in_the_package_but_the_demo_imports_testing() -> None:
         and "sglang_envelope.testing" in path.read_text(encoding="utf-8")
     ]
     assert importers == ["cli/demo.py"]
+
+
+def test_the_routes_answer_as_sglang_s_fastapi_app_does() -> None:
+    body = {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 2}}
+
+    async def answers() -> list[httpx.Response]:
+        async with in_process(FakeEngine()) as client:
+            return [
+                await client.put("/generate", json=body),
+                await client.get("/health_generate"),
+                await client.get("/ready"),
+                await client.get("/generate"),
+                await client.put("/abort_request", json={}),
+                await client.post("/health"),
+            ]
+
+    put, health, ready, *refused = run(answers)
+    assert put.status_code == 200 and len(put.json()["output_ids"]) == 2
+    assert [(r.status_code, r.content) for r in (health, ready)] == [(200, b"")] * 2
+    # Starlette's 405 says which methods the route takes.
+    allowed = [set(r.headers["allow"].split(", ")) for r in refused]
+    assert [r.status_code for r in refused] == [405] * 3
+    assert allowed == [{"POST", "PUT"}, {"POST"}, {"GET"}]
+
+
+def test_a_stream_s_refusal_is_sent_as_sglang_s_streaming_response_sends_it() -> None:
+    # The live SGLang 0.5.23 sends a streaming client's refusal through its
+    # StreamingResponse: chunked, with no Content-Length; a unary one whole.
+    body = {"input_ids": [5, 6], "sampling_params": {"temperature": -1}}
+
+    async def answers() -> list[httpx.Response]:
+        async with in_process(FakeEngine()) as client:
+            return [await post(client, {**body, "stream": stream}) for stream in (True, False)]
+
+    stream, unary = run(answers)
+    assert stream.status_code == 200 and stream.content.startswith(b'data: {"error"')
+    assert stream.headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert "content-length" not in stream.headers
+    assert unary.status_code == 400
+    assert unary.headers["content-length"] == str(len(unary.content))
+
+
+def test_a_path_with_a_trailing_slash_is_redirected_as_starlette_redirects_it() -> None:
+    # The live SGLang 0.5.23 answers POST /generate/ with 307 and the path without the
+    # slash, on the host the client asked (Starlette's redirect_slashes).
+    async def answers() -> list[httpx.Response]:
+        async with in_process(FakeEngine()) as client:
+            return [
+                await client.post("/generate/?x=1", json={"input_ids": [5]}),
+                await client.get("/health/"),
+                await client.get("/nowhere/"),
+                await client.get("//generate"),
+            ]
+
+    generate, health, nowhere, doubled = run(answers)
+    assert (generate.status_code, generate.content) == (307, b"")
+    assert generate.headers["location"] == "http://fake/generate?x=1"
+    assert (health.status_code, health.headers["location"]) == (307, "http://fake/health")
+    assert nowhere.status_code == 404 and doubled.status_code == 404

@@ -260,3 +260,25 @@ def test_each_prompt_s_body_is_checked_as_one_request() -> None:
         meta = sample["meta_info"]
         assert len(meta["output_token_logprobs"]) == len(meta["output_top_logprobs"]) == 3
     assert empty.status_code == 400
+
+
+def test_an_empty_batch_is_answered_with_no_sequence_as_sglang_answers_it() -> None:
+    # A live SGLang 0.5.23 answers ``"text": []`` with ``[]``, or a stream of ``[DONE]`` alone.
+    engine = FakeEngine()
+
+    async def answers() -> list[httpx.Response]:
+        async with in_process(engine) as client:
+            return [
+                await post(client, {"text": [], "stream": stream, "sampling_params": params})
+                for stream in (False, True)
+                for params in ({}, {"n": 2})
+            ]
+
+    unary, unary_n, stream, stream_n = run(answers)
+    for answer in (unary, unary_n):
+        assert (answer.status_code, answer.content) == (200, b"[]")
+        assert answer.headers["content-type"] == "application/json"
+    for answer in (stream, stream_n):
+        assert (answer.status_code, answer.content) == (200, b"data: [DONE]\n\n")
+        assert answer.headers["content-type"] == "text/event-stream; charset=utf-8"
+    assert engine.running == 0 and list(engine.outcomes) == [] and len(engine.requests) == 4

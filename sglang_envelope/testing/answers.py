@@ -6,6 +6,10 @@ one stream frame or the unary body for a span of it, its `meta_info` keys
 (`_meta_info`) in the order a live server writes them, each when it writes it
 (``tests/fixtures/live_answers.jsonl``).
 
+A request aborted in the scheduler's waiting queue (`WAITING_ABORT`) is answered as
+``TokenizerManager._handle_abort_req`` answers it: its own few ``meta_info`` keys, the
+whole text and logprobs, and in an incremental frame only the last id.
+
 A fake of a prefill/decode pair's server answers as its role does on SGLang
 0.5.23: a prefill server with one token, ``finish_reason {"type": "length",
 "length": 0}``, the prompt's logprobs and the prompt's rows of routed experts;
@@ -34,6 +38,7 @@ from sglang_envelope.response.routed import encode_routed_experts
 
 __all__ = [
     "ABORTED",
+    "WAITING_ABORT",
     "AnswerPlan",
     "Span",
     "answer_object",
@@ -58,6 +63,13 @@ ABORTED: Final[dict[str, Any]] = {
     "message": "Aborted",
     "status_code": None,
     "err_type": None,
+}
+
+#: The finish reason of a request aborted in the scheduler's waiting queue (one a pause
+#: in ``"retract"`` mode put there), answered by ``TokenizerManager._handle_abort_req``.
+WAITING_ABORT: Final[dict[str, Any]] = {
+    "type": "abort",
+    "message": "Abort in waiting queue",
 }
 
 _decode = msgspec.json.decode
@@ -314,14 +326,16 @@ def _logprob_fields(plan: AnswerPlan, span: Span, unary: bool) -> dict[str, Any]
     return fields
 
 
-def _meta_info(plan: AnswerPlan, span: Span, unary: bool) -> dict[str, Any]:
+def _meta_info(
+    plan: AnswerPlan, span: Span, unary: bool, retractions: int
+) -> dict[str, Any]:
     finished = span.finish is not None
     meta: dict[str, Any] = {
         "id": plan.rid,
         "finish_reason": span.finish,
         "prompt_tokens": len(prompt_ids(plan.request)),
         "weight_version": "default",
-        "num_retractions": 0,
+        "num_retractions": retractions,
     }
     if plan.request.return_logprob:
         meta.update(_logprob_fields(plan, span, unary))
@@ -340,12 +354,41 @@ def _meta_info(plan: AnswerPlan, span: Span, unary: bool) -> dict[str, Any]:
     return meta
 
 
-def answer_object(plan: AnswerPlan, span: Span, *, unary: bool) -> dict[str, Any]:
+def _waiting_abort(plan: AnswerPlan, span: Span, unary: bool) -> dict[str, Any]:
+    """``_handle_abort_req``'s answer: the whole text and logprobs, every id (only the
+    last in an incremental frame), and its own few ``meta_info`` keys."""
+    whole = span._replace(start=0)
+    meta: dict[str, Any] = {
+        "id": plan.rid,
+        "finish_reason": span.finish,
+        "weight_version": "default",
+        "e2e_latency": time.monotonic() - plan.started,
+        "weight_versions": [{"version": "default", "start": 0, "end": span.end}],
+    }
+    if plan.request.return_logprob:
+        meta.update(_logprob_fields(plan, whole, unary))
+    meta["completion_tokens"] = span.end
+    if span.first or unary:
+        meta["response_sent_to_client_ts"] = time.time()
+    ids = plan.output_ids[: span.end]
+    return {
+        "text": "".join(map(token_text, ids)),
+        "output_ids": list(ids[-1:] if span.start > 0 else ids),
+        "meta_info": meta,
+    }
+
+
+def answer_object(
+    plan: AnswerPlan, span: Span, *, unary: bool, retractions: int = 0
+) -> dict[str, Any]:
     """One answer object: a stream frame (``span.start`` > 0 only for an incremental one)
-    or, with `unary`, the non-streaming body, whose span starts at 0."""
+    or, with `unary`, the non-streaming body, whose span starts at 0; `retractions`:
+    how often a pause retracted the request."""
+    if span.finish == WAITING_ABORT:
+        return _waiting_abort(plan, span, unary)
     ids = plan.output_ids[span.start : span.end]
     return {
         "text": "".join(map(token_text, ids)),
         "output_ids": list(ids),
-        "meta_info": _meta_info(plan, span, unary),
+        "meta_info": _meta_info(plan, span, unary, retractions),
     }

@@ -1,8 +1,9 @@
 """`FakeEngine`: a fake SGLang 0.5.23 HTTP server, as a plain ASGI 3 app, for tests.
 
-It answers ``POST /generate`` (both stream modes, unary, logprobs, flat
-fields, refusals, many sequences and text), ``POST /abort_request``,
-``GET /get_server_info``, ``GET /health``, and the rollout controls
+It answers ``POST /generate`` (or ``PUT``; both stream modes, unary, logprobs,
+flat fields, refusals, many sequences and text), ``POST /abort_request``,
+``GET /get_server_info``, ``GET /health`` (``/health_generate``, ``/ready``), and
+the rollout controls
 ``GET /v1/loads``, ``POST /pause_generation`` and ``POST /continue_generation``
 as SGLang's own server does, and counts what it saw. Run it under any ASGI
 server (uvicorn) or call it in process (``httpx.ASGITransport``).
@@ -37,6 +38,7 @@ from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.sse import SSE_DONE
 from sglang_envelope.testing.answers import (
     ABORTED,
+    WAITING_ABORT,
     AnswerPlan,
     Role,
     Span,
@@ -62,8 +64,9 @@ from sglang_envelope.testing.server import (
     answer,
     body_chunk,
     lifespan,
-    loads_body,
+    loads_answer,
     not_found,
+    refuse,
     serve_control,
     stream_start,
 )
@@ -86,14 +89,30 @@ class Outcome(NamedTuple):
 
 
 class Generation:
-    """One sequence being answered (a request for one sequence is one)."""
+    """One sequence being answered (a request for one sequence is one); `dispatched`:
+    whether SGLang's scheduler holds it (one that arrives while generation is paused
+    waits for the continue in the tokenizer manager)."""
 
-    __slots__ = ("abort_sent", "made", "plan", "stop", "stopped")
+    __slots__ = (
+        "abort_sent",
+        "dispatched",
+        "held_in",
+        "made",
+        "plan",
+        "retractions",
+        "stop",
+        "stopped",
+    )
 
-    def __init__(self, plan: AnswerPlan) -> None:
+    def __init__(self, plan: AnswerPlan, *, dispatched: bool) -> None:
         self.plan = plan
         self.made = 0
         self.abort_sent = False
+        self.dispatched = dispatched
+        #: Where a pause holds it in the paused scheduler: the waiting queue ("retract")
+        #: or the running batch ("in_place"); and how often it was retracted.
+        self.held_in: Literal["retract", "in_place"] | None = None
+        self.retractions = 0
         self.stop: Literal["abort", "disconnect"] | None = None
         self.stopped = asyncio.Event()
 
@@ -101,6 +120,18 @@ class Generation:
         if self.stop is None:
             self.stop = why
             self.stopped.set()
+
+    def pause(self, mode: Literal["abort", "retract", "in_place"]) -> None:
+        """A pause in `mode`: "retract" moves it to the scheduler's waiting queue,
+        "in_place" keeps it in the running batch ("abort" leaves the scheduler be)."""
+        if self.dispatched and mode != "abort":
+            self.held_in = mode
+            self.retractions += mode == "retract"
+
+    def resume(self) -> None:
+        """Generation continues: it is (or goes on) in the scheduler."""
+        self.dispatched = True
+        self.held_in = None
 
 
 def _sampled(request: ClientRequest) -> bool:
@@ -299,21 +330,22 @@ class FakeEngine:
         if kind != "http":
             return
         path = scope["path"]
-        if ROUTES.get(path) != scope["method"]:
-            await not_found(send, path)
+        if scope["method"] not in ROUTES.get(path, ()):
+            await not_found(send, scope)
         elif path == "/generate":
             await self._generate(scope, receive, send)
         elif path in ("/get_server_info", "/server_info"):
             await answer(send, 200, JSON, _ENCODE(self.server_info()))
-        elif path == "/health":
+        elif path in ("/health", "/health_generate", "/ready"):
             await answer(send, 200, None, b"")
         elif path == "/v1/loads":
-            body = loads_body(
-                running=self.running,
+            loads = loads_answer(
+                running=sum(g.dispatched for g in self._running.values()),
                 dp_size=self.dp_size,
+                mode=self.disaggregation_mode,
                 query=scope.get("query_string", b""),
             )
-            await answer(send, 200, JSON, body)
+            await answer(send, *loads)
         else:  # /abort_request, /pause_generation, /continue_generation
             await serve_control(
                 scope, receive, send, self._running, self._resumed, self.aborts
@@ -335,14 +367,16 @@ class FakeEngine:
             if not json_content(headers):
                 raise RequestRejected("not_object", None, NOT_JSON_MESSAGE)
             many = split_many(body, self.vocab_size) or Sequences([body], 1, [], False)
-            generations = [Generation(plan) for plan in self._plan(many)]
+            generations = [
+                Generation(plan, dispatched=not self.paused) for plan in self._plan(many)
+            ]
         except (RequestRejected, EngineError) as error:
-            await answer(send, *error_response(error, stream=stream))
+            await refuse(send, *error_response(error, stream=stream))
             return
         self._running.update((g.plan.rid, g) for g in generations)
         watcher = asyncio.ensure_future(self._end_on_disconnect(generations, receive))
         try:
-            if generations[0].plan.request.stream:
+            if stream:
                 await self._stream(generations, many.array, send)
             else:
                 await self._unary(generations, many.array, send)
@@ -360,7 +394,7 @@ class FakeEngine:
             check_generate(body, self.deployment, self.max_body_bytes)
             for body in many.prompts
         ]
-        rids = many.rids or [requests[0].rid or uuid.uuid4().hex]
+        rids = many.rids if many.array else [requests[0].rid or uuid.uuid4().hex]
         for rid in rids:
             if rid in self._running:
                 raise EngineError(f"Duplicate request ID detected: {rid}", 400)
@@ -399,9 +433,11 @@ class FakeEngine:
                 await asyncio.wait_for(generation.stopped.wait(), self.frame_delay)
         else:
             await asyncio.sleep(0)
-        if generation.stop is None and not self._resumed.is_set():
-            # Held while paused, until continued or stopped.
-            events = (self._resumed, generation.stopped)
+        # An abort of one paused in the running batch waits for the scheduler too.
+        frozen = generation.stop == "abort" and generation.held_in == "in_place"
+        if (generation.stop is None or frozen) and not self._resumed.is_set():
+            # Held while paused, until continued (or stopped, if it can be).
+            events = (self._resumed,) if frozen else (self._resumed, generation.stopped)
             waiters = [asyncio.ensure_future(event.wait()) for event in events]
             try:
                 await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
@@ -413,6 +449,8 @@ class FakeEngine:
         if generation.stop == "disconnect":
             return "disconnect"
         total = len(plan.output_ids)
+        if generation.stop == "abort" and generation.held_in == "retract":
+            return Span(start, start, WAITING_ABORT, start == 0)  # no token more
         if generation.stop == "abort":
             generation.made = min(start + 1, total)  # SGLang runs one more decode step
             return Span(start, generation.made, ABORTED, start == 0)
@@ -428,6 +466,9 @@ class FakeEngine:
     ) -> None:
         """The sequences' frames, round by round (with ``index`` when `array`)."""
         await stream_start(send)
+        if not generations:  # an empty batch: SGLang's stream ends at once
+            await body_chunk(send, SSE_DONE, more=False)
+            return
         live = list(enumerate(generations))
         frames = 0
         while live:
@@ -448,7 +489,12 @@ class FakeEngine:
                     gone = True
                     continue
                 shown = step if self.incremental else step._replace(start=0)
-                frame = answer_object(generation.plan, shown, unary=False)
+                frame = answer_object(
+                    generation.plan,
+                    shown,
+                    unary=False,
+                    retractions=generation.retractions,
+                )
                 if array:
                     frame["index"] = index  # SGLang adds it last
                 chunks.append(b"data: " + _ENCODE(frame) + b"\n\n")
@@ -494,7 +540,12 @@ class FakeEngine:
         if "disconnect" in ends:
             return
         bodies = [
-            answer_object(generation.plan, end._replace(start=0), unary=True)
+            answer_object(
+                generation.plan,
+                end._replace(start=0),
+                unary=True,
+                retractions=generation.retractions,
+            )
             for generation, end in zip(generations, ends, strict=True)
             if isinstance(end, Span)
         ]
