@@ -140,6 +140,27 @@ def test_aclose_leaves_the_caller_s_sessions_open() -> None:
         assert asyncio.run(main(f"http://127.0.0.1:{port}")) == []
 
 
+@pytest.mark.parametrize("given", [("abort_client",), ("client", "abort_client")])
+def test_a_caller_s_client_without_a_base_url_reaches_sglang(
+    engine_url: tuple[FakeEngine, str], given: tuple[str, ...]
+) -> None:
+    """A caller's `httpx.AsyncClient` made without a base URL, for aborts or for both
+    lanes, sends to the transport's `base_url`: its aborts reach SGLang."""
+    engine, url = engine_url
+
+    async def main() -> tuple[int, int]:
+        clients: dict[str, Any] = {name: httpx.AsyncClient() for name in given}
+        async with HttpxTransport(url, **clients) as transport:
+            status = await transport.abort(b'{"rid": "a-caller-s-lane"}')
+            info, _ = await transport.get("/get_server_info")
+        for client in clients.values():
+            await client.aclose()
+        return status, info
+
+    assert asyncio.run(main()) == (200, 200)
+    assert {"rid": "a-caller-s-lane"} in list(engine.aborts)
+
+
 def test_a_timeout_is_an_upstream_error_504() -> None:
     async def main(transport: Any) -> UpstreamError:
         async with transport:

@@ -65,7 +65,8 @@ class HttpxTransport:
 
     Aborts and GETs go over `abort_client`; when None, over a client of the
     transport's own for `base_url`, or over `client` itself when `client` is given
-    (then size its pool beyond `connections`, or pass `abort_client`).
+    (then size its pool beyond `connections`, or pass `abort_client`). A client of
+    the caller's made without a base URL is given `base_url`.
     """
 
     __slots__ = ("_clients", "_lane", "_open", "_owned", "slots")
@@ -99,9 +100,10 @@ class HttpxTransport:
                 base_url=base_url, timeout=CONTROL_TIMEOUT_S, limits=lane, verify=tls
             )
         else:
-            if not str(client.base_url):
-                client.base_url = httpx.URL(base_url)
             aborts = abort_client or client
+        for given in (client, abort_client):
+            if given is not None and not str(given.base_url):  # SGLang's, unless its own
+                given.base_url = httpx.URL(base_url)
         self._clients = [client] if client is not None else list(self._owned)
         #: How many answers each client has open (sent and not yet closed).
         self._open = [0] * len(self._clients)
