@@ -18,10 +18,10 @@ server reads it (`serve.incoming`): its type, its body within the bound.
 - The engine runs under a request id of the service's own (32 hex digits,
   fixed width: SGLang matches aborts by prefix); the client gets its own rid back.
 - A client that goes away is aborted at once, in a task of its own
-  (`Aborts`): a streaming body closed or cancelled, or `disconnected()`
-  turning true while a unary answer is awaited. The answer is read to its end
-  meanwhile, and the connection released. A send still waiting for a
-  connection is cancelled: it never reaches SGLang.
+  (`Aborts`): a streaming body closed, dropped or cancelled (read or not), or
+  `disconnected()` turning true while a unary answer is awaited. The answer is
+  read to its end meanwhile, and the connection released. A send still waiting
+  for a connection is cancelled: it never reaches SGLang.
 - SGLang silent for `idle_timeout_s` (the answer's head, then between chunks)
   is answered 504 in SGLang's shape (mid-stream: its error frame), and the
   engine request aborted.
@@ -71,6 +71,7 @@ from sglang_envelope.serve.answer import (
     refused,
     refused_unread,
     request_bytes,
+    started,
     stream_of,
     whole_answer,
 )
@@ -376,7 +377,7 @@ class Service:
         if main.watched.status != 200:
             return await self._refused_by_engine(main, prefill, envelope.stream)
         if envelope.stream:
-            relayed = self._relayed(main, client_rid, prefill)
+            relayed = await started(self._relayed(main, client_rid, prefill))
             return Answer(200, {"content-type": EVENT_STREAM}, relayed)
         return await self._unary(main, client_rid, disconnected, prefill)
 
@@ -515,6 +516,7 @@ class Service:
             else (self.max_bytes, DEFAULT_MAX_EVENT_BYTES)
         )
         try:
+            yield b""  # dropped by `started`: from here on, a body closed is settled
             async for out in relay_sse_async(
                 main.watched,
                 incremental=incremental,
