@@ -5,14 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from sglang_envelope.cancel.plan import AbortPolicy
+from sglang_envelope.cancel.plan import AbortPolicy, check_argument
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.deployment import Deployment
+from sglang_envelope.request.envelope import WorkerEnvelope, check_text
 from sglang_envelope.request.routing import Routing
 from sglang_envelope.serve.pair import PrefillServer
 
-__all__ = ["ARGUMENT_TYPES", "check_service_arguments"]
+__all__ = ["ARGUMENT_TYPES", "check_answer_arguments", "check_service_arguments"]
 
 #: Argument -> the types it may have (None: may be None).
 ARGUMENT_TYPES: Final[Mapping[str, tuple[type | None, ...]]] = {
@@ -66,3 +67,12 @@ def check_service_arguments(arguments: Mapping[str, Any]) -> None:
         raise EnvelopeError(
             f"max_bytes: expected a positive int, got {show_value(limit)}"
         )
+
+
+def check_answer_arguments(envelope: object, client_rid: object, body: object) -> None:
+    """Raise `EnvelopeError` naming the first of `Service.answer`'s arguments that is
+    wrong, before anything is sent: the caller's mistake, not the client's."""
+    check_argument("envelope", envelope, WorkerEnvelope, "a WorkerEnvelope")
+    check_text(client_rid, "client_rid")
+    if body is not None and type(body) is not bytes:
+        raise EnvelopeError(f"body must be bytes or None, got {type(body).__name__}")

@@ -75,7 +75,7 @@ from sglang_envelope.serve.answer import (
     stream_of,
     whole_answer,
 )
-from sglang_envelope.serve.checks import check_service_arguments
+from sglang_envelope.serve.checks import check_answer_arguments, check_service_arguments
 from sglang_envelope.serve.incoming import read_client_body
 from sglang_envelope.serve.legs import Leg
 from sglang_envelope.serve.many import fan_out, samples_of
@@ -349,7 +349,10 @@ class Service:
         `body` is the client's body that `envelope.request` was decoded from: with
         `header_overrides`, sent as it is where override headers carry the engine
         request. n > 1 samples run one request each, back as `f"{client_rid}_{k}"`.
+        Raises `EnvelopeError` naming `envelope`, `client_rid` or `body` of the wrong
+        type (`client_rid`: not a non-empty string), before anything is sent.
         """
+        check_answer_arguments(envelope, client_rid, body)
         try:
             if self._closing:
                 raise _shutting_down()
