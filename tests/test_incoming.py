@@ -136,6 +136,57 @@ class FakeTransport:
         raise AssertionError("reached the engine")
 
 
+async def _silent() -> dict[str, Any]:
+    await asyncio.sleep(10)
+    return {"type": "http.request"}
+
+
+@pytest.mark.parametrize(
+    ("headers", "chunks", "options", "message"),
+    [
+        (None, Chunks(b"{}"), {}, r"^headers must be a mapping, got NoneType$"),
+        ([("content-type", "application/json")], Chunks(), {}, r"^headers must be a mapping"),
+        (JSON, b"{}", {}, r"^chunks must be an async iterable of bytes, got bytes$"),
+        (JSON, Chunks("{}"), {}, r"^chunks must be bytes, got str$"),  # type: ignore[arg-type]
+        (JSON, Chunks(b"{}"), {"receive": 3}, r"^receive must be a callable or None, got int$"),
+        (
+            JSON,
+            Chunks(b"{}"),
+            {"disconnected": True},
+            r"^disconnected must be a callable or None, got bool$",
+        ),
+        (
+            JSON,
+            Chunks(b"{}"),
+            {"disconnected": bool, "receive": _silent},
+            r"^generate_request takes disconnected or receive, not both$",
+        ),
+    ],
+)
+def test_a_request_argument_of_the_wrong_type_is_named(
+    headers: Any, chunks: Any, options: dict[str, Any], message: str
+) -> None:
+    """The caller's mistakes raise `EnvelopeError` naming the argument, never Python's
+    `TypeError` or `AttributeError`, nor a 499 as if the client had gone (a `receive` that
+    is not callable)."""
+
+    async def main() -> None:
+        async with Service(FakeTransport(), deployment=Deployment(vocab_size=320)) as svc:
+            await svc.generate_request(headers, chunks, **options)
+
+    with pytest.raises(EnvelopeError, match=message):
+        asyncio.run(main())
+
+
+def test_a_disconnected_test_that_is_not_callable_is_named() -> None:
+    async def main() -> None:
+        async with Service(FakeTransport(), deployment=Deployment(vocab_size=320)) as svc:
+            await svc.generate(b'{"input_ids": [1]}', disconnected=1)  # type: ignore[arg-type]
+
+    with pytest.raises(EnvelopeError, match=r"^disconnected must be a callable or None, got int$"):
+        asyncio.run(main())
+
+
 class Info:
     """A transport's `get`: SGLang's /get_server_info as the fake writes it, or `answer`."""
 

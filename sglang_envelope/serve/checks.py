@@ -13,7 +13,13 @@ from sglang_envelope.request.envelope import WorkerEnvelope, check_text
 from sglang_envelope.request.routing import Routing
 from sglang_envelope.serve.pair import PrefillServer
 
-__all__ = ["ARGUMENT_TYPES", "check_answer_arguments", "check_service_arguments"]
+__all__ = [
+    "ARGUMENT_TYPES",
+    "check_answer_arguments",
+    "check_disconnected",
+    "check_request_arguments",
+    "check_service_arguments",
+]
 
 #: Argument -> the types it may have (None: may be None).
 ARGUMENT_TYPES: Final[Mapping[str, tuple[type | None, ...]]] = {
@@ -76,3 +82,31 @@ def check_answer_arguments(envelope: object, client_rid: object, body: object) -
     check_text(client_rid, "client_rid")
     if body is not None and type(body) is not bytes:
         raise EnvelopeError(f"body must be bytes or None, got {type(body).__name__}")
+
+
+def check_disconnected(disconnected: object) -> None:
+    """Raise `EnvelopeError` unless `disconnected` is None or a callable (the framework's
+    test for a client gone)."""
+    if disconnected is not None and not callable(disconnected):
+        raise EnvelopeError(
+            "disconnected must be a callable or None, got " + type(disconnected).__name__
+        )
+
+
+def check_request_arguments(
+    headers: object, chunks: object, receive: object, disconnected: object
+) -> None:
+    """Raise `EnvelopeError` naming the first of `Service.generate_request`'s arguments
+    that is wrong, before its body is read."""
+    if receive is not None and disconnected is not None:
+        raise EnvelopeError("generate_request takes disconnected or receive, not both")
+    check_argument("headers", headers, Mapping, "a mapping")
+    if not callable(getattr(chunks, "__aiter__", None)):
+        raise EnvelopeError(
+            f"chunks must be an async iterable of bytes, got {type(chunks).__name__}"
+        )
+    if receive is not None and not callable(receive):
+        raise EnvelopeError(
+            f"receive must be a callable or None, got {type(receive).__name__}"
+        )
+    check_disconnected(disconnected)

@@ -75,7 +75,12 @@ from sglang_envelope.serve.answer import (
     stream_of,
     whole_answer,
 )
-from sglang_envelope.serve.checks import check_answer_arguments, check_service_arguments
+from sglang_envelope.serve.checks import (
+    check_answer_arguments,
+    check_disconnected,
+    check_request_arguments,
+    check_service_arguments,
+)
 from sglang_envelope.serve.incoming import read_client_body
 from sglang_envelope.serve.legs import Leg
 from sglang_envelope.serve.many import fan_out, samples_of
@@ -246,6 +251,7 @@ class Service:
         one answer SGLang gives, an array or frames with ``"index"``.
         """
         check_target(body, self._target)
+        check_disconnected(disconnected)
         try:
             request = client_request(body, self._target)
             if not isinstance(request, tuple):
@@ -286,10 +292,7 @@ class Service:
         place of `disconnected`: once the body is read, the client's departure is heard
         on it (`ClientListener`), at once and without polling.
         """
-        if receive is not None and disconnected is not None:
-            raise EnvelopeError(
-                "generate_request takes disconnected or receive, not both"
-            )
+        check_request_arguments(headers, chunks, receive, disconnected)
         try:
             body = await read_client_body(headers, chunks)
         except RequestRejected as exc:
@@ -353,6 +356,7 @@ class Service:
         type (`client_rid`: not a non-empty string), before anything is sent.
         """
         check_answer_arguments(envelope, client_rid, body)
+        check_disconnected(disconnected)
         try:
             if self._closing:
                 raise _shutting_down()
