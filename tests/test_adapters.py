@@ -140,6 +140,23 @@ def test_aclose_leaves_the_caller_s_sessions_open() -> None:
         assert asyncio.run(main(f"http://127.0.0.1:{port}")) == []
 
 
+def test_aclose_leaves_a_caller_s_sync_abort_client_open(
+    engine_url: tuple[FakeEngine, str],
+) -> None:
+    """A caller's `httpx.Client` as `abort_client` (the sync lane, each abort in a thread,
+    as the transport's own) carries the aborts, and is still open after `aclose`."""
+    engine, url = engine_url
+    mine = httpx.Client()
+
+    async def main() -> int:
+        async with HttpxTransport(url, abort_client=mine) as transport:
+            return await transport.abort(b'{"rid": "a-sync-lane"}')
+
+    assert asyncio.run(main()) == 200 and {"rid": "a-sync-lane"} in list(engine.aborts)
+    assert not mine.is_closed
+    mine.close()
+
+
 @pytest.mark.parametrize("given", [("abort_client",), ("client", "abort_client")])
 def test_a_caller_s_client_without_a_base_url_reaches_sglang(
     engine_url: tuple[FakeEngine, str], given: tuple[str, ...]

@@ -76,7 +76,7 @@ class HttpxTransport:
         base_url: str,
         *,
         client: httpx.AsyncClient | None = None,
-        abort_client: httpx.AsyncClient | None = None,
+        abort_client: httpx.AsyncClient | httpx.Client | None = None,
         connections: int = DEFAULT_CONNECTIONS,
         pool_wait_s: float = DEFAULT_POOL_WAIT_S,
     ) -> None:
@@ -107,7 +107,8 @@ class HttpxTransport:
         self._clients = [client] if client is not None else list(self._owned)
         #: How many answers each client has open (sent and not yet closed).
         self._open = [0] * len(self._clients)
-        self._lane = _Lane(aborts, control_connections(connections))
+        owned = aborts is not abort_client and aborts is not client
+        self._lane = _Lane(aborts, control_connections(connections), owned=owned)
 
     async def generate(self, body: bytes, headers: Mapping[str, str]) -> EngineReply:
         opened = self._open
@@ -154,15 +155,18 @@ class HttpxTransport:
 
 
 class _Lane:
-    """Aborts and GETs over `client`: the transport's own (sync), each in a thread, at
-    most `threads` at once, begun as needed; or the caller's (async), on the serving
-    loop; httpx's failures as `UpstreamError`. `aclose` waits for the threads, then
-    closes the transport's own client."""
+    """Aborts and GETs over `client`: a sync one (the transport's own), each request in
+    a thread, at most `threads` at once, begun as needed; or an async one, on the
+    serving loop; httpx's failures as `UpstreamError`. `aclose` waits for the threads,
+    then closes `client` when it is `owned` (the transport's own)."""
 
-    __slots__ = ("_client", "_threads")
+    __slots__ = ("_client", "_owned", "_threads")
 
-    def __init__(self, client: httpx.Client | httpx.AsyncClient, threads: int) -> None:
+    def __init__(
+        self, client: httpx.Client | httpx.AsyncClient, threads: int, *, owned: bool
+    ) -> None:
         self._client = client
+        self._owned = owned
         self._threads = (
             ThreadPoolExecutor(threads, thread_name_prefix="sglang-envelope aborts")
             if isinstance(client, httpx.Client)
@@ -189,7 +193,8 @@ class _Lane:
         if isinstance(client, httpx.Client) and self._threads is not None:
             stop = functools.partial(self._threads.shutdown, cancel_futures=True)
             await asyncio.get_running_loop().run_in_executor(None, stop)
-            client.close()
+            if self._owned:
+                client.close()
 
 
 async def _chunks(response: httpx.Response) -> AsyncIterator[bytes]:
