@@ -266,3 +266,32 @@ def test_a_server_that_answers_otherwise_is_named() -> None:
         describe(Info((200, b"<html>")), vocab_size=5)
     with pytest.raises(LimitExceeded):
         describe(Info((200, b" " * (4 << 20) + b"{}")), vocab_size=5)
+
+
+class Returning:
+    """A server whose `get` returns `answer` (awaited when `awaitable`)."""
+
+    def __init__(self, answer: Any, awaitable: bool = True) -> None:
+        self.answer, self.awaitable = answer, awaitable
+
+    def get(self, path: str) -> Any:
+        async def got() -> Any:
+            return self.answer
+
+        return got() if self.awaitable else self.answer
+
+
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        (Returning((200, "{}")), r"^server\.get must return \(status, body\), an int and bytes"),
+        (Returning((200,)), r"^server\.get must return \(status, body\)"),
+        (Returning(b"{}"), r"^server\.get must return \(status, body\)"),
+        (Returning((200, b"{}"), awaitable=False), r"^server\.get must return an awaitable"),
+    ],
+)
+def test_a_server_whose_get_returns_another_shape_is_named(server: Any, message: str) -> None:
+    """A `get` of the caller's that returns anything but an awaitable of (status, bytes)
+    is an `EnvelopeError` naming it, never Python's `TypeError` or `ValueError`."""
+    with pytest.raises(EnvelopeError, match=message):
+        describe(server, vocab_size=5)
