@@ -16,7 +16,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from sglang_envelope import Deployment, EngineReply, Service, UpstreamError
+from sglang_envelope import Deployment, EngineReply, EnvelopeError, Service, UpstreamError
 from sglang_envelope.adapters.aiohttp import AiohttpTransport, respond
 from sglang_envelope.adapters.httpx import HttpxTransport
 from sglang_envelope.testing import FakeEngine
@@ -138,6 +138,40 @@ def test_aclose_leaves_the_caller_s_sessions_open() -> None:
 
     with closed_port() as port:  # nothing listens there
         assert asyncio.run(main(f"http://127.0.0.1:{port}")) == []
+
+
+WRONG_ARGUMENTS: list[tuple[Make, Any, dict[str, Any], str]] = [
+    (HttpxTransport, None, {}, r"^base_url: expected SGLang's URL, a non-empty str, got None$"),
+    (AiohttpTransport, "", {}, r"^base_url: expected SGLang's URL, a non-empty str, got ''$"),
+    (HttpxTransport, "http://x", {"client": 3}, r"^client must be None or an httpx\.AsyncClient"),
+    (
+        HttpxTransport,
+        "http://x",
+        {"abort_client": aiohttp},
+        r"^abort_client must be None or an httpx\.AsyncClient or httpx\.Client, got module$",
+    ),
+    (
+        AiohttpTransport,
+        "http://x",
+        {"session": object()},
+        r"^session must be None or an aiohttp\.ClientSession, got object$",
+    ),
+    (AiohttpTransport, "http://x", {"abort_session": 1}, r"^abort_session must be None"),
+]
+
+
+@pytest.mark.parametrize(("kind", "base_url", "given", "message"), WRONG_ARGUMENTS)
+def test_an_adapter_s_argument_of_the_wrong_type_is_named(
+    kind: Make, base_url: Any, given: dict[str, Any], message: str
+) -> None:
+    """Each adapter names a wrong argument with `EnvelopeError` when it is made, never
+    Python's `TypeError` or `AttributeError`, then or at its first request."""
+
+    async def main() -> None:
+        kind(base_url, **given)
+
+    with pytest.raises(EnvelopeError, match=message):
+        asyncio.run(main())
 
 
 def test_aclose_leaves_a_caller_s_sync_abort_client_open(

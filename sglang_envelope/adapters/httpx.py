@@ -37,6 +37,7 @@ from sglang_envelope.serve.transport import (
     DEFAULT_POOL_WAIT_S,
     EngineReply,
     Slots,
+    check_adapter_arguments,
     control_connections,
     json_headers,
 )
@@ -80,6 +81,13 @@ class HttpxTransport:
         connections: int = DEFAULT_CONNECTIONS,
         pool_wait_s: float = DEFAULT_POOL_WAIT_S,
     ) -> None:
+        check_adapter_arguments(
+            base_url,
+            {
+                "client": (client, (httpx.AsyncClient,)),
+                "abort_client": (abort_client, (httpx.AsyncClient, httpx.Client)),
+            },
+        )
         #: The generate connections, taken by the serving loop before each send.
         self.slots = Slots(connections, pool_wait_s)
         self._owned: list[httpx.AsyncClient] = []

@@ -34,6 +34,7 @@ __all__ = [
     "Slots",
     "Transport",
     "as_upstream_error",
+    "check_adapter_arguments",
     "control_connections",
     "json_headers",
     "transport_failures",
@@ -84,6 +85,27 @@ def json_headers(headers: Mapping[str, str]) -> dict[str, str]:
     sent = {name.lower(): value for name, value in headers.items()}
     sent.setdefault("content-type", "application/json")
     return sent
+
+
+def check_adapter_arguments(
+    base_url: object, lanes: Mapping[str, tuple[object, tuple[type, ...]]]
+) -> None:
+    """Raise `EnvelopeError` naming the first of an adapter's arguments that is wrong:
+    `base_url` not a non-empty str, or a lane's client (name -> the value and the types
+    it may have) that is neither None nor of its types."""
+    if type(base_url) is not str or not base_url:
+        raise EnvelopeError(
+            "base_url: expected SGLang's URL, a non-empty str, got "
+            + show_value(base_url)
+        )
+    for name, (value, kinds) in lanes.items():
+        if value is not None and not isinstance(value, kinds):
+            expected = " or ".join(
+                f"{kind.__module__.split('.')[0]}.{kind.__name__}" for kind in kinds
+            )
+            raise EnvelopeError(
+                f"{name} must be None or an {expected}, got {type(value).__name__}"
+            )
 
 
 def control_connections(connections: int) -> int:
