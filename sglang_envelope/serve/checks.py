@@ -39,6 +39,14 @@ def _check_transport(name: str, transport: object) -> None:
             raise EnvelopeError(f"{name} must have an async {method}() method")
 
 
+def _check_prefill(prefill: PrefillServer) -> None:
+    _check_transport("prefill.transport", prefill.transport)
+    try:
+        prefill.bootstrap()  # its address, checked as each request's will be
+    except EnvelopeError as error:
+        raise EnvelopeError(f"prefill: {error}") from None
+
+
 def check_service_arguments(arguments: Mapping[str, Any]) -> None:
     """Raise `EnvelopeError` naming the first of `Service`'s arguments that is wrong."""
     _check_transport("transport", arguments["transport"])
@@ -52,7 +60,7 @@ def check_service_arguments(arguments: Mapping[str, Any]) -> None:
             )
             raise EnvelopeError(f"{name} must be a {names}, got {type(value).__name__}")
     if arguments["prefill"] is not None:
-        _check_transport("prefill.transport", arguments["prefill"].transport)
+        _check_prefill(arguments["prefill"])
     if not callable(arguments["rid"]) or not callable(arguments["on_abort"] or len):
         raise EnvelopeError("rid and on_abort must be callables")
     poll = arguments["disconnect_poll_s"]
