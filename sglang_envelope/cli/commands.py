@@ -21,6 +21,7 @@ import msgspec
 
 from sglang_envelope import (
     Bootstrap,
+    ClientRequest,
     Deployment,
     EnvelopeError,
     LimitExceeded,
@@ -28,6 +29,7 @@ from sglang_envelope import (
     ResponseError,
     Role,
     Routing,
+    WorkerEnvelope,
     aggregate_sse,
     build_engine_request,
     decode_client_request,
@@ -192,6 +194,14 @@ def _bootstrap(role: Role, args: argparse.Namespace) -> Bootstrap | None:
     )
 
 
+def _enveloped(request: ClientRequest, rid: str) -> WorkerEnvelope:
+    """`request`'s envelope under `rid`; the only rid it can refuse is `--rid`'s."""
+    try:
+        return to_worker_envelope(request, rid=rid)
+    except EnvelopeError as error:
+        raise EnvelopeError(f"--{error}") from None
+
+
 def cmd_normalize(args: argparse.Namespace) -> int:
     """Client request -> `{"accept": ..., "body": {...}}`,
     the engine request for a role."""
@@ -209,7 +219,7 @@ def cmd_normalize(args: argparse.Namespace) -> int:
             data, max_token_id=args.max_token_id, target=target
         )
         rid = args.rid if args.rid is not None else (request.rid or uuid.uuid4().hex)
-        envelope = to_worker_envelope(request, rid=rid)
+        envelope = _enveloped(request, rid)
         engine = build_engine_request(
             envelope,
             input_ids=request.input_ids,
