@@ -263,3 +263,32 @@ def test_answer_refuses_a_wrong_argument_before_anything_is_sent(
     with pytest.raises(EnvelopeError, match=message):
         run(main())
     assert transport.requests == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_that_meets_stop_serving_before_dispatch_is_never_sent(stream: bool) -> None:
+    """`stop_serving` (a signal's, `close_on`) that comes while a request looks at its
+    client, after the service's own check and before the engine request is sent: the
+    request is refused 503 and never reaches SGLang (it was sent, out of the reach of the
+    stop that had come, and of every stop but a later one)."""
+    transport = FakeTransport(streamed)
+
+    async def main() -> tuple[int, bytes]:
+        svc = service(transport)
+        stopped: list[bool] = []
+
+        async def disconnected() -> bool:
+            if not stopped:
+                svc.stop_serving()
+                stopped.append(True)
+            return False
+
+        body = json.dumps({"input_ids": [5, 6], "stream": stream}).encode()
+        answer = await svc.generate(body, disconnected=disconnected)
+        written = await read(answer)
+        await svc.aclose()
+        return answer.status, written
+
+    status, written = run(main())
+    assert (status, transport.requests) == (503, [])
+    assert json.loads(written)["error"]["message"] == "the service is shutting down"

@@ -400,6 +400,8 @@ class Service:
         sent, the answer to give, the other legs aborted."""
         import asyncio
 
+        if self._closing:  # `stop_serving` came while the client was looked at
+            return refused(_shutting_down(), envelope.stream)
         legs = [
             Leg(e, to, self._wire(e, envelope.request, body), self._idle_s)
             for e, to in engines
