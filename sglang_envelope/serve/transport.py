@@ -16,11 +16,12 @@ streams needs no mapping of its own.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 
 from sglang_envelope.errors.exceptions import EnvelopeError, UpstreamError, show_value
+from sglang_envelope.request.engine import OVERRIDE_HEADERS
 
 if TYPE_CHECKING:
     import asyncio
@@ -37,6 +38,7 @@ __all__ = [
     "check_adapter_arguments",
     "control_connections",
     "json_headers",
+    "overridden",
     "transport_failures",
 ]
 
@@ -106,6 +108,21 @@ def check_adapter_arguments(
             raise EnvelopeError(
                 f"{name} must be None or an {expected}, got {type(value).__name__}"
             )
+
+
+#: The override headers whose value SGLang's HTTP server takes as text; it reads every
+#: other one as an int.
+_TEXT_OVERRIDES: Final = frozenset({"rid", "bootstrap_host"})
+
+
+def overridden(fields: dict[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
+    """An engine request's `fields` with those that an ``x-override-*`` of `headers`
+    (`header_overrides`) sets, set as SGLang's HTTP server sets them."""
+    for name, header in OVERRIDE_HEADERS.items():
+        value = headers.get(header)
+        if value is not None:
+            fields[name] = value if name in _TEXT_OVERRIDES else int(value)
+    return fields
 
 
 def control_connections(connections: int) -> int:
