@@ -221,7 +221,8 @@ class Service:
         `stop_serving` at once, then the handler it had: the server's own (uvicorn's),
         which stops taking requests and waits for those in flight, now ending. Use it
         inside the running loop, in the main thread, with a server that handles the
-        signal itself; `aclose` at the server's shutdown then awaits the aborts."""
+        signal itself; `aclose` at the server's shutdown then awaits the aborts. Raises
+        `EnvelopeError` naming a signal that is not one or cannot be handled."""
         return calling_on(signals, self.stop_serving)
 
     @property
