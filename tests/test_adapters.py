@@ -16,7 +16,7 @@ import httpx
 import pytest
 from aiohttp import web
 
-from sglang_envelope import Deployment, EngineReply, Service, UpstreamError
+from sglang_envelope import Deployment, EngineReply, EnvelopeError, Service, UpstreamError
 from sglang_envelope.adapters.aiohttp import AiohttpTransport, respond
 from sglang_envelope.adapters.httpx import HttpxTransport
 from sglang_envelope.testing import FakeEngine
@@ -138,6 +138,78 @@ def test_aclose_leaves_the_caller_s_sessions_open() -> None:
 
     with closed_port() as port:  # nothing listens there
         assert asyncio.run(main(f"http://127.0.0.1:{port}")) == []
+
+
+WRONG_ARGUMENTS: list[tuple[Make, Any, dict[str, Any], str]] = [
+    (HttpxTransport, None, {}, r"^base_url: expected SGLang's URL, a non-empty str, got None$"),
+    (AiohttpTransport, "", {}, r"^base_url: expected SGLang's URL, a non-empty str, got ''$"),
+    (HttpxTransport, "http://x", {"client": 3}, r"^client must be None or an httpx\.AsyncClient"),
+    (
+        HttpxTransport,
+        "http://x",
+        {"abort_client": aiohttp},
+        r"^abort_client must be None or an httpx\.AsyncClient or httpx\.Client, got module$",
+    ),
+    (
+        AiohttpTransport,
+        "http://x",
+        {"session": object()},
+        r"^session must be None or an aiohttp\.ClientSession, got object$",
+    ),
+    (AiohttpTransport, "http://x", {"abort_session": 1}, r"^abort_session must be None"),
+]
+
+
+@pytest.mark.parametrize(("kind", "base_url", "given", "message"), WRONG_ARGUMENTS)
+def test_an_adapter_s_argument_of_the_wrong_type_is_named(
+    kind: Make, base_url: Any, given: dict[str, Any], message: str
+) -> None:
+    """Each adapter names a wrong argument with `EnvelopeError` when it is made, never
+    Python's `TypeError` or `AttributeError`, then or at its first request."""
+
+    async def main() -> None:
+        kind(base_url, **given)
+
+    with pytest.raises(EnvelopeError, match=message):
+        asyncio.run(main())
+
+
+def test_aclose_leaves_a_caller_s_sync_abort_client_open(
+    engine_url: tuple[FakeEngine, str],
+) -> None:
+    """A caller's `httpx.Client` as `abort_client` (the sync lane, each abort in a thread,
+    as the transport's own) carries the aborts, and is still open after `aclose`."""
+    engine, url = engine_url
+    mine = httpx.Client()
+
+    async def main() -> int:
+        async with HttpxTransport(url, abort_client=mine) as transport:
+            return await transport.abort(b'{"rid": "a-sync-lane"}')
+
+    assert asyncio.run(main()) == 200 and {"rid": "a-sync-lane"} in list(engine.aborts)
+    assert not mine.is_closed
+    mine.close()
+
+
+@pytest.mark.parametrize("given", [("abort_client",), ("client", "abort_client")])
+def test_a_caller_s_client_without_a_base_url_reaches_sglang(
+    engine_url: tuple[FakeEngine, str], given: tuple[str, ...]
+) -> None:
+    """A caller's `httpx.AsyncClient` made without a base URL, for aborts or for both
+    lanes, sends to the transport's `base_url`: its aborts reach SGLang."""
+    engine, url = engine_url
+
+    async def main() -> tuple[int, int]:
+        clients: dict[str, Any] = {name: httpx.AsyncClient() for name in given}
+        async with HttpxTransport(url, **clients) as transport:
+            status = await transport.abort(b'{"rid": "a-caller-s-lane"}')
+            info, _ = await transport.get("/get_server_info")
+        for client in clients.values():
+            await client.aclose()
+        return status, info
+
+    assert asyncio.run(main()) == (200, 200)
+    assert {"rid": "a-caller-s-lane"} in list(engine.aborts)
 
 
 def test_a_timeout_is_an_upstream_error_504() -> None:

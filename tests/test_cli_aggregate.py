@@ -59,3 +59,16 @@ def test_a_stream_of_neither_mode_names_both_readings() -> None:
     assert out["error"]["type"] == "response_error"
     assert "read incrementally" in out["error"]["message"]
     assert "read cumulatively" in out["error"]["message"]
+
+
+@pytest.mark.parametrize("blank", [0, 1, 64 * 1024, 200_000])
+def test_a_unary_body_is_told_by_its_first_byte_past_any_whitespace(blank: int) -> None:
+    """docs/cli.md: the input is a unary body when its first non-whitespace byte is '{',
+    however much whitespace (within the bound) comes before it."""
+    body = b'{"text":"x","output_ids":[7],"meta_info":{"id":"r","finish_reason":' + (
+        b'{"type":"length","length":1}}}'
+    )
+    code, out, _ = run("-", stdin=b" \n" * (blank // 2) + body)
+    assert code == 0 and out["output_ids"] == [7]
+    code, out, _ = run("--max-bytes", str(blank + 10), "-", stdin=b" " * blank + body)
+    assert code == 2 and out["error"]["type"] == "limit_exceeded"

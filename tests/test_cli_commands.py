@@ -113,7 +113,7 @@ def test_an_aggregated_request_takes_no_bootstrap(options: list[str]) -> None:
         ),
         ("aggregated", ["--dp-rank", "-1"], "--dp-rank must be an integer in [0, 2147483647]"),
         ("aggregated", ["--max-token-id", "-1"], "--max-token-id must be an integer >= 0, got"),
-        ("aggregated", ["--rid", ""], "rid must be a non-empty UTF-8 string, got ''"),
+        ("aggregated", ["--rid", ""], "--rid must be a non-empty UTF-8 string, got ''"),
     ],
 )
 def test_a_bad_option_is_named_as_the_option(role: str, options: list[str], message: str) -> None:

@@ -119,3 +119,25 @@ def test_an_abort_goes_to_the_engine_s_tokenizer_manager() -> None:
 def test_what_is_not_an_engine_is_refused_at_once(engine: Any) -> None:
     with pytest.raises(EnvelopeError):
         EngineTransport(engine, request_type=7 if isinstance(engine, Engine) else Request)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_header_overrides_run_the_request_under_the_service_s_own_rid(stream: bool) -> None:
+    """With `header_overrides=True` the service sends the client's own body and sets the
+    rid (and a pair's fields) in ``x-override-*`` headers: the engine runs the request
+    under the service's rid, which its aborts name, as SGLang's HTTP server would."""
+
+    async def main() -> tuple[bytes, Manager]:
+        engine = Engine()
+        transport = EngineTransport(engine, request_type=Request)
+        async with Service(
+            transport, deployment=DEPLOYMENT, header_overrides=True, rid=lambda: "e" * 32
+        ) as service:
+            body = {"input_ids": [5, 6], "rid": "mine", "stream": stream}
+            answer = await service.generate(json.dumps(body).encode())
+            data = b"".join([chunk async for chunk in answer.body])
+        return data, engine.tokenizer_manager
+
+    data, manager = asyncio.run(main())
+    assert [sent["rid"] for sent in manager.requests] == ["e" * 32]
+    assert b'"id":"mine"' in data  # the client still gets its own

@@ -112,3 +112,18 @@ def test_a_host_s_own_abort_and_the_plan_s_reach_the_scheduler_once() -> None:
 def test_what_cannot_abort_is_refused_at_once(engine: Any) -> None:
     with pytest.raises(EnvelopeError, match="has no abort_request"):
         engine_abort(engine)
+
+
+@pytest.mark.parametrize("body", [b"{}", b'{"abort_all":true}', b'{"rid": 3}', b"x", None])
+def test_a_body_that_is_not_an_abort_plan_s_is_named(body: Any) -> None:
+    """`send` takes an abort plan's body: any other (an abort-all plan's, which the tokenizer
+    manager's `abort_request(rid=...)` would not carry) is an `EnvelopeError` naming it,
+    never Python's `KeyError`, and nothing is aborted."""
+    manager = Manager(held={"a"})
+
+    async def sent() -> int:
+        return await engine_abort(manager)(body)
+
+    with pytest.raises(EnvelopeError, match=r"^body: expected an abort plan's \{\"rid\": \.\.\.\}"):
+        asyncio.run(sent())
+    assert manager.calls == []

@@ -136,6 +136,57 @@ class FakeTransport:
         raise AssertionError("reached the engine")
 
 
+async def _silent() -> dict[str, Any]:
+    await asyncio.sleep(10)
+    return {"type": "http.request"}
+
+
+@pytest.mark.parametrize(
+    ("headers", "chunks", "options", "message"),
+    [
+        (None, Chunks(b"{}"), {}, r"^headers must be a mapping, got NoneType$"),
+        ([("content-type", "application/json")], Chunks(), {}, r"^headers must be a mapping"),
+        (JSON, b"{}", {}, r"^chunks must be an async iterable of bytes, got bytes$"),
+        (JSON, Chunks("{}"), {}, r"^chunks must be bytes, got str$"),  # type: ignore[arg-type]
+        (JSON, Chunks(b"{}"), {"receive": 3}, r"^receive must be a callable or None, got int$"),
+        (
+            JSON,
+            Chunks(b"{}"),
+            {"disconnected": True},
+            r"^disconnected must be a callable or None, got bool$",
+        ),
+        (
+            JSON,
+            Chunks(b"{}"),
+            {"disconnected": bool, "receive": _silent},
+            r"^generate_request takes disconnected or receive, not both$",
+        ),
+    ],
+)
+def test_a_request_argument_of_the_wrong_type_is_named(
+    headers: Any, chunks: Any, options: dict[str, Any], message: str
+) -> None:
+    """The caller's mistakes raise `EnvelopeError` naming the argument, never Python's
+    `TypeError` or `AttributeError`, nor a 499 as if the client had gone (a `receive` that
+    is not callable)."""
+
+    async def main() -> None:
+        async with Service(FakeTransport(), deployment=Deployment(vocab_size=320)) as svc:
+            await svc.generate_request(headers, chunks, **options)
+
+    with pytest.raises(EnvelopeError, match=message):
+        asyncio.run(main())
+
+
+def test_a_disconnected_test_that_is_not_callable_is_named() -> None:
+    async def main() -> None:
+        async with Service(FakeTransport(), deployment=Deployment(vocab_size=320)) as svc:
+            await svc.generate(b'{"input_ids": [1]}', disconnected=1)  # type: ignore[arg-type]
+
+    with pytest.raises(EnvelopeError, match=r"^disconnected must be a callable or None, got int$"):
+        asyncio.run(main())
+
+
 class Info:
     """A transport's `get`: SGLang's /get_server_info as the fake writes it, or `answer`."""
 
@@ -215,3 +266,32 @@ def test_a_server_that_answers_otherwise_is_named() -> None:
         describe(Info((200, b"<html>")), vocab_size=5)
     with pytest.raises(LimitExceeded):
         describe(Info((200, b" " * (4 << 20) + b"{}")), vocab_size=5)
+
+
+class Returning:
+    """A server whose `get` returns `answer` (awaited when `awaitable`)."""
+
+    def __init__(self, answer: Any, awaitable: bool = True) -> None:
+        self.answer, self.awaitable = answer, awaitable
+
+    def get(self, path: str) -> Any:
+        async def got() -> Any:
+            return self.answer
+
+        return got() if self.awaitable else self.answer
+
+
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        (Returning((200, "{}")), r"^server\.get must return \(status, body\), an int and bytes"),
+        (Returning((200,)), r"^server\.get must return \(status, body\)"),
+        (Returning(b"{}"), r"^server\.get must return \(status, body\)"),
+        (Returning((200, b"{}"), awaitable=False), r"^server\.get must return an awaitable"),
+    ],
+)
+def test_a_server_whose_get_returns_another_shape_is_named(server: Any, message: str) -> None:
+    """A `get` of the caller's that returns anything but an awaitable of (status, bytes)
+    is an `EnvelopeError` naming it, never Python's `TypeError` or `ValueError`."""
+    with pytest.raises(EnvelopeError, match=message):
+        describe(server, vocab_size=5)

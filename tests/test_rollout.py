@@ -334,6 +334,24 @@ def test_run_drain_cuts_a_call_that_outlives_the_deadline() -> None:
     assert outcome == DrainOutcome(idle=False, rounds=(), stopped="deadline")
 
 
+@pytest.mark.parametrize("failing", ["send", "get_loads"])
+def test_run_drain_lets_a_callable_s_own_timeout_propagate(failing: str) -> None:
+    """`TimeoutError` raised by `send` or `get_loads` themselves is their failure, which
+    propagates; only the plan's deadline ends the drain as ``"deadline"``."""
+    plan = plan_drain(policy=DrainPolicy(retry_every_s=1, deadline_s=5))
+
+    async def send(body: bytes) -> int:
+        if failing == "send":
+            raise TimeoutError("send's own")
+        return 200
+
+    async def get_loads() -> bytes:
+        raise TimeoutError("get_loads's own")
+
+    with pytest.raises(TimeoutError, match=f"^{failing}'s own$"):
+        run(lambda: run_drain(plan, send, get_loads))
+
+
 @given(st.integers(0, 3), st.sampled_from([200, 400, 503]))
 def test_run_drain_posts_once_a_round_whatever_the_status(busy: int, status: int) -> None:
     plan = plan_drain(policy=DrainPolicy(retry_every_s=0.001, deadline_s=5))

@@ -270,6 +270,25 @@ def test_an_exception_from_send_propagates() -> None:
         asyncio.run(run_abort(plan, refused))
 
 
+@pytest.mark.parametrize("failing", [1, 2])
+def test_a_timeout_of_send_s_own_propagates(failing: int) -> None:
+    """A `send` whose own transport times out raises `TimeoutError`: that is its failure,
+    not the plan's deadline, on the first post as on a repeat."""
+    policy = AbortPolicy(retry_delays_s=(0.0,), first_token_wait_s=0.0, deadline_s=5.0)
+    plan = plan_abort(engine(Role.AGGREGATED, stream=False), first_token_seen=False, policy=policy)
+    posts: list[bytes] = []
+
+    async def timing_out(body: bytes) -> int:
+        posts.append(body)
+        if len(posts) == failing:
+            raise TimeoutError("the transport's own timeout")
+        return 200
+
+    with pytest.raises(TimeoutError, match="the transport's own timeout"):
+        asyncio.run(run_abort(plan, timing_out))
+    assert len(posts) == failing
+
+
 async def _ok(body: bytes) -> int:
     return 200
 

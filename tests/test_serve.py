@@ -198,6 +198,33 @@ def test_a_stream_closed_early_is_aborted_once_and_read_to_its_end() -> None:
     assert transport.read_to_end == [rid] and transport.closed == [rid]
 
 
+@pytest.mark.parametrize("sequences", [1, 2])
+@pytest.mark.parametrize("left", ["closed", "dropped"])
+def test_a_stream_left_before_its_first_chunk_is_aborted_at_once(left: str, sequences: int) -> None:
+    """A streaming body closed, or dropped (Starlette drops it when the client is gone
+    before the answer's head is written), before a chunk was read is aborted then, not
+    at the service's close, and its connection released."""
+
+    async def main() -> tuple[FakeTransport, int]:
+        transport = FakeTransport(long_stream)
+        async with service(transport) as svc:
+            body = {**json.loads(STREAM), "sampling_params": {"n": sequences}}
+            answer = await svc.generate(json.dumps(body).encode())
+            if left == "closed":
+                await answer.body.aclose()
+            del answer
+            for _ in range(100):  # the abort runs in a task of its own
+                if len(transport.closed) == sequences:
+                    break
+                await asyncio.sleep(0.01)
+            aborted = len(transport.aborts)
+        return transport, aborted
+
+    transport, aborted = run(main())
+    assert aborted == len(transport.requests) == sequences
+    assert sorted(transport.closed) == sorted(r["rid"] for r in transport.requests)
+
+
 def test_a_stream_cancelled_by_an_anyio_cancel_scope_is_still_aborted() -> None:
     async def main() -> FakeTransport:
         transport = FakeTransport(long_stream)

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from sglang_envelope import (
+    EnvelopeError,
     Service,
     UpstreamError,
     decode_client_request,
+    to_worker_envelope,
 )
 from sglang_envelope.serve.transport import as_upstream_error
 from tests.serve_fakes import (
@@ -226,3 +228,67 @@ def test_a_unary_answer_cut_mid_body_is_sglang_s_502() -> None:
     answer, body = run(served(service(Pooled(lambda request: fail)), {"input_ids": [1]}))
     assert answer.status == 502
     assert "cut" in json.loads(body)["error"]["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        ({"envelope": None}, r"^envelope must be a WorkerEnvelope, got NoneType$"),
+        ({"client_rid": None}, r"^client_rid must be a non-empty UTF-8 string, got None$"),
+        ({"client_rid": ""}, r"^client_rid must be a non-empty UTF-8 string, got ''$"),
+        ({"client_rid": 7}, r"^client_rid must be a non-empty UTF-8 string, got 7$"),
+        ({"body": "{}"}, r"^body must be bytes or None, got str$"),
+    ],
+)
+def test_answer_refuses_a_wrong_argument_before_anything_is_sent(
+    stream: bool, wrong: dict[str, Any], message: str
+) -> None:
+    """`Service.answer`'s caller's mistakes raise `EnvelopeError` naming the argument at
+    once: nothing reaches SGLang (a wrong `client_rid` was found only once the answer
+    was read whole, or written into every frame as it was)."""
+    request = decode_client_request({"input_ids": [5, 6], "stream": stream})
+    arguments: dict[str, Any] = {
+        "envelope": to_worker_envelope(request, rid="e-1"),
+        "client_rid": "c-1",
+        **wrong,
+    }
+    transport = FakeTransport(streamed)
+
+    async def main() -> None:
+        async with service(transport, header_overrides=True) as svc:
+            answer = await svc.answer(**arguments)
+            await read(answer)
+
+    with pytest.raises(EnvelopeError, match=message):
+        run(main())
+    assert transport.requests == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_that_meets_stop_serving_before_dispatch_is_never_sent(stream: bool) -> None:
+    """`stop_serving` (a signal's, `close_on`) that comes while a request looks at its
+    client, after the service's own check and before the engine request is sent: the
+    request is refused 503 and never reaches SGLang (it was sent, out of the reach of the
+    stop that had come, and of every stop but a later one)."""
+    transport = FakeTransport(streamed)
+
+    async def main() -> tuple[int, bytes]:
+        svc = service(transport)
+        stopped: list[bool] = []
+
+        async def disconnected() -> bool:
+            if not stopped:
+                svc.stop_serving()
+                stopped.append(True)
+            return False
+
+        body = json.dumps({"input_ids": [5, 6], "stream": stream}).encode()
+        answer = await svc.generate(body, disconnected=disconnected)
+        written = await read(answer)
+        await svc.aclose()
+        return answer.status, written
+
+    status, written = run(main())
+    assert (status, transport.requests) == (503, [])
+    assert json.loads(written)["error"]["message"] == "the service is shutting down"

@@ -7,8 +7,9 @@ import json
 from typing import Any
 
 import msgspec
+import pytest
 
-from sglang_envelope import AbortPolicy, Service
+from sglang_envelope import AbortPolicy, EnvelopeError, Service
 from sglang_envelope.pair import PrefillServer
 from tests.serve_fakes import (
     DEPLOYMENT,
@@ -209,3 +210,20 @@ def test_a_prefill_failing_mid_stream_leaves_the_decode_answer_read_to_its_end()
     (request,) = decode.requests
     assert decode.read_to_end == [request["rid"]]
     assert closing < 1.0  # not the plan's 5 s deadline
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "message"),
+    [
+        ("10.0.0.1", 0, r"^prefill: bootstrap\.port must be an integer in \[1, 65535\], got 0$"),
+        ("", 8998, r"^prefill: bootstrap\.host must be a non-empty UTF-8 string, got ''$"),
+    ],
+)
+def test_a_prefill_server_at_an_address_sglang_refuses_is_named_at_start(
+    host: str, port: int, message: str
+) -> None:
+    """A `PrefillServer` whose bootstrap address no request could carry is refused when
+    the service is made, naming it; it answered every request 500 instead."""
+    prefill = PrefillServer(FakeTransport(lambda request: Script()), host, port)
+    with pytest.raises(EnvelopeError, match=message):
+        Service(FakeTransport(lambda request: Script()), deployment=DEPLOYMENT, prefill=prefill)

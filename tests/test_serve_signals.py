@@ -54,3 +54,36 @@ def test_a_signal_whose_handler_is_the_default_only_stops_serving() -> None:
         assert signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGUSR2, before)
+
+
+def test_a_signal_that_cannot_be_handled_is_named_and_every_handler_put_back() -> None:
+    """`close_on(SIGUSR1, SIGKILL)`: SIGKILL cannot be handled, so nothing is: SIGUSR1's
+    handler is the one it had (it was left calling the service's `stop_serving`), and the
+    mistake is an `EnvelopeError` naming the signal, as is what is not a signal number."""
+    from sglang_envelope import EnvelopeError
+
+    def previous(number: int, frame: Any) -> None:
+        pass
+
+    async def main() -> list[str]:
+        svc = service(FakeTransport(lambda request: Script()))
+        refused = []
+        for signals in ((signal.SIGUSR1, signal.SIGKILL), ("SIGTERM",), (99999,)):
+            try:
+                with svc.close_on(*signals):
+                    pass
+            except EnvelopeError as error:
+                refused.append(str(error))
+        return refused
+
+    before = signal.signal(signal.SIGUSR1, previous)
+    try:
+        refused = run(main())
+        assert signal.getsignal(signal.SIGUSR1) is previous
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+    assert refused[0].startswith(f"signals: {int(signal.SIGKILL)} cannot be handled")
+    assert refused[1:] == [
+        "signals: expected signal numbers, got 'SIGTERM'",
+        "signals: 99999: signal number out of range",
+    ]

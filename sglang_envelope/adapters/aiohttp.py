@@ -27,6 +27,7 @@ from sglang_envelope.serve.transport import (
     DEFAULT_POOL_WAIT_S,
     EngineReply,
     Slots,
+    check_adapter_arguments,
     control_connections,
     json_headers,
 )
@@ -75,6 +76,11 @@ class AiohttpTransport:
         connections: int = DEFAULT_CONNECTIONS,
         pool_wait_s: float = DEFAULT_POOL_WAIT_S,
     ) -> None:
+        sessions = (aiohttp.ClientSession,)
+        check_adapter_arguments(
+            base_url,
+            {"session": (session, sessions), "abort_session": (abort_session, sessions)},
+        )
         self._base_url = base_url.rstrip("/")
         #: The generate connections, taken by the serving loop before each send.
         self.slots = Slots(connections, pool_wait_s)

@@ -25,7 +25,7 @@ from sglang_envelope.cancel.in_process import engine_abort
 from sglang_envelope.errors.answers import EVENT_STREAM, JSON, error_event
 from sglang_envelope.errors.exceptions import EngineError, EnvelopeError
 from sglang_envelope.response.sse import SSE_DONE, encode_sse
-from sglang_envelope.serve.transport import EngineReply
+from sglang_envelope.serve.transport import EngineReply, overridden
 
 __all__ = ["EngineTransport"]
 
@@ -60,9 +60,11 @@ class EngineTransport:
         self._request_type = request_type
 
     async def generate(self, body: bytes, headers: Mapping[str, str]) -> EngineReply:
-        """Run the engine request `body` (its JSON): a stream's frames as they come, a
-        unary answer once it is whole, as SGLang's HTTP server sends them."""
-        kwargs = _decode(body)
+        """Run the engine request `body` (its JSON), with the fields that any
+        ``x-override-*`` of `headers` sets, as SGLang's HTTP server sets them
+        (`header_overrides`): a stream's frames as they come, a unary answer once it
+        is whole, as that server sends them."""
+        kwargs = overridden(_decode(body), headers)
         outputs = self._manager.generate_request(self._request_type(**kwargs), None)
         if kwargs.get("stream"):
             return EngineReply(200, _frames(outputs), outputs.aclose, _SSE)

@@ -37,6 +37,7 @@ from sglang_envelope.serve.transport import (
     DEFAULT_POOL_WAIT_S,
     EngineReply,
     Slots,
+    check_adapter_arguments,
     control_connections,
     json_headers,
 )
@@ -65,7 +66,8 @@ class HttpxTransport:
 
     Aborts and GETs go over `abort_client`; when None, over a client of the
     transport's own for `base_url`, or over `client` itself when `client` is given
-    (then size its pool beyond `connections`, or pass `abort_client`).
+    (then size its pool beyond `connections`, or pass `abort_client`). A client of
+    the caller's made without a base URL is given `base_url`.
     """
 
     __slots__ = ("_clients", "_lane", "_open", "_owned", "slots")
@@ -75,10 +77,17 @@ class HttpxTransport:
         base_url: str,
         *,
         client: httpx.AsyncClient | None = None,
-        abort_client: httpx.AsyncClient | None = None,
+        abort_client: httpx.AsyncClient | httpx.Client | None = None,
         connections: int = DEFAULT_CONNECTIONS,
         pool_wait_s: float = DEFAULT_POOL_WAIT_S,
     ) -> None:
+        check_adapter_arguments(
+            base_url,
+            {
+                "client": (client, (httpx.AsyncClient,)),
+                "abort_client": (abort_client, (httpx.AsyncClient, httpx.Client)),
+            },
+        )
         #: The generate connections, taken by the serving loop before each send.
         self.slots = Slots(connections, pool_wait_s)
         self._owned: list[httpx.AsyncClient] = []
@@ -99,13 +108,15 @@ class HttpxTransport:
                 base_url=base_url, timeout=CONTROL_TIMEOUT_S, limits=lane, verify=tls
             )
         else:
-            if not str(client.base_url):
-                client.base_url = httpx.URL(base_url)
             aborts = abort_client or client
+        for given in (client, abort_client):
+            if given is not None and not str(given.base_url):  # SGLang's, unless its own
+                given.base_url = httpx.URL(base_url)
         self._clients = [client] if client is not None else list(self._owned)
         #: How many answers each client has open (sent and not yet closed).
         self._open = [0] * len(self._clients)
-        self._lane = _Lane(aborts, control_connections(connections))
+        owned = aborts is not abort_client and aborts is not client
+        self._lane = _Lane(aborts, control_connections(connections), owned=owned)
 
     async def generate(self, body: bytes, headers: Mapping[str, str]) -> EngineReply:
         opened = self._open
@@ -152,15 +163,18 @@ class HttpxTransport:
 
 
 class _Lane:
-    """Aborts and GETs over `client`: the transport's own (sync), each in a thread, at
-    most `threads` at once, begun as needed; or the caller's (async), on the serving
-    loop; httpx's failures as `UpstreamError`. `aclose` waits for the threads, then
-    closes the transport's own client."""
+    """Aborts and GETs over `client`: a sync one (the transport's own), each request in
+    a thread, at most `threads` at once, begun as needed; or an async one, on the
+    serving loop; httpx's failures as `UpstreamError`. `aclose` waits for the threads,
+    then closes `client` when it is `owned` (the transport's own)."""
 
-    __slots__ = ("_client", "_threads")
+    __slots__ = ("_client", "_owned", "_threads")
 
-    def __init__(self, client: httpx.Client | httpx.AsyncClient, threads: int) -> None:
+    def __init__(
+        self, client: httpx.Client | httpx.AsyncClient, threads: int, *, owned: bool
+    ) -> None:
         self._client = client
+        self._owned = owned
         self._threads = (
             ThreadPoolExecutor(threads, thread_name_prefix="sglang-envelope aborts")
             if isinstance(client, httpx.Client)
@@ -187,7 +201,8 @@ class _Lane:
         if isinstance(client, httpx.Client) and self._threads is not None:
             stop = functools.partial(self._threads.shutdown, cancel_futures=True)
             await asyncio.get_running_loop().run_in_executor(None, stop)
-            client.close()
+            if self._owned:
+                client.close()
 
 
 async def _chunks(response: httpx.Response) -> AsyncIterator[bytes]:

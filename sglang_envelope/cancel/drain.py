@@ -14,7 +14,7 @@ import msgspec
 
 from sglang_envelope.cancel.plan import check_argument
 from sglang_envelope.cancel.rollout import DrainPlan, read_loads
-from sglang_envelope.cancel.run import awaited, sent_status
+from sglang_envelope.cancel.run import OutOfTime, awaited, sent_status
 from sglang_envelope.errors.exceptions import EnvelopeError
 
 __all__ = ["DrainOutcome", "DrainRound", "run_drain"]
@@ -81,7 +81,7 @@ async def run_drain(
         try:
             status = await sent_status(send(plan.abort.body), deadline - loop.time())
             body = await awaited(get_loads(), "get_loads", deadline - loop.time())
-        except asyncio.TimeoutError:
+        except OutOfTime:
             break
         if type(body) is not bytes:
             raise EnvelopeError(

@@ -15,18 +15,26 @@ from typing import Any
 
 import msgspec
 
-from sglang_envelope.errors.exceptions import EnvelopeError
+from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 
 __all__ = ["engine_abort"]
 
-_RID = msgspec.json.Decoder(dict[str, str])
+
+class _AbortBody(msgspec.Struct):
+    """An abort plan's body (`plan_abort`)."""
+
+    rid: str
+
+
+_RID = msgspec.json.Decoder(_AbortBody)
 
 
 def engine_abort(engine: Any) -> Callable[[bytes], Awaitable[int]]:
     """`run_abort`'s `send` for an in-process SGLang engine: an ``sgl.Engine`` or its
     ``tokenizer_manager`` (duck-typed). Each call aborts the plan's rid with
     ``abort_request(rid=...)`` and answers 200, as SGLang's ``/abort_request`` does.
-    Raises `EnvelopeError` at once for an engine without ``abort_request``."""
+    Raises `EnvelopeError` at once for an engine without ``abort_request``, and from a
+    call whose body is not an abort plan's (an abort-all plan's included)."""
     manager = getattr(engine, "tokenizer_manager", engine)
     abort = getattr(manager, "abort_request", None)
     if not callable(abort):
@@ -36,7 +44,15 @@ def engine_abort(engine: Any) -> Callable[[bytes], Awaitable[int]]:
         )
 
     async def send(body: bytes) -> int:
-        rid = _RID.decode(body)["rid"]  # a plan's body: {"rid": "..."}, checked when made
+        try:
+            rid = _RID.decode(
+                body
+            ).rid  # a plan's body: {"rid": "..."}, checked when made
+        except (msgspec.DecodeError, TypeError) as error:
+            raise EnvelopeError(
+                'body: expected an abort plan\'s {"rid": ...} (plan_abort), '
+                f"got {show_value(body)}: {error}"
+            ) from None
         abort(rid=rid)
         return 200
 

@@ -125,7 +125,7 @@ async def _post_on_schedule(
         pending = send(plan.body)
         try:
             status = await sent_status(pending, deadline - sent_at if sends else None)
-        except asyncio.TimeoutError:
+        except OutOfTime:
             return tuple(sends), "deadline"
         sends.append(AbortSend(sent_at - start, status))
         if token_seen and 200 <= status < 300:
@@ -139,9 +139,15 @@ async def _post_on_schedule(
     return tuple(sends), "finished"
 
 
+class OutOfTime(Exception):
+    """The time `awaited` gave a call ran out: never the call's own ``TimeoutError``,
+    which is its failure and propagates."""
+
+
 async def awaited(pending: object, name: str, timeout: float | None) -> Any:
     """What `name` returned, awaited: for at most `timeout` seconds when not None
-    (asyncio.TimeoutError past it); `EnvelopeError` when it is not awaitable."""
+    (`OutOfTime` past it, the call cancelled); `EnvelopeError` when it is not
+    awaitable. The call's own exceptions propagate, ``TimeoutError`` included."""
     import asyncio
 
     if not inspect.isawaitable(pending):
@@ -150,7 +156,16 @@ async def awaited(pending: object, name: str, timeout: float | None) -> Any:
         )
     if timeout is None:
         return await pending
-    return await asyncio.wait_for(pending, max(timeout, 0.0))
+    call = asyncio.ensure_future(pending)
+    try:
+        await asyncio.wait([call], timeout=max(timeout, 0.0))
+    finally:  # out of time, or cancelled: the call is given up
+        if not call.done():
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
+    if call.cancelled():
+        raise OutOfTime(name)
+    return call.result()
 
 
 async def sent_status(pending: object, timeout: float | None) -> int:

@@ -21,6 +21,7 @@ import msgspec
 
 from sglang_envelope import (
     Bootstrap,
+    ClientRequest,
     Deployment,
     EnvelopeError,
     LimitExceeded,
@@ -28,6 +29,7 @@ from sglang_envelope import (
     ResponseError,
     Role,
     Routing,
+    WorkerEnvelope,
     aggregate_sse,
     build_engine_request,
     decode_client_request,
@@ -192,6 +194,14 @@ def _bootstrap(role: Role, args: argparse.Namespace) -> Bootstrap | None:
     )
 
 
+def _enveloped(request: ClientRequest, rid: str) -> WorkerEnvelope:
+    """`request`'s envelope under `rid`; the only rid it can refuse is `--rid`'s."""
+    try:
+        return to_worker_envelope(request, rid=rid)
+    except EnvelopeError as error:
+        raise EnvelopeError(f"--{error}") from None
+
+
 def cmd_normalize(args: argparse.Namespace) -> int:
     """Client request -> `{"accept": ..., "body": {...}}`,
     the engine request for a role."""
@@ -209,7 +219,7 @@ def cmd_normalize(args: argparse.Namespace) -> int:
             data, max_token_id=args.max_token_id, target=target
         )
         rid = args.rid if args.rid is not None else (request.rid or uuid.uuid4().hex)
-        envelope = to_worker_envelope(request, rid=rid)
+        envelope = _enveloped(request, rid)
         engine = build_engine_request(
             envelope,
             input_ids=request.input_ids,
@@ -313,19 +323,31 @@ def _add_server_args(normalize: Parser) -> None:
     )
 
 
+def _head(path: str, stream: BinaryIO, limit: int) -> bytes:
+    """The input's first chunk, or, while the chunks read are only whitespace, all of
+    them and the next (past `limit` bytes, as they are): enough to see its first byte
+    that is not whitespace."""
+    head = [_read(path, stream, _CHUNK)]
+    size = len(head[0])
+    while head[-1] and not head[-1].strip() and size <= limit:
+        head.append(_read(path, stream, _CHUNK))
+        size += len(head[-1])
+    return b"".join(head)
+
+
 def cmd_aggregate(args: argparse.Namespace) -> int:
     """SGLang's answer (SSE transcript or unary JSON body) -> the final response."""
     limit = args.max_bytes
     if limit < 1:
         raise EnvelopeError(f"--max-bytes: expected a positive integer, got {limit}")
     with _opened(args.file) as stream:
-        first = _read(args.file, stream, _CHUNK)
-        if first.lstrip()[:1] == b"{":
-            body = first + _read_up_to(args.file, stream, limit + 1 - len(first))
+        head = _head(args.file, stream, limit)
+        if head.lstrip()[:1] == b"{":
+            body = head + _read_up_to(args.file, stream, limit + 1 - len(head))
             response = parse_unary(body, max_bytes=limit)
         else:
             rest = iter(functools.partial(_read, args.file, stream, _CHUNK), b"")
-            frames = itertools.chain([first], rest)
+            frames = itertools.chain([head], rest)
             response = aggregate_sse(
                 frames, incremental=args.incremental, max_bytes=limit
             )

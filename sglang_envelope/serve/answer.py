@@ -25,6 +25,7 @@ __all__ = [
     "refused",
     "refused_unread",
     "request_bytes",
+    "started",
     "stream_of",
     "whole_answer",
 ]
@@ -46,6 +47,14 @@ class Answer(NamedTuple):
 
 async def _one(body: bytes) -> AsyncGenerator[bytes, None]:
     yield body
+
+
+async def started(body: AsyncGenerator[bytes, None]) -> AsyncGenerator[bytes, None]:
+    """`body` run to its first ``yield``, an empty chunk that is dropped: a body closed
+    (or dropped, which asyncio closes) before its first chunk is read then still runs its
+    ``finally``, which a generator never started does not."""
+    await anext(body)
+    return body
 
 
 def whole_answer(status: int, media_type: str, body: bytes) -> Answer:

@@ -5,14 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from sglang_envelope.cancel.plan import AbortPolicy
+from sglang_envelope.cancel.plan import AbortPolicy, check_argument
 from sglang_envelope.errors.exceptions import EnvelopeError, show_value
 from sglang_envelope.releases.target import Target
 from sglang_envelope.request.deployment import Deployment
+from sglang_envelope.request.envelope import WorkerEnvelope, check_text
 from sglang_envelope.request.routing import Routing
 from sglang_envelope.serve.pair import PrefillServer
 
-__all__ = ["ARGUMENT_TYPES", "check_service_arguments"]
+__all__ = [
+    "ARGUMENT_TYPES",
+    "check_answer_arguments",
+    "check_disconnected",
+    "check_request_arguments",
+    "check_service_arguments",
+]
 
 #: Argument -> the types it may have (None: may be None).
 ARGUMENT_TYPES: Final[Mapping[str, tuple[type | None, ...]]] = {
@@ -32,6 +39,14 @@ def _check_transport(name: str, transport: object) -> None:
             raise EnvelopeError(f"{name} must have an async {method}() method")
 
 
+def _check_prefill(prefill: PrefillServer) -> None:
+    _check_transport("prefill.transport", prefill.transport)
+    try:
+        prefill.bootstrap()  # its address, checked as each request's will be
+    except EnvelopeError as error:
+        raise EnvelopeError(f"prefill: {error}") from None
+
+
 def check_service_arguments(arguments: Mapping[str, Any]) -> None:
     """Raise `EnvelopeError` naming the first of `Service`'s arguments that is wrong."""
     _check_transport("transport", arguments["transport"])
@@ -45,7 +60,7 @@ def check_service_arguments(arguments: Mapping[str, Any]) -> None:
             )
             raise EnvelopeError(f"{name} must be a {names}, got {type(value).__name__}")
     if arguments["prefill"] is not None:
-        _check_transport("prefill.transport", arguments["prefill"].transport)
+        _check_prefill(arguments["prefill"])
     if not callable(arguments["rid"]) or not callable(arguments["on_abort"] or len):
         raise EnvelopeError("rid and on_abort must be callables")
     poll = arguments["disconnect_poll_s"]
@@ -66,3 +81,40 @@ def check_service_arguments(arguments: Mapping[str, Any]) -> None:
         raise EnvelopeError(
             f"max_bytes: expected a positive int, got {show_value(limit)}"
         )
+
+
+def check_answer_arguments(envelope: object, client_rid: object, body: object) -> None:
+    """Raise `EnvelopeError` naming the first of `Service.answer`'s arguments that is
+    wrong, before anything is sent: the caller's mistake, not the client's."""
+    check_argument("envelope", envelope, WorkerEnvelope, "a WorkerEnvelope")
+    check_text(client_rid, "client_rid")
+    if body is not None and type(body) is not bytes:
+        raise EnvelopeError(f"body must be bytes or None, got {type(body).__name__}")
+
+
+def check_disconnected(disconnected: object) -> None:
+    """Raise `EnvelopeError` unless `disconnected` is None or a callable (the framework's
+    test for a client gone)."""
+    if disconnected is not None and not callable(disconnected):
+        raise EnvelopeError(
+            "disconnected must be a callable or None, got " + type(disconnected).__name__
+        )
+
+
+def check_request_arguments(
+    headers: object, chunks: object, receive: object, disconnected: object
+) -> None:
+    """Raise `EnvelopeError` naming the first of `Service.generate_request`'s arguments
+    that is wrong, before its body is read."""
+    if receive is not None and disconnected is not None:
+        raise EnvelopeError("generate_request takes disconnected or receive, not both")
+    check_argument("headers", headers, Mapping, "a mapping")
+    if not callable(getattr(chunks, "__aiter__", None)):
+        raise EnvelopeError(
+            f"chunks must be an async iterable of bytes, got {type(chunks).__name__}"
+        )
+    if receive is not None and not callable(receive):
+        raise EnvelopeError(
+            f"receive must be a callable or None, got {type(receive).__name__}"
+        )
+    check_disconnected(disconnected)

@@ -70,7 +70,8 @@ async def read_client_body(
     ``Content-Type`` FastAPI does not parse as JSON (`json_content_type`),
     ``body_too_large`` for a ``Content-Length`` over `max_body_bytes`; and
     ``body_too_large`` once the bytes read pass it, reading no further. Raises
-    `EnvelopeError` for `max_body_bytes` of the wrong type.
+    `EnvelopeError` for `max_body_bytes` of the wrong type, and for a chunk that is
+    not bytes.
     """
     if type(max_body_bytes) is not int or max_body_bytes < 0:
         raise EnvelopeError(
@@ -86,6 +87,8 @@ async def read_client_body(
         raise reject("body_too_large", size=length, limit=max_body_bytes)
     body = bytearray()
     async for chunk in chunks:
+        if not isinstance(chunk, (bytes, bytearray, memoryview)):
+            raise EnvelopeError(f"chunks must be bytes, got {type(chunk).__name__}")
         body += chunk
         if len(body) > max_body_bytes:
             over = f"over {max_body_bytes}"

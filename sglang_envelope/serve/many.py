@@ -28,7 +28,7 @@ from sglang_envelope.request.envelope import WorkerEnvelope, to_worker_envelope
 from sglang_envelope.request.sequences import one_prompt, samples_per_prompt
 from sglang_envelope.request.types import ClientRequest
 from sglang_envelope.response.sse import SSE_DONE, SseDecoder, indexed_event
-from sglang_envelope.serve.answer import Answer, refused, whole_answer
+from sglang_envelope.serve.answer import Answer, refused, started, whole_answer
 
 if TYPE_CHECKING:
     import asyncio
@@ -99,7 +99,7 @@ async def answer_many(answers: Sequence[Awaitable[Answer]], *, stream: bool) -> 
         return failed.result()  # raises what it raised
     bodies = [task.result().body for task in tasks]
     if stream:
-        return Answer(200, {"content-type": EVENT_STREAM}, _merged(bodies))
+        return Answer(200, {"content-type": EVENT_STREAM}, await started(_merged(bodies)))
     parts = []
     for body in bodies:  # each a whole unary answer
         parts.append(b"".join([chunk async for chunk in body]))
@@ -160,9 +160,10 @@ async def _merged(
         future.add_done_callback(lambda done: ready.put_nowait((k, done)))
         reads[k] = future
 
-    for k in range(len(bodies)):
-        read(k)
     try:
+        yield b""  # dropped by `started`: from here on, a body closed is settled
+        for k in range(len(bodies)):
+            read(k)
         while reads:
             k, done = await ready.get()
             del reads[k]

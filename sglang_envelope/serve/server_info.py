@@ -16,7 +16,13 @@ from typing import Final, Protocol
 
 import msgspec
 
-from sglang_envelope.errors.exceptions import EnvelopeError, LimitExceeded, UpstreamError
+from sglang_envelope.cancel.run import awaited
+from sglang_envelope.errors.exceptions import (
+    EnvelopeError,
+    LimitExceeded,
+    UpstreamError,
+    show_value,
+)
 from sglang_envelope.request.deployment import Deployment
 
 __all__ = [
@@ -93,7 +99,18 @@ async def _server_info(server: ServerInfoSource) -> bytes:
             "server must have an async get(path) method, as HttpxTransport and "
             f"AiohttpTransport have; got {type(server).__name__}"
         )
-    status, body = await server.get(SERVER_INFO_PATH)
+    answer = await awaited(server.get(SERVER_INFO_PATH), "server.get", None)
+    if (
+        type(answer) is not tuple
+        or len(answer) != 2
+        or type(answer[0]) is not int
+        or not isinstance(answer[1], (bytes, bytearray, memoryview))
+    ):
+        raise EnvelopeError(
+            "server.get must return (status, body), an int and bytes, got "
+            + show_value(answer)
+        )
+    status, body = answer
     if status != 200:
         shown = bytes(body[:200]).decode("utf-8", "replace")
         raise UpstreamError(

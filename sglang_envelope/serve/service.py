@@ -18,10 +18,10 @@ server reads it (`serve.incoming`): its type, its body within the bound.
 - The engine runs under a request id of the service's own (32 hex digits,
   fixed width: SGLang matches aborts by prefix); the client gets its own rid back.
 - A client that goes away is aborted at once, in a task of its own
-  (`Aborts`): a streaming body closed or cancelled, or `disconnected()`
-  turning true while a unary answer is awaited. The answer is read to its end
-  meanwhile, and the connection released. A send still waiting for a
-  connection is cancelled: it never reaches SGLang.
+  (`Aborts`): a streaming body closed, dropped or cancelled (read or not), or
+  `disconnected()` turning true while a unary answer is awaited. The answer is
+  read to its end meanwhile, and the connection released. A send still waiting
+  for a connection is cancelled: it never reaches SGLang.
 - SGLang silent for `idle_timeout_s` (the answer's head, then between chunks)
   is answered 504 in SGLang's shape (mid-stream: its error frame), and the
   engine request aborted.
@@ -71,10 +71,16 @@ from sglang_envelope.serve.answer import (
     refused,
     refused_unread,
     request_bytes,
+    started,
     stream_of,
     whole_answer,
 )
-from sglang_envelope.serve.checks import check_service_arguments
+from sglang_envelope.serve.checks import (
+    check_answer_arguments,
+    check_disconnected,
+    check_request_arguments,
+    check_service_arguments,
+)
 from sglang_envelope.serve.incoming import read_client_body
 from sglang_envelope.serve.legs import Leg
 from sglang_envelope.serve.many import fan_out, samples_of
@@ -215,7 +221,8 @@ class Service:
         `stop_serving` at once, then the handler it had: the server's own (uvicorn's),
         which stops taking requests and waits for those in flight, now ending. Use it
         inside the running loop, in the main thread, with a server that handles the
-        signal itself; `aclose` at the server's shutdown then awaits the aborts."""
+        signal itself; `aclose` at the server's shutdown then awaits the aborts. Raises
+        `EnvelopeError` naming a signal that is not one or cannot be handled."""
         return calling_on(signals, self.stop_serving)
 
     @property
@@ -245,6 +252,7 @@ class Service:
         one answer SGLang gives, an array or frames with ``"index"``.
         """
         check_target(body, self._target)
+        check_disconnected(disconnected)
         try:
             request = client_request(body, self._target)
             if not isinstance(request, tuple):
@@ -285,10 +293,7 @@ class Service:
         place of `disconnected`: once the body is read, the client's departure is heard
         on it (`ClientListener`), at once and without polling.
         """
-        if receive is not None and disconnected is not None:
-            raise EnvelopeError(
-                "generate_request takes disconnected or receive, not both"
-            )
+        check_request_arguments(headers, chunks, receive, disconnected)
         try:
             body = await read_client_body(headers, chunks)
         except RequestRejected as exc:
@@ -348,7 +353,11 @@ class Service:
         `body` is the client's body that `envelope.request` was decoded from: with
         `header_overrides`, sent as it is where override headers carry the engine
         request. n > 1 samples run one request each, back as `f"{client_rid}_{k}"`.
+        Raises `EnvelopeError` naming `envelope`, `client_rid` or `body` of the wrong
+        type (`client_rid`: not a non-empty string), before anything is sent.
         """
+        check_answer_arguments(envelope, client_rid, body)
+        check_disconnected(disconnected)
         try:
             if self._closing:
                 raise _shutting_down()
@@ -376,7 +385,7 @@ class Service:
         if main.watched.status != 200:
             return await self._refused_by_engine(main, prefill, envelope.stream)
         if envelope.stream:
-            relayed = self._relayed(main, client_rid, prefill)
+            relayed = await started(self._relayed(main, client_rid, prefill))
             return Answer(200, {"content-type": EVENT_STREAM}, relayed)
         return await self._unary(main, client_rid, disconnected, prefill)
 
@@ -392,6 +401,8 @@ class Service:
         sent, the answer to give, the other legs aborted."""
         import asyncio
 
+        if self._closing:  # `stop_serving` came while the client was looked at
+            return refused(_shutting_down(), envelope.stream)
         legs = [
             Leg(e, to, self._wire(e, envelope.request, body), self._idle_s)
             for e, to in engines
@@ -515,6 +526,7 @@ class Service:
             else (self.max_bytes, DEFAULT_MAX_EVENT_BYTES)
         )
         try:
+            yield b""  # dropped by `started`: from here on, a body closed is settled
             async for out in relay_sse_async(
                 main.watched,
                 incremental=incremental,

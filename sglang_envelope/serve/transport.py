@@ -16,11 +16,12 @@ streams needs no mapping of its own.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 
 from sglang_envelope.errors.exceptions import EnvelopeError, UpstreamError, show_value
+from sglang_envelope.request.engine import OVERRIDE_HEADERS
 
 if TYPE_CHECKING:
     import asyncio
@@ -34,8 +35,10 @@ __all__ = [
     "Slots",
     "Transport",
     "as_upstream_error",
+    "check_adapter_arguments",
     "control_connections",
     "json_headers",
+    "overridden",
     "transport_failures",
 ]
 
@@ -84,6 +87,42 @@ def json_headers(headers: Mapping[str, str]) -> dict[str, str]:
     sent = {name.lower(): value for name, value in headers.items()}
     sent.setdefault("content-type", "application/json")
     return sent
+
+
+def check_adapter_arguments(
+    base_url: object, lanes: Mapping[str, tuple[object, tuple[type, ...]]]
+) -> None:
+    """Raise `EnvelopeError` naming the first of an adapter's arguments that is wrong:
+    `base_url` not a non-empty str, or a lane's client (name -> the value and the types
+    it may have) that is neither None nor of its types."""
+    if type(base_url) is not str or not base_url:
+        raise EnvelopeError(
+            "base_url: expected SGLang's URL, a non-empty str, got "
+            + show_value(base_url)
+        )
+    for name, (value, kinds) in lanes.items():
+        if value is not None and not isinstance(value, kinds):
+            expected = " or ".join(
+                f"{kind.__module__.split('.')[0]}.{kind.__name__}" for kind in kinds
+            )
+            raise EnvelopeError(
+                f"{name} must be None or an {expected}, got {type(value).__name__}"
+            )
+
+
+#: The override headers whose value SGLang's HTTP server takes as text; it reads every
+#: other one as an int.
+_TEXT_OVERRIDES: Final = frozenset({"rid", "bootstrap_host"})
+
+
+def overridden(fields: dict[str, Any], headers: Mapping[str, str]) -> dict[str, Any]:
+    """An engine request's `fields` with those that an ``x-override-*`` of `headers`
+    (`header_overrides`) sets, set as SGLang's HTTP server sets them."""
+    for name, header in OVERRIDE_HEADERS.items():
+        value = headers.get(header)
+        if value is not None:
+            fields[name] = value if name in _TEXT_OVERRIDES else int(value)
+    return fields
 
 
 def control_connections(connections: int) -> int:
