@@ -345,6 +345,9 @@ def test_the_readers_see_what_a_direct_client_sees() -> None:
         ("prefill", "x"),
         ("header_overrides", 1),
         ("rid", "not callable"),
+        ("on_abort", "not callable"),
+        ("on_abort", asyncio.sleep),  # it would never be awaited: never told
+        ("rid", asyncio.sleep),
     ],
 )
 def test_service_arguments_are_checked(option: str, value: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -61,8 +62,15 @@ def check_service_arguments(arguments: Mapping[str, Any]) -> None:
             raise EnvelopeError(f"{name} must be a {names}, got {type(value).__name__}")
     if arguments["prefill"] is not None:
         _check_prefill(arguments["prefill"])
-    if not callable(arguments["rid"]) or not callable(arguments["on_abort"] or len):
-        raise EnvelopeError("rid and on_abort must be callables")
+    for name in ("rid", "on_abort"):
+        hook = arguments[name]
+        if hook is None and name == "on_abort":
+            continue
+        if not callable(hook) or inspect.iscoroutinefunction(hook):
+            raise EnvelopeError(
+                f"{name} must be a function, called and not awaited, "
+                f"got {show_value(hook)}"
+            )
     poll = arguments["disconnect_poll_s"]
     if type(poll) not in (int, float) or not 0 < poll <= 60:
         raise EnvelopeError(
