@@ -48,6 +48,15 @@ def _check_prefill(prefill: PrefillServer) -> None:
         raise EnvelopeError(f"prefill: {error}") from None
 
 
+def _check_hook(name: str, hook: object) -> None:
+    """A function the service calls and never awaits: `EnvelopeError` naming `name` for
+    anything else, an async function included (it would never run)."""
+    if not callable(hook) or inspect.iscoroutinefunction(hook):
+        raise EnvelopeError(
+            f"{name} must be a function, called and not awaited, got {show_value(hook)}"
+        )
+
+
 def check_service_arguments(arguments: Mapping[str, Any]) -> None:
     """Raise `EnvelopeError` naming the first of `Service`'s arguments that is wrong."""
     _check_transport("transport", arguments["transport"])
@@ -62,15 +71,9 @@ def check_service_arguments(arguments: Mapping[str, Any]) -> None:
             raise EnvelopeError(f"{name} must be a {names}, got {type(value).__name__}")
     if arguments["prefill"] is not None:
         _check_prefill(arguments["prefill"])
-    for name in ("rid", "on_abort"):
-        hook = arguments[name]
-        if hook is None and name == "on_abort":
-            continue
-        if not callable(hook) or inspect.iscoroutinefunction(hook):
-            raise EnvelopeError(
-                f"{name} must be a function, called and not awaited, "
-                f"got {show_value(hook)}"
-            )
+    _check_hook("rid", arguments["rid"])
+    if arguments["on_abort"] is not None:
+        _check_hook("on_abort", arguments["on_abort"])
     poll = arguments["disconnect_poll_s"]
     if type(poll) not in (int, float) or not 0 < poll <= 60:
         raise EnvelopeError(
