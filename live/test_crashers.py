@@ -90,6 +90,11 @@ CRASHERS: dict[str, tuple[dict[str, Any], str]] = {
         },
         "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
     ),
+    "top_k_past_int32": (
+        # The sampler's torch.tensor(top_ks, dtype=torch.int32); a greedy request's is 1.
+        {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 2, "top_k": 2**40}},
+        "RuntimeError: value cannot be converted to type int32 without overflow",
+    ),
     # A prefill-only request (max_new_tokens 0) reads the logprobs at token_indices_to_pool
     # (logits_processor.compute_logprobs_at_positions), unchecked.
     "token_indices_to_pool_empty": (

@@ -101,6 +101,7 @@ RejectionCode = Literal[
     "top_p_out_of_range",
     "min_p_out_of_range",
     "top_k_out_of_range",
+    "top_k_overflows_int32",
     "frequency_penalty_out_of_range",
     "presence_penalty_out_of_range",
     "repetition_penalty_out_of_range",
