@@ -95,6 +95,11 @@ CRASHERS: dict[str, tuple[dict[str, Any], str]] = {
         {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 2, "top_k": 2**40}},
         "RuntimeError: value cannot be converted to type int32 without overflow",
     ),
+    "top_logprobs_num_past_the_vocabulary": (
+        # The sampler's logprobs.topk(max_k): the vocabulary is 320 ids.
+        {"input_ids": [5, 6], "return_logprob": True, "top_logprobs_num": 1000},
+        "RuntimeError: selected index k out of range",
+    ),
     # A prefill-only request (max_new_tokens 0) reads the logprobs at token_indices_to_pool
     # (logits_processor.compute_logprobs_at_positions), unchecked.
     "token_indices_to_pool_empty": (

@@ -155,6 +155,18 @@ def test_ids_outside_the_vocabulary_are_refused_and_the_server_lives(
     assert server.alive()
 
 
+def test_top_logprobs_past_the_vocabulary_are_refused_and_the_server_lives(server: Any) -> None:
+    """SGLang's top-k over the vocabulary stops every process for a k past it (never sent)."""
+    deployment = Deployment.from_server_info(server.server_info, model_config=server.model_config)
+    body = {"input_ids": [5, 6], "return_logprob": True, "sampling_params": SMALL}
+    assert _refusal({**body, "top_logprobs_num": 321}, deployment).code == (
+        "top_logprobs_num_over_vocab"
+    )
+    inside = _engine_body({**body, "top_logprobs_num": 320, "logprob_start_len": 0}, deployment)
+    assert _sglang_message(server.url, inside) is None
+    assert server.alive()
+
+
 def test_stop_token_ids_outside_the_vocabulary_are_harmless(server: Any) -> None:
     """SGLang never indexes a stop id: one outside the vocabulary cannot match, so it is
     accepted and the answer is the same as without it."""

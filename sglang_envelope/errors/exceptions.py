@@ -126,6 +126,7 @@ RejectionCode = Literal[
     "input_too_long",
     "total_tokens_too_many",
     "token_ids_logprob_out_of_vocab",
+    "top_logprobs_num_over_vocab",
     "hidden_states_over_server_mode",
     "hidden_states_not_enabled",
     "custom_logit_processor_not_enabled",

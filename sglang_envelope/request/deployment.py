@@ -371,6 +371,13 @@ def _logprob_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
     return None
 
 
+def _top_logprobs_over_vocab(d: Deployment, body: Any) -> dict[str, object] | None:
+    count, size = body.top_logprobs_num, d.vocab_size
+    if body.return_logprob is not True or size is None or count is None or count <= size:
+        return None
+    return {"count": count, "vocab_size": size}
+
+
 def _hidden_states_capped(d: Deployment, body: Any) -> dict[str, object] | None:
     return {} if body.return_hidden_states is True and d.hidden_states == "last" else None
 
@@ -474,6 +481,12 @@ DEPLOYMENT_RULES: tuple[DeploymentRule, ...] = (
     DeploymentRule("token_ids_logprob_out_of_vocab", "token_ids_logprob",
         "token_ids_logprob contains out-of-vocabulary token id {id}; valid range is "
         "[0, {vocab_size}).", _logprob_id_outside, when=("token_ids_logprob",)),
+    # The library's own: SGLang takes the top-k of each logprob row over the vocabulary,
+    # and a k past it stops every SGLang process (0.5.23, seen on a live server).
+    DeploymentRule("top_logprobs_num_over_vocab", "top_logprobs_num",
+        "top_logprobs_num is {count}, more than the model's vocabulary ({vocab_size} "
+        "tokens): SGLang's top-k over the vocabulary then stops every SGLang process",
+        _top_logprobs_over_vocab, when=("top_logprobs_num",)),
     DeploymentRule("hidden_states_over_server_mode", "return_hidden_states",
         _HIDDEN_CAPPED, _hidden_states_capped, when=("return_hidden_states",)),
     DeploymentRule("hidden_states_not_enabled", "return_hidden_states", _HIDDEN_OFF,
