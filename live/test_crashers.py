@@ -95,6 +95,12 @@ CRASHERS: dict[str, tuple[dict[str, Any], str]] = {
         {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 2, "top_k": 2**40}},
         "RuntimeError: value cannot be converted to type int32 without overflow",
     ),
+    "stop_token_ids_past_the_vocabulary_with_min_new_tokens": (
+        # MinNewTokensPenalizer scatters every stop id of the batch into a row of the
+        # vocabulary; a request without min_new_tokens dies too beside one that has it.
+        {"input_ids": [5, 6], "sampling_params": {"min_new_tokens": 2, "stop_token_ids": [400]}},
+        "RuntimeError: index 400 is out of bounds for dimension 1 with size 321",
+    ),
     "top_logprobs_num_past_the_vocabulary": (
         # The sampler's logprobs.topk(max_k): the vocabulary is 320 ids.
         {"input_ids": [5, 6], "return_logprob": True, "top_logprobs_num": 1000},

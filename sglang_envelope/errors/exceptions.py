@@ -126,7 +126,6 @@ RejectionCode = Literal[
     "input_too_long",
     "total_tokens_too_many",
     "token_ids_logprob_out_of_vocab",
-    "top_logprobs_num_over_vocab",
     "hidden_states_over_server_mode",
     "hidden_states_not_enabled",
     "custom_logit_processor_not_enabled",
@@ -136,6 +135,8 @@ RejectionCode = Literal[
     "logit_bias_out_of_vocab",
     "input_over_max_req_input_len",
     "routed_experts_not_enabled",
+    "stop_token_ids_out_of_vocab",
+    "top_logprobs_num_over_vocab",
 ]
 """Every `RequestRejected.code`: the codes of the rules in `docs/contract.md`, in order
 (`RULES`, then the deployment's rules that `RULES` does not have)."""
