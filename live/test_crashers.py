@@ -90,6 +90,22 @@ CRASHERS: dict[str, tuple[dict[str, Any], str]] = {
         },
         "RuntimeError: probability tensor contains either `inf`, `nan` or element < 0",
     ),
+    "top_k_past_int32": (
+        # The sampler's torch.tensor(top_ks, dtype=torch.int32); a greedy request's is 1.
+        {"input_ids": [5, 6], "sampling_params": {"max_new_tokens": 2, "top_k": 2**40}},
+        "RuntimeError: value cannot be converted to type int32 without overflow",
+    ),
+    "stop_token_ids_past_the_vocabulary_with_min_new_tokens": (
+        # MinNewTokensPenalizer scatters every stop id of the batch into a row of the
+        # vocabulary; a request without min_new_tokens dies too beside one that has it.
+        {"input_ids": [5, 6], "sampling_params": {"min_new_tokens": 2, "stop_token_ids": [400]}},
+        "RuntimeError: index 400 is out of bounds for dimension 1 with size 321",
+    ),
+    "top_logprobs_num_past_the_vocabulary": (
+        # The sampler's logprobs.topk(max_k): the vocabulary is 320 ids.
+        {"input_ids": [5, 6], "return_logprob": True, "top_logprobs_num": 1000},
+        "RuntimeError: selected index k out of range",
+    ),
     # A prefill-only request (max_new_tokens 0) reads the logprobs at token_indices_to_pool
     # (logits_processor.compute_logprobs_at_positions), unchecked.
     "token_indices_to_pool_empty": (

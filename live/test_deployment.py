@@ -155,19 +155,29 @@ def test_ids_outside_the_vocabulary_are_refused_and_the_server_lives(
     assert server.alive()
 
 
-def test_stop_token_ids_outside_the_vocabulary_are_harmless(server: Any) -> None:
-    """SGLang never indexes a stop id: one outside the vocabulary cannot match, so it is
-    accepted and the answer is the same as without it."""
+def test_top_logprobs_past_the_vocabulary_are_refused_and_the_server_lives(server: Any) -> None:
+    """SGLang's top-k over the vocabulary stops every process for a k past it (never sent)."""
     deployment = Deployment.from_server_info(server.server_info, model_config=server.model_config)
-    sampling: dict[str, Any] = {"max_new_tokens": 6, "temperature": 0}
-    base: dict[str, Any] = {"input_ids": [5, 6, 7], "sampling_params": sampling}
-    with_stop = {**base, "sampling_params": {**sampling, "stop_token_ids": [999]}}
-    answers = []
-    for body in (base, with_stop):
-        _engine_body(body, deployment)  # accepted by the library
-        answer = httpx.post(f"{server.url}/generate", json=body, timeout=120,
-                            headers={"Content-Type": "application/json"})  # fmt: skip
-        assert answer.status_code == 200
-        answers.append(answer.json()["output_ids"])
-    assert answers[0] == answers[1]
+    body = {"input_ids": [5, 6], "return_logprob": True, "sampling_params": SMALL}
+    assert _refusal({**body, "top_logprobs_num": 321}, deployment).code == (
+        "top_logprobs_num_over_vocab"
+    )
+    inside = _engine_body({**body, "top_logprobs_num": 320, "logprob_start_len": 0}, deployment)
+    assert _sglang_message(server.url, inside) is None
+    assert server.alive()
+
+
+def test_stop_token_ids_outside_the_vocabulary_are_refused_and_the_server_lives(
+    server: Any,
+) -> None:
+    """Alone SGLang answers such a request, but beside one asking for min_new_tokens its
+    MinNewTokensPenalizer indexes the vocabulary with the id and every process stops
+    (never sent): refused. An id inside is answered, with min_new_tokens too."""
+    deployment = Deployment.from_server_info(server.server_info, model_config=server.model_config)
+    sampling: dict[str, Any] = {"max_new_tokens": 6, "min_new_tokens": 2, "temperature": 0}
+    body: dict[str, Any] = {"input_ids": [5, 6, 7], "sampling_params": sampling}
+    outside = {**body, "sampling_params": {**sampling, "stop_token_ids": [999]}}
+    assert _refusal(outside, deployment).code == "stop_token_ids_out_of_vocab"
+    inside = {**body, "sampling_params": {**sampling, "stop_token_ids": [319]}}
+    assert _sglang_message(server.url, _engine_body(inside, deployment)) is None
     assert server.alive()

@@ -90,8 +90,9 @@ def test_the_apps_answer_as_sglang_does(server: LiveServer, tmp_path: Path, name
         refused = client.post(url + "/generate", json={**flat, "stream": True})
         sglang = client.post(server.url + "/generate", json={**flat, "stream": True})
         assert (refused.status_code, refused.content) == (sglang.status_code, sglang.content)
-        # A batch row holding a list: SGLang's validator refuses it, 400 in either mode.
-        for nested in ({"input_ids": [[[5]]]}, {"input_ids": [[5], [6, [7]]], "stream": True}):
+        # A prompt holding a list: SGLang's validator refuses it, 400 in either mode.
+        nested_bodies = ({"input_ids": [[[5]]]}, {"input_ids": [[5], [6, [7]]], "stream": True})
+        for nested in (*nested_bodies, {"input_ids": [5, [6]], "stream": True}):
             mine = client.post(url + "/generate", json=nested)
             theirs = client.post(server.url + "/generate", json=nested)
             assert theirs.status_code == mine.status_code == 400, (nested, mine.text)

@@ -435,6 +435,9 @@ BROKEN_BY_GUARDED_FIELDS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "routed_dp_rank_out_of_range": ({"dp_size": 1}, {"routed_dp_rank": 1}),
     "text_needs_tokenizer": ({"skip_tokenizer_init": True}, {"text": "hi"}),
     "token_ids_logprob_out_of_vocab": ({}, {"token_ids_logprob": msgspec.Raw(b"[400]")}),
+    "top_logprobs_num_over_vocab": ({}, {"return_logprob": True, "top_logprobs_num": 400}),
+    "stop_token_ids_out_of_vocab": (
+        {}, {"sampling_params": _PARAMS(stop_token_ids=msgspec.Raw(b"[5, 320]"))}),
     "hidden_states_over_server_mode": ({"hidden_states": "last"}, {"return_hidden_states": True}),
     "hidden_states_not_enabled": ({"hidden_states": "off"}, {"return_hidden_states": True}),
     "custom_logit_processor_not_enabled": ({}, {"custom_logit_processor": "x"}),
@@ -464,3 +467,45 @@ def test_a_rule_s_guards_name_the_fields_that_break_it(rule: Any) -> None:
     with pytest.raises(RequestRejected) as caught:
         check_engine_body(deployment, EngineBody(**fields))
     assert caught.value.code == rule.code
+
+
+def test_top_logprobs_past_the_vocabulary_are_refused_they_stop_every_sglang_process() -> None:
+    """Seen on a live SGLang 0.5.23 (vocabulary 320): 321 top logprobs a token stop it."""
+    assert LIVE.vocab_size == 320
+    over = {"input_ids": [5, 6], "return_logprob": True, "top_logprobs_num": 321}
+    request = decode_client_request(msgspec.json.encode(over))
+    with pytest.raises(RequestRejected) as caught:
+        build_engine_request(
+            to_worker_envelope(request, rid="r"), input_ids=None, role="aggregated",
+            deployment=LIVE,
+        )  # fmt: skip
+    assert (caught.value.code, caught.value.field) == (
+        "top_logprobs_num_over_vocab",
+        "top_logprobs_num",
+    )
+    for inside in ({**over, "top_logprobs_num": 320}, {**over, "return_logprob": False}):
+        request = decode_client_request(msgspec.json.encode(inside))
+        build_engine_request(
+            to_worker_envelope(request, rid="r"), input_ids=None, role="aggregated",
+            deployment=LIVE,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("ids", [[400], [5, -1], [319, 320]])
+def test_stop_token_ids_outside_the_vocabulary_are_refused(ids: list[int]) -> None:
+    """Seen on a live SGLang 0.5.23: one such request beside another asking for
+    min_new_tokens stops every SGLang process (its MinNewTokensPenalizer indexes them)."""
+    body = {"input_ids": [5, 6], "sampling_params": {"stop_token_ids": ids}}
+    request = decode_client_request(msgspec.json.encode(body))
+    with pytest.raises(RequestRejected) as caught:
+        build_engine_request(
+            to_worker_envelope(request, rid="r"), input_ids=None, role="aggregated",
+            deployment=LIVE,
+        )  # fmt: skip
+    assert caught.value.code == "stop_token_ids_out_of_vocab"
+    assert f"holds {next(i for i in ids if not 0 <= i < 320)}," in caught.value.message
+    inside = {"input_ids": [5, 6], "sampling_params": {"stop_token_ids": [0, 319]}}
+    request = decode_client_request(msgspec.json.encode(inside))
+    build_engine_request(
+        to_worker_envelope(request, rid="r"), input_ids=None, role="aggregated", deployment=LIVE
+    )

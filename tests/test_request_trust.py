@@ -773,6 +773,25 @@ def test_bodies_the_live_fuzz_found_stopping_sglang_are_refused(
     assert caught.value.code == code
 
 
+@pytest.mark.parametrize("sampling", [{"top_k": 2**31}, {"top_k": 2**40, "temperature": 0.7}])
+def test_a_top_k_past_int32_is_refused_it_stops_every_sglang_process(
+    sampling: dict[str, Any],
+) -> None:
+    """Seen on a live server: SGLang's sampler puts top_k in an int32 tensor."""
+    with pytest.raises(RequestRejected) as caught:
+        decode_client_request({"input_ids": [5, 6], "sampling_params": sampling})
+    assert (caught.value.code, caught.value.field) == (
+        "top_k_overflows_int32",
+        "sampling_params.top_k",
+    )
+    assert str(sampling["top_k"]) in caught.value.message
+
+
+def test_a_top_k_within_int32_or_a_greedy_one_is_accepted() -> None:
+    for sampling in ({"top_k": 2**31 - 1}, {"top_k": 2**40, "temperature": 0}):
+        decode_client_request({"input_ids": [5, 6], "sampling_params": sampling})
+
+
 def test_what_is_inside_those_bounds_is_accepted() -> None:
     for body in (
         {"sampling_params": {"logit_bias": {"86": 1e30, "7": -100}}},

@@ -34,7 +34,6 @@ DELIBERATE = {
     "empty_input_ids": "an empty prompt in a batch: SGLang splits it and fails later",
     "batch_n_below_one": "SGLang's tokenizer manager fails on it (IndexError), no answer",
     "wrong_type": "the gate refuses it (its words are the gate's own)",
-    "batched_input": "the gate refuses a list in a flat prompt",
     "n_null": "normalize fails on it with a TypeError",
     "empty_batch": "a text batch of no prompt asks for no sequence",
     "batch_text_and_input_ids": "SGLang reads the batch from text and indexes input_ids by it",

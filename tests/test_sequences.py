@@ -304,18 +304,28 @@ def test_any_value_in_a_batch_field_is_refused_cleanly(value: Any, key: str) -> 
         assert rejected.code and rejected.field
 
 
-@pytest.mark.parametrize("ids", [[[[5]]], [[5], [6, [7]]]])
-def test_a_row_holding_a_list_is_a_wrong_type_as_sglang_s_validator_refuses_it(
-    ids: list[Any],
+@pytest.mark.parametrize(
+    ("ids", "field", "words"),
+    [
+        ([[[5]]], "input_ids[0]", "expected array of int, got array holding an array"),
+        ([[5], [6, [7]]], "input_ids[1][1]", "expected int, got array"),
+        # Not a batch (its first item is an id): one prompt holding a list.
+        ([5, [6]], "input_ids[1]", "expected int, got array"),
+        ([5, 6, [[7]]], "input_ids[2]", "expected int, got array"),
+    ],
+)
+def test_a_prompt_holding_a_list_is_a_wrong_type_as_sglang_s_validator_refuses_it(
+    ids: list[Any], field: str, words: str
 ) -> None:
-    """SGLang's validator refuses such a row with pydantic's 400 in either mode ("row 1:
-    elements must be int"); it is not a batch of its own."""
+    """SGLang's validator refuses such a prompt with pydantic's 400 in either mode ("row 1:
+    elements must be int", "contains non-int64 element"); it is not a batch of its own."""
     body = json.dumps({"input_ids": ids, "stream": True}).encode()
-    with pytest.raises(RequestRejected) as caught:
-        decode_sequences(body)
-    row = len(ids) - 1
-    assert (caught.value.code, caught.value.field) == ("wrong_type", f"input_ids[{row}]")
-    words = f"input_ids[{row}]: expected array of int, got array holding an array"
-    assert str(caught.value) == words
-    status, media_type, _ = error_response(caught.value, stream=True)
-    assert (status, media_type) == (400, "application/json")
+    for decode in (decode_sequences, decode_client_request):
+        if isinstance(ids[0], list) and decode is decode_client_request:
+            continue  # a batch: decode_client_request's batched_input
+        with pytest.raises(RequestRejected) as caught:
+            decode(body)
+        assert (caught.value.code, caught.value.field) == ("wrong_type", field)
+        assert str(caught.value) == f"{field}: {words}"
+        status, media_type, _ = error_response(caught.value, stream=True)
+        assert (status, media_type) == (400, "application/json")

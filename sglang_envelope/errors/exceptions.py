@@ -101,6 +101,7 @@ RejectionCode = Literal[
     "top_p_out_of_range",
     "min_p_out_of_range",
     "top_k_out_of_range",
+    "top_k_overflows_int32",
     "frequency_penalty_out_of_range",
     "presence_penalty_out_of_range",
     "repetition_penalty_out_of_range",
@@ -134,6 +135,8 @@ RejectionCode = Literal[
     "logit_bias_out_of_vocab",
     "input_over_max_req_input_len",
     "routed_experts_not_enabled",
+    "stop_token_ids_out_of_vocab",
+    "top_logprobs_num_over_vocab",
 ]
 """Every `RequestRejected.code`: the codes of the rules in `docs/contract.md`, in order
 (`RULES`, then the deployment's rules that `RULES` does not have)."""

@@ -175,6 +175,18 @@ def bad_top_k(p: SamplingParams) -> dict[str, object] | None:
     return {"top_k": k} if k != -1 and k < 1 else None
 
 
+#: The largest top_k SGLang's sampler holds: it puts every request's top_k in an int32
+#: tensor, and a larger one stops every SGLang process (a greedy request's is 1).
+LARGEST_TOP_K = 2**31 - 1
+
+
+def top_k_overflows(p: SamplingParams) -> dict[str, object] | None:
+    k = param_value(p.top_k, -1)
+    if 0 <= effective_temperature(p) < SAMPLING_EPS:
+        return None  # greedy: SGLang samples with top_k 1
+    return {"top_k": k} if k > LARGEST_TOP_K else None
+
+
 #: The smallest repetition penalty whose division of float32 logits stays finite for any
 #: logit a model gives, at the smallest temperature that samples (1e-6): SGLang scales
 #: logits by both in float32 (3.4e38 at most).

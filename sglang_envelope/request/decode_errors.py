@@ -153,7 +153,8 @@ def _wrong_value(what: str, path: str) -> RequestRejected:
     if path == "text" and expected and expected["got"] == "array":
         return _batched("text")
     if _TOKEN_LIST_ITEM.match(path):
-        if expected and expected["got"] == "array":
+        # A list first is a batch (the gate's rule); a list later, a wrong item.
+        if expected and expected["got"] == "array" and path == "input_ids[0]":
             return _batched("input_ids")
         if not expected:
             return reject("token_id_out_of_range", path=path)

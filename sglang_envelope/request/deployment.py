@@ -353,12 +353,10 @@ def _total_too_long(d: Deployment, body: Any) -> dict[str, object] | None:
 _ints = msgspec.json.Decoder(list[int])
 
 
-def _logprob_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
-    """The first id of `token_ids_logprob` (checked as an array of integers when the
-    request was decoded) outside the vocabulary, read a chunk at a time (`int_chunks`):
-    the array is never held as Python objects whole."""
-    raw = body.token_ids_logprob
-    size = d.vocab_size
+def _id_outside(raw: Any, size: int | None) -> dict[str, object] | None:
+    """The first id of `raw` (an array of integers, checked when the request was decoded)
+    outside the vocabulary, read a chunk at a time (`int_chunks`): the array is never
+    held as Python objects whole."""
     if size is None or raw is UNSET or raw is None:
         return None
     data = bytes(raw)
@@ -369,6 +367,23 @@ def _logprob_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
             token = next(i for i in ints if not 0 <= i < size)
             return {"id": token, "vocab_size": size}
     return None
+
+
+def _logprob_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
+    return _id_outside(body.token_ids_logprob, d.vocab_size)
+
+
+def _stop_id_outside(d: Deployment, body: Any) -> dict[str, object] | None:
+    params = body.sampling_params
+    raw = UNSET if params is None or params is UNSET else params.stop_token_ids
+    return _id_outside(raw, d.vocab_size)
+
+
+def _top_logprobs_over_vocab(d: Deployment, body: Any) -> dict[str, object] | None:
+    count, size = body.top_logprobs_num, d.vocab_size
+    if body.return_logprob is not True or size is None or count is None or count <= size:
+        return None
+    return {"count": count, "vocab_size": size}
 
 
 def _hidden_states_capped(d: Deployment, body: Any) -> dict[str, object] | None:
@@ -513,6 +528,20 @@ DEPLOYMENT_RULES: tuple[DeploymentRule, ...] = (
         "--enable-return-routed-experts: "
         "this one answers without routed_experts", _routed_experts_off,
         when=("return_routed_experts",)),
+    # The library's own: SGLang indexes a row of the vocabulary with each stop id of each
+    # request of a batch in which one asks for min_new_tokens (its MinNewTokensPenalizer),
+    # and an id past it stops every SGLang process (0.5.23, seen on a live server).
+    DeploymentRule("stop_token_ids_out_of_vocab", "sampling_params.stop_token_ids",
+        "sampling_params.stop_token_ids holds {id}, outside the model's vocabulary "
+        "[0, {vocab_size}): SGLang indexes the vocabulary with it once this request or "
+        "another running beside it asks for min_new_tokens, which stops every SGLang "
+        "process", _stop_id_outside, when=("sampling_params.stop_token_ids",)),
+    # The library's own: SGLang takes the top-k of each logprob row over the vocabulary,
+    # and a k past it stops every SGLang process (0.5.23, seen on a live server).
+    DeploymentRule("top_logprobs_num_over_vocab", "top_logprobs_num",
+        "top_logprobs_num is {count}, more than the model's vocabulary ({vocab_size} "
+        "tokens): SGLang's top-k over the vocabulary then stops every SGLang process",
+        _top_logprobs_over_vocab, when=("top_logprobs_num",)),
 )  # fmt: skip
 
 

@@ -40,6 +40,7 @@ from sglang_envelope.request.checks import (
     start_below_minus_one,
     stop_regex_invalid,
     stop_regex_too_long,
+    top_k_overflows,
     watermark_in_both,
     watermark_is,
 )
@@ -326,6 +327,11 @@ RULES: tuple[Rule, ...] = (
            0.0, 1.0),
     _sglang("top_k_out_of_range", "sampling_params.top_k",
             "top_k must be -1 (disable) or at least 1, got {top_k}.", bad_top_k, "top_k"),
+    # SGLang's sampler puts it in an int32 tensor: a larger one stops every SGLang
+    # process (found by sending one to a live server).
+    Rule("top_k_overflows_int32", "sampling_params.top_k",
+         "top_k must be at most 2147483647: SGLang holds it as a 32-bit integer, and a "
+         "larger one stops every SGLang process, got {top_k}", top_k_overflows, "top_k"),
     _range("frequency_penalty_out_of_range", "frequency_penalty",
            "frequency_penalty must be in [-2, 2], got {frequency_penalty}.",
            -2.0, 2.0),
