@@ -139,7 +139,9 @@ def request_bytes(wire: object) -> bytes | None:
     """The client's body inside a worker envelope (``"request"``'s bytes; None when the
     envelope is not a JSON object, never raises)."""
     try:
-        raw = msgspec.json.decode(wire, type=_EnvelopeRequest)  # type: ignore[call-overload]
+        raw = msgspec.json.decode(  # type: ignore[call-overload]
+            wire, type=_EnvelopeRequest
+        )
     except (msgspec.DecodeError, TypeError, ValueError):
         return None
     return bytes(raw.request)
