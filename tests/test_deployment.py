@@ -469,43 +469,32 @@ def test_a_rule_s_guards_name_the_fields_that_break_it(rule: Any) -> None:
     assert caught.value.code == rule.code
 
 
+def built_on_live(body: dict[str, Any]) -> Any:
+    """`body`'s aggregated engine request on the live suite's deployment."""
+    envelope = to_worker_envelope(decode_client_request(msgspec.json.encode(body)), rid="r")
+    return build_engine_request(envelope, input_ids=None, role="aggregated", deployment=LIVE)
+
+
 def test_top_logprobs_past_the_vocabulary_are_refused_they_stop_every_sglang_process() -> None:
     """Seen on a live SGLang 0.5.23 (vocabulary 320): 321 top logprobs a token stop it."""
     assert LIVE.vocab_size == 320
     over = {"input_ids": [5, 6], "return_logprob": True, "top_logprobs_num": 321}
-    request = decode_client_request(msgspec.json.encode(over))
     with pytest.raises(RequestRejected) as caught:
-        build_engine_request(
-            to_worker_envelope(request, rid="r"), input_ids=None, role="aggregated",
-            deployment=LIVE,
-        )  # fmt: skip
+        built_on_live(over)
     assert (caught.value.code, caught.value.field) == (
         "top_logprobs_num_over_vocab",
         "top_logprobs_num",
     )
-    for inside in ({**over, "top_logprobs_num": 320}, {**over, "return_logprob": False}):
-        request = decode_client_request(msgspec.json.encode(inside))
-        build_engine_request(
-            to_worker_envelope(request, rid="r"), input_ids=None, role="aggregated",
-            deployment=LIVE,
-        )  # fmt: skip
+    built_on_live({**over, "top_logprobs_num": 320})
+    built_on_live({**over, "return_logprob": False})
 
 
 @pytest.mark.parametrize("ids", [[400], [5, -1], [319, 320]])
 def test_stop_token_ids_outside_the_vocabulary_are_refused(ids: list[int]) -> None:
     """Seen on a live SGLang 0.5.23: one such request beside another asking for
     min_new_tokens stops every SGLang process (its MinNewTokensPenalizer indexes them)."""
-    body = {"input_ids": [5, 6], "sampling_params": {"stop_token_ids": ids}}
-    request = decode_client_request(msgspec.json.encode(body))
     with pytest.raises(RequestRejected) as caught:
-        build_engine_request(
-            to_worker_envelope(request, rid="r"), input_ids=None, role="aggregated",
-            deployment=LIVE,
-        )  # fmt: skip
+        built_on_live({"input_ids": [5, 6], "sampling_params": {"stop_token_ids": ids}})
     assert caught.value.code == "stop_token_ids_out_of_vocab"
     assert f"holds {next(i for i in ids if not 0 <= i < 320)}," in caught.value.message
-    inside = {"input_ids": [5, 6], "sampling_params": {"stop_token_ids": [0, 319]}}
-    request = decode_client_request(msgspec.json.encode(inside))
-    build_engine_request(
-        to_worker_envelope(request, rid="r"), input_ids=None, role="aggregated", deployment=LIVE
-    )
+    built_on_live({"input_ids": [5, 6], "sampling_params": {"stop_token_ids": [0, 319]}})
