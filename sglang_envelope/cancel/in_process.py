@@ -44,10 +44,8 @@ def engine_abort(engine: Any) -> Callable[[bytes], Awaitable[int]]:
         )
 
     async def send(body: bytes) -> int:
-        try:
-            rid = _RID.decode(
-                body
-            ).rid  # a plan's body: {"rid": "..."}, checked when made
+        try:  # a plan's body: {"rid": "..."}, checked when made
+            rid = _RID.decode(body).rid
         except (msgspec.DecodeError, TypeError) as error:
             raise EnvelopeError(
                 'body: expected an abort plan\'s {"rid": ...} (plan_abort), '

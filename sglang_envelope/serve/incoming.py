@@ -4,12 +4,12 @@ SGLang's ``/generate`` is a FastAPI route, which parses a body as JSON when it
 comes as ``application/json`` or ``application/*+json``; a body of any other
 type (``text/plain``, a form) or of none (FastAPI 0.132 and later, which SGLang
 installs) reaches pydantic as bytes, which answers 400 in its shape
-(`json_content_type`). The
-body is then read within the library's bound (`DEFAULT_MAX_BODY_BYTES`, 16
-MiB): a ``Content-Length`` over it is refused before a byte is read, and a body
-without one (chunked) is refused as soon as it passes it, read no further
-(`read_client_body`). Both refusals are `RequestRejected`: ``not_object`` in
-pydantic's shape, ``body_too_large`` with 413 (`error_response`).
+(`json_content_type`). The body is then read within the library's bound
+(`DEFAULT_MAX_BODY_BYTES`, 16 MiB): a ``Content-Length`` over it is refused
+before a byte is read, and a body without one (chunked) is refused as soon as
+it passes it, read no further (`read_client_body`). Both refusals are
+`RequestRejected`: ``not_object`` in pydantic's shape, ``body_too_large`` with 413
+(`error_response`).
 """
 
 from __future__ import annotations
