@@ -109,18 +109,18 @@ async def answer_many(answers: Sequence[Awaitable[Answer]], *, stream: bool) -> 
 async def _stop_all(
     tasks: Sequence[asyncio.Future[Answer]], keep: asyncio.Future[Answer] | None = None
 ) -> None:
-    """Cancel the answers still being made, and close those made (but `keep`), each
-    started first, so that its own cleanup (the abort) runs."""
+    """Cancel the answers still being made, and close those made (but `keep`): a body
+    with a cleanup (the abort) is handed out started (`started`), so closing it runs
+    the cleanup."""
     import asyncio
 
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     made = [task for task in tasks if not task.cancelled() and task.exception() is None]
-    bodies = [task.result().body for task in made if task is not keep]
-    reads = [asyncio.ensure_future(anext(body)) for body in bodies]
-    await asyncio.sleep(0)  # each body runs to its first wait, inside its cleanup's reach
-    await _stop(reads, bodies)
+    for task in made:
+        if task is not keep:
+            await task.result().body.aclose()
 
 
 def _failed(task: asyncio.Future[Answer]) -> bool:
