@@ -19,10 +19,11 @@ The rollout controls are SGLang 0.5.23's (`entrypoints/v1_loads.py`,
 `http_server.py`, `TokenizerManager.pause_generation`):
 
 - ``GET /v1/loads`` answers one load per DP rank in SGLang's shape, every
-  dispatched generation counted as running on rank 0 (a paused one too: the fake
-  has no waiting queue), with the sections a live server writes (``memory``,
-  ``disaggregation``, ``queues``), reading ``include``, ``dp_rank`` and
-  ``format=prometheus`` as ``v1_loads.py`` and ``LoadSnapshot.to_dict`` do;
+  dispatched generation counted as running on rank 0 (a paused one too, retracted
+  or not: the fake's loads count no queue), with the sections a live server
+  writes (``memory``, ``disaggregation``, ``queues``), reading ``include``,
+  ``dp_rank`` and ``format=prometheus`` as ``v1_loads.py`` and
+  ``LoadSnapshot.to_dict`` do;
 - ``POST /pause_generation`` reads ``{"mode": "abort" | "retract" |
   "in_place"}`` (default ``"abort"``): ``"abort"`` aborts every running
   generation, ``"retract"`` moves the dispatched ones to the waiting queue (an
